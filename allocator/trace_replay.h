@@ -1,0 +1,46 @@
+// Replays an RMM allocation trace through the caching allocator on an address-only (meta) source:
+// peak requested/allocated/reserved, fragmentation at the peak, retries, OOMs; and the smallest
+// capacity at which the whole trace completes, found by bisection.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "allocator/allocator_config.h"
+#include "allocator/rmm_trace.h"
+
+namespace ferry {
+
+struct ReplayResult {
+  std::size_t capacity = 0;
+  std::size_t peak_requested = 0;  // peak of live requested bytes in the trace itself
+  std::size_t peak_allocated = 0;
+  std::size_t peak_reserved = 0;
+  // At the moment reserved first reached its peak: 1 - requested/reserved, and the largest free
+  // block over all free (cached) bytes (1 when there is no free byte or one free block).
+  double fragmentation_at_peak = 0.0;
+  double largest_free_fraction_at_peak = 1.0;
+  std::int64_t num_alloc_retries = 0;
+  std::int64_t num_ooms = 0;
+  std::int64_t num_device_alloc = 0;
+  std::size_t allocations = 0;
+  std::size_t frees = 0;
+  std::size_t trace_failures = 0;  // "allocate failure" records, skipped
+  std::size_t unknown_frees = 0;   // frees of pointers not live in the replay
+  std::vector<std::string> problems;  // the first few unknown frees and OOMs, with line numbers
+  bool completed() const { return num_ooms == 0; }
+};
+
+// Capacity of "unlimited" replays: large enough for any trace, only address space on meta.
+inline constexpr std::size_t kUnlimitedReplayCapacity = std::size_t{1} << 42;  // 4 TiB
+
+ReplayResult replay_trace(const std::vector<RmmTraceRecord>& records, std::size_t capacity,
+                          const AllocatorConfig& config);
+
+// Smallest capacity (a multiple of 1 MiB) at which the trace replays without an OOM, by bisection
+// between the trace's peak requested bytes and the unlimited replay's peak reserved bytes.
+std::size_t find_min_capacity(const std::vector<RmmTraceRecord>& records, const AllocatorConfig& config);
+
+}  // namespace ferry

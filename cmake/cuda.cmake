@@ -1,0 +1,20 @@
+# Optional CUDA: when nvcc is found the cuda device is built (sm_90 code plus PTX for other GPUs);
+# otherwise the build is CPU-only. FERRY_HAVE_CUDA tells the rest of the build which it is.
+set(FERRY_HAVE_CUDA OFF)
+if(FERRY_ENABLE_CUDA AND NOT FERRY_SANITIZE)
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90)  # "90" = sm_90 machine code plus compute_90 PTX
+    endif()
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 20)
+    find_package(CUDAToolkit REQUIRED)
+    set(FERRY_HAVE_CUDA ON)
+  endif()
+endif()
+message(STATUS "ferry: CUDA ${FERRY_HAVE_CUDA}")

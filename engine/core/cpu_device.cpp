@@ -1,0 +1,41 @@
+#include "engine/core/cpu_device.h"
+
+#include <unistd.h>
+
+#include <cstring>
+
+#include "allocator/range_segment_source.h"
+
+namespace ferry {
+
+namespace {
+constexpr std::size_t kDefaultMetaMemory = std::size_t{80} << 30;  // an 80 GiB GPU
+}
+
+std::size_t physical_memory_bytes() {
+  return static_cast<std::size_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+HostDevice::HostDevice(const DeviceOptions& options) : kind_(options.kind) {
+  std::unique_ptr<SegmentSource> source;
+  if (kind_ == DeviceKind::cpu) {
+    source = std::make_unique<HostSegmentSource>(options.memory_limit != 0 ? options.memory_limit
+                                                                           : physical_memory_bytes());
+  } else {
+    source = std::make_unique<AddressSpaceSegmentSource>(options.memory_limit != 0 ? options.memory_limit
+                                                                                  : kDefaultMetaMemory);
+  }
+  initialize(std::make_unique<ImmediateEventSource>(), std::move(source), options.allocator_config);
+}
+
+void HostDevice::copy(void* destination, const void* source, std::size_t bytes, CopyKind, Stream) {
+  if (kind_ == DeviceKind::meta || bytes == 0) return;
+  std::memmove(destination, source, bytes);
+}
+
+void HostDevice::fill_zero(void* destination, std::size_t bytes, Stream) {
+  if (kind_ == DeviceKind::meta || bytes == 0) return;
+  std::memset(destination, 0, bytes);
+}
+
+}  // namespace ferry

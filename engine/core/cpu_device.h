@@ -1,0 +1,30 @@
+// The host-backed device kinds: cpu (real host memory behind a capacity limit, work runs at once)
+// and meta (the same allocations over bare addresses, no memory and no work).
+#pragma once
+
+#include "engine/core/device.h"
+
+namespace ferry {
+
+class HostDevice final : public Device {
+ public:
+  explicit HostDevice(const DeviceOptions& options);
+
+  DeviceKind kind() const override { return kind_; }
+  bool has_storage() const override { return kind_ == DeviceKind::cpu; }
+  Stream create_stream() override { return Stream{++last_stream_}; }
+  void wait_event(Stream, Event) override {}
+  void synchronize(Stream) override {}
+  void synchronize() override {}
+  void copy(void* destination, const void* source, std::size_t bytes, CopyKind kind, Stream stream) override;
+  void fill_zero(void* destination, std::size_t bytes, Stream stream) override;
+
+ private:
+  DeviceKind kind_;
+  StreamId last_stream_ = 0;
+};
+
+// Physical memory of this machine in bytes.
+std::size_t physical_memory_bytes();
+
+}  // namespace ferry

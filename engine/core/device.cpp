@@ -1,0 +1,67 @@
+#include "engine/core/device.h"
+
+#include <stdexcept>
+
+#include "engine/core/cpu_device.h"
+#ifdef FERRY_HAVE_CUDA
+#include "allocator/cuda_check.h"
+#include "engine/core/cuda_device.h"
+#endif
+
+namespace ferry {
+
+std::string_view device_kind_name(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::cpu: return "cpu";
+    case DeviceKind::meta: return "meta";
+    case DeviceKind::cuda: return "cuda";
+  }
+  return "unknown";
+}
+
+DeviceKind parse_device_kind(std::string_view name) {
+  if (name == "cpu") return DeviceKind::cpu;
+  if (name == "meta") return DeviceKind::meta;
+  if (name == "cuda") return DeviceKind::cuda;
+  throw std::invalid_argument("unknown device '" + std::string(name) + "' (choose cpu, meta or cuda)");
+}
+
+Device::~Device() = default;
+
+std::string Device::name() const { return std::string(device_kind_name(kind())); }
+
+void Device::initialize(std::unique_ptr<EventSource> events, std::unique_ptr<SegmentSource> source,
+                        const AllocatorConfig& config) {
+  events_ = std::move(events);
+  source_ = std::move(source);
+  allocator_ = std::make_unique<CachingAllocator>(*source_, *events_, config);
+}
+
+bool cuda_available() {
+#ifdef FERRY_HAVE_CUDA
+  return cuda_device_available();
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Device> create_device(const DeviceOptions& options) {
+  switch (options.kind) {
+    case DeviceKind::cpu:
+    case DeviceKind::meta:
+      return std::make_unique<HostDevice>(options);
+    case DeviceKind::cuda:
+#ifdef FERRY_HAVE_CUDA
+      if (!cuda_device_available()) {
+        throw std::runtime_error("--device cuda: no GPU is visible (cudaGetDeviceCount found none); use --device cpu");
+      }
+      return std::make_unique<CudaDevice>(options);
+#else
+      throw std::runtime_error("--device cuda: this ferry was built without CUDA; rebuild where nvcc is found, "
+                               "or use --device cpu");
+#endif
+  }
+  throw std::invalid_argument("unknown device kind");
+}
+
+}  // namespace ferry

@@ -1,0 +1,91 @@
+// One device interface, three kinds: cpu (host compute; "device memory" is host memory behind a
+// capacity limit), meta (shapes only: no memory, no compute, the same allocations), and cuda (a
+// real GPU; built with CUDA). Every device owns its segment source, event source and caching
+// allocator; streams and events exist on every kind (immediate on cpu and meta).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "allocator/allocator_config.h"
+#include "allocator/caching_allocator.h"
+#include "allocator/event_source.h"
+#include "allocator/segment_source.h"
+
+namespace ferry {
+
+enum class DeviceKind : std::uint8_t { cpu, meta, cuda };
+
+std::string_view device_kind_name(DeviceKind kind);
+// Throws std::invalid_argument naming the text and the choices.
+DeviceKind parse_device_kind(std::string_view name);
+
+struct Stream {
+  StreamId id = 0;  // 0: the device's default compute stream
+  bool operator==(const Stream&) const = default;
+};
+struct Event {
+  EventId id = 0;
+};
+
+enum class CopyKind : std::uint8_t { host_to_device, device_to_host, device_to_device };
+
+struct DeviceOptions {
+  DeviceKind kind = DeviceKind::cpu;
+  // Device memory the allocator may use. 0: cpu = physical memory, meta = 80 GiB, cuda = the GPU's.
+  std::size_t memory_limit = 0;
+  AllocatorConfig allocator_config = {};
+  int cuda_device = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  virtual DeviceKind kind() const = 0;
+  // False on meta: its addresses must never be dereferenced.
+  virtual bool has_storage() const = 0;
+  std::string name() const;
+
+  CachingAllocator& allocator() { return *allocator_; }
+  const CachingAllocator& allocator() const { return *allocator_; }
+  std::size_t memory_limit() const { return source_->capacity(); }
+
+  Stream default_stream() const { return Stream{0}; }
+  virtual Stream create_stream() = 0;
+  Event record_event(Stream stream) { return Event{events_->record(stream.id)}; }
+  bool query_event(Event event) { return events_->query(event.id); }
+  void synchronize_event(Event event) { events_->synchronize(event.id); }
+  void release_event(Event event) { events_->release(event.id); }
+  // Work queued on `stream` after this waits for `event`.
+  virtual void wait_event(Stream stream, Event event) = 0;
+  virtual void synchronize(Stream stream) = 0;
+  virtual void synchronize() = 0;
+
+  // Copies `bytes` on `stream`; the host side must stay valid until the stream reaches the copy.
+  virtual void copy(void* destination, const void* source, std::size_t bytes, CopyKind kind, Stream stream) = 0;
+  virtual void fill_zero(void* destination, std::size_t bytes, Stream stream) = 0;
+
+ protected:
+  Device() = default;
+  // Called by each kind's constructor once its sources exist.
+  void initialize(std::unique_ptr<EventSource> events, std::unique_ptr<SegmentSource> source,
+                  const AllocatorConfig& config);
+
+ private:
+  // Declaration order is destruction order in reverse: the allocator goes first.
+  std::unique_ptr<EventSource> events_;
+  std::unique_ptr<SegmentSource> source_;
+  std::unique_ptr<CachingAllocator> allocator_;
+};
+
+std::unique_ptr<Device> create_device(const DeviceOptions& options);
+
+// True when this build has the cuda device and a GPU is present.
+bool cuda_available();
+
+}  // namespace ferry

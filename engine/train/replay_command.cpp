@@ -1,0 +1,80 @@
+#include "engine/train/replay_command.h"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "allocator/byte_size.h"
+#include "allocator/trace_replay.h"
+#include "engine/train/summary_file.h"
+
+namespace ferry {
+
+void add_replay_command(CLI::App& app, ReplayCommandOptions& options) {
+  CLI::App* replay = app.add_subcommand("replay", "Replay an RMM allocation trace (CSV) through the caching allocator");
+  replay->add_option("trace", options.trace_path, "RMM logging CSV: Thread,Time,Action,Pointer,Size,Stream")
+      ->required()
+      ->check(CLI::ExistingFile);
+  replay->add_option("--capacity", options.capacity, "Device memory to replay against (e.g. 512MiB); default unlimited");
+  replay->add_option("--alloc-conf", options.alloc_conf,
+                     "Allocator settings as FERRY_ALLOC_CONF (e.g. expandable_segments:True); default: the environment");
+  replay->add_flag("--find-min-capacity", options.find_min_capacity,
+                   "Bisect the smallest capacity (to 1 MiB) at which the whole trace completes");
+  replay->add_option("--summary", options.summary_path, "Write the results as JSON to this file");
+}
+
+int run_replay_command(const ReplayCommandOptions& options) {
+  const AllocatorConfig config =
+      options.alloc_conf ? AllocatorConfig::parse(*options.alloc_conf) : AllocatorConfig::from_environment();
+  const std::size_t capacity = options.capacity.empty() ? kUnlimitedReplayCapacity : parse_byte_size(options.capacity);
+  const std::vector<RmmTraceRecord> records = read_rmm_trace_file(options.trace_path);
+  const ReplayResult result = replay_trace(records, capacity, config);
+
+  std::printf("ferry replay %s\n", options.trace_path.c_str());
+  std::printf("  records                %zu (%zu allocations, %zu frees, %zu allocate failures skipped)\n",
+              records.size(), result.allocations, result.frees, result.trace_failures);
+  std::printf("  capacity               %s\n",
+              options.capacity.empty() ? "unlimited" : format_bytes(capacity).c_str());
+  std::printf("  allocator              %s\n", config.to_string().c_str());
+  std::printf("  peak requested         %s\n", format_bytes(result.peak_requested).c_str());
+  std::printf("  peak allocated         %s\n", format_bytes(result.peak_allocated).c_str());
+  std::printf("  peak reserved          %s (%.3fx peak requested)\n", format_bytes(result.peak_reserved).c_str(),
+              result.peak_requested ? static_cast<double>(result.peak_reserved) / static_cast<double>(result.peak_requested) : 0.0);
+  std::printf("  fragmentation at peak  %.1f%% of reserved not requested; largest free block %.1f%% of free bytes\n",
+              100.0 * result.fragmentation_at_peak, 100.0 * result.largest_free_fraction_at_peak);
+  std::printf("  segment allocations    %lld\n", static_cast<long long>(result.num_device_alloc));
+  std::printf("  alloc retries          %lld\n", static_cast<long long>(result.num_alloc_retries));
+  std::printf("  out of memory          %lld\n", static_cast<long long>(result.num_ooms));
+  if (result.unknown_frees > 0) std::printf("  unknown frees          %zu\n", result.unknown_frees);
+  for (const std::string& problem : result.problems) std::printf("  ! %s\n", problem.c_str());
+
+  nlohmann::json summary = {
+      {"trace", options.trace_path},
+      {"records", records.size()},
+      {"capacity", options.capacity.empty() ? nlohmann::json(nullptr) : nlohmann::json(capacity)},
+      {"alloc_conf", config.to_string()},
+      {"completed", result.completed()},
+      {"peak_requested", result.peak_requested},
+      {"peak_allocated", result.peak_allocated},
+      {"peak_reserved", result.peak_reserved},
+      {"fragmentation_at_peak", result.fragmentation_at_peak},
+      {"largest_free_fraction_at_peak", result.largest_free_fraction_at_peak},
+      {"num_alloc_retries", result.num_alloc_retries},
+      {"num_ooms", result.num_ooms},
+      {"num_device_alloc", result.num_device_alloc},
+      {"unknown_frees", result.unknown_frees},
+      {"problems", result.problems},
+  };
+  if (options.find_min_capacity) {
+    const std::size_t minimum = find_min_capacity(records, config);
+    std::printf("  min capacity           %s (%.3fx peak requested)\n", format_bytes(minimum).c_str(),
+                result.peak_requested ? static_cast<double>(minimum) / static_cast<double>(result.peak_requested) : 0.0);
+    summary["min_capacity"] = minimum;
+  }
+  if (!options.summary_path.empty()) write_summary_file(options.summary_path, summary);
+  return 0;
+}
+
+}  // namespace ferry

@@ -1,0 +1,65 @@
+// Devices: cpu and meta share the allocator behaviour; streams and events exist on every kind;
+// copies move bytes on cpu and nothing on meta.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "allocator/allocator_errors.h"
+#include "engine/core/device.h"
+
+namespace ferry {
+namespace {
+
+TEST(Device, CpuAndMetaAllocateIdentically) {
+  for (DeviceKind kind : {DeviceKind::cpu, DeviceKind::meta}) {
+    auto device = create_device(DeviceOptions{kind, 64u << 20});
+    EXPECT_EQ(device->kind(), kind);
+    EXPECT_EQ(device->memory_limit(), 64u << 20);
+    Allocation a = device->allocator().malloc(10u << 20, 0, MemoryCategory::parameters);
+    EXPECT_EQ(device->allocator().statistics().reserved_bytes.all().current, 10 << 20);
+    EXPECT_THROW(device->allocator().malloc(60u << 20, 0, MemoryCategory::activations), OutOfMemoryError);
+    device->allocator().free(a);
+  }
+}
+
+TEST(Device, StreamsAndEventsAreImmediateOnHostKinds) {
+  auto device = create_device(DeviceOptions{DeviceKind::cpu, 16u << 20});
+  const Stream copy_stream = device->create_stream();
+  EXPECT_NE(copy_stream.id, device->default_stream().id);
+  const Event event = device->record_event(copy_stream);
+  EXPECT_TRUE(device->query_event(event));
+  device->wait_event(device->default_stream(), event);
+  device->synchronize();
+}
+
+TEST(Device, CopiesMoveBytesOnCpuAndNothingOnMeta) {
+  auto cpu = create_device(DeviceOptions{DeviceKind::cpu, 16u << 20});
+  Allocation a = cpu->allocator().malloc(16, 0, MemoryCategory::staging);
+  const char text[16] = "fifteen chars!!";
+  char back[16] = {};
+  cpu->copy(a.address, text, 16, CopyKind::host_to_device, cpu->default_stream());
+  cpu->copy(back, a.address, 16, CopyKind::device_to_host, cpu->default_stream());
+  EXPECT_STREQ(back, text);
+  cpu->allocator().free(a);
+
+  auto meta = create_device(DeviceOptions{DeviceKind::meta, 16u << 20});
+  EXPECT_FALSE(meta->has_storage());
+  Allocation m = meta->allocator().malloc(16, 0, MemoryCategory::staging);
+  meta->copy(m.address, text, 16, CopyKind::host_to_device, meta->default_stream());  // must not touch it
+  meta->allocator().free(m);
+}
+
+TEST(Device, UnknownKindsAndMissingCudaAreClearErrors) {
+  EXPECT_THROW(parse_device_kind("tpu"), std::invalid_argument);
+  if (!cuda_available()) {
+    try {
+      create_device(DeviceOptions{DeviceKind::cuda});
+      FAIL() << "expected an error";
+    } catch (const std::runtime_error& error) {
+      EXPECT_NE(std::string(error.what()).find("--device cpu"), std::string::npos);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ferry
