@@ -1,5 +1,6 @@
 #include "allocator/allocator_config.h"
 
+#include <algorithm>
 #include <bit>
 #include <cctype>
 #include <charconv>
@@ -167,6 +168,12 @@ std::string AllocatorConfig::to_string() const {
   out << "expandable_segments:" << (expandable_segments ? "True" : "False");
   if (max_split_size_set()) out << ",max_split_size_mb:" << (max_split_size >> 20);
   if (garbage_collection_threshold > 0) out << ",garbage_collection_threshold:" << garbage_collection_threshold;
+  const bool any_divisions = std::any_of(roundup_power2_divisions.begin(), roundup_power2_divisions.end(),
+                                         [](std::size_t divisions) { return divisions > 1; });
+  if (!any_divisions) {
+    if (trace_entries > 0) out << ",trace_entries:" << trace_entries;
+    return out.str();
+  }
   out << ",roundup_power2_divisions:[";
   for (std::size_t band = 0; band < kRoundupPowerOfTwoBands; ++band) {
     if (band > 0) out << ',';

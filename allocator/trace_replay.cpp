@@ -30,7 +30,7 @@ ReplayResult replay_trace(const std::vector<RmmTraceRecord>& records, std::size_
   result.capacity = capacity;
   std::unordered_map<std::uintptr_t, std::pair<Allocation, std::size_t>> live;
   std::size_t live_requested = 0;
-  std::int64_t recorded_peak_reserved = 0;
+  std::int64_t recorded_peak_allocated = 0;
 
   auto note = [&result](std::string problem) {
     if (result.problems.size() < kMaxProblems) result.problems.push_back(std::move(problem));
@@ -62,9 +62,9 @@ ReplayResult replay_trace(const std::vector<RmmTraceRecord>& records, std::size_
                " bytes");
         }
         const AllocatorStatistics stats = allocator.statistics();
-        if (stats.reserved_bytes.all().current > recorded_peak_reserved) {
-          recorded_peak_reserved = stats.reserved_bytes.all().current;
-          const double reserved = static_cast<double>(recorded_peak_reserved);
+        if (stats.allocated_bytes.all().current > recorded_peak_allocated) {
+          recorded_peak_allocated = stats.allocated_bytes.all().current;
+          const double reserved = static_cast<double>(stats.reserved_bytes.all().current);
           result.fragmentation_at_peak = 1.0 - static_cast<double>(stats.requested_bytes.all().current) / reserved;
           const FreeSpace free_space = allocator.free_space();
           result.largest_free_fraction_at_peak =

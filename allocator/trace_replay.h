@@ -18,8 +18,8 @@ struct ReplayResult {
   std::size_t peak_requested = 0;  // peak of live requested bytes in the trace itself
   std::size_t peak_allocated = 0;
   std::size_t peak_reserved = 0;
-  // At the moment reserved first reached its peak: 1 - requested/reserved, and the largest free
-  // block over all free (cached) bytes (1 when there is no free byte or one free block).
+  // At the moment live allocated bytes peaked (the highest demand): 1 - requested/reserved, and the
+  // largest free block over all free cached bytes (1 when nothing is free).
   double fragmentation_at_peak = 0.0;
   double largest_free_fraction_at_peak = 1.0;
   std::int64_t num_alloc_retries = 0;
