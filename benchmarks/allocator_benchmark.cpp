@@ -74,16 +74,19 @@ void GlibcMallocFree(benchmark::State& state) {
 }
 BENCHMARK(GlibcMallocFree)->RangeMultiplier(8)->Range(512, std::int64_t{1} << 30)->Threads(1)->Threads(2)->UseRealTime();
 
-// RMM's random_allocations: range(0) = allocations, range(1) = max size in MiB.
+// RMM's random_allocations: range(0) = allocations, range(1) = max size in MiB, range(2) = 1 for
+// expandable segments.
 void RandomAllocations(benchmark::State& state) {
   const auto count = static_cast<std::size_t>(state.range(0));
   const auto max_bytes = static_cast<std::size_t>(state.range(1)) * kMiB;
   constexpr std::size_t kTotalCap = std::size_t{16000} * kMiB;
+  AllocatorConfig config;
+  config.expandable_segments = state.range(2) != 0;
   double reserved_over_requested = 0;
   for (auto _ : state) {
     AddressSpaceSegmentSource source(std::size_t{32} << 30);
     ImmediateEventSource events;
-    CachingAllocator allocator(source, events);
+    CachingAllocator allocator(source, events, config);
     std::mt19937_64 random(42);
     std::uniform_int_distribution<std::size_t> size_distribution(1, max_bytes);
     std::bernoulli_distribution allocate(0.73);
@@ -114,7 +117,7 @@ void RandomAllocations(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(count));
 }
 BENCHMARK(RandomAllocations)
-    ->ArgsProduct({{1000, 10000, 100000}, {1, 4, 64, 256, 1024, 4096}})
+    ->ArgsProduct({{1000, 10000, 100000}, {1, 4, 64, 256, 1024, 4096}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
