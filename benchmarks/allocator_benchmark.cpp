@@ -13,6 +13,11 @@
 #include "allocator/caching_allocator.h"
 #include "allocator/range_segment_source.h"
 
+#ifdef FERRY_HAVE_CUDA
+#include "allocator/cuda_check.h"
+#include "allocator/cuda_segment_sources.h"
+#endif
+
 namespace ferry {
 namespace {
 
@@ -119,6 +124,60 @@ void RandomAllocations(benchmark::State& state) {
 BENCHMARK(RandomAllocations)
     ->ArgsProduct({{1000, 10000, 100000}, {1, 4, 64, 256, 1024, 4096}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
+
+#ifdef FERRY_HAVE_CUDA
+// On a GPU: the caching allocator over cudaMalloc beside cudaMalloc/cudaFree and the stream-ordered
+// cudaMallocAsync/cudaFreeAsync, same sizes, one thread.
+void CudaCachingHit(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  CudaMallocSegmentSource source(0);
+  ImmediateEventSource events;
+  CachingAllocator allocator(source, events);
+  allocator.free(allocator.malloc(bytes, 0, MemoryCategory::activations));
+  for (auto _ : state) {
+    Allocation allocation = allocator.malloc(bytes, 0, MemoryCategory::activations);
+    benchmark::DoNotOptimize(allocation.address);
+    allocator.free(allocation);
+  }
+}
+
+void CudaMallocFree(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    void* pointer = nullptr;
+    FERRY_CUDA_CHECK(cudaMalloc(&pointer, bytes));
+    FERRY_CUDA_CHECK(cudaFree(pointer));
+  }
+}
+
+void CudaMallocAsyncFree(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  cudaStream_t stream = nullptr;
+  FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaMemPool_t pool = nullptr;
+  FERRY_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  std::uint64_t keep_everything = UINT64_MAX;  // as PyTorch configures it: no release at sync
+  FERRY_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything));
+  for (auto _ : state) {
+    void* pointer = nullptr;
+    FERRY_CUDA_CHECK(cudaMallocAsync(&pointer, bytes, stream));
+    FERRY_CUDA_CHECK(cudaFreeAsync(pointer, stream));
+  }
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream));
+  FERRY_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// Registered only where a GPU is present, so the program runs everywhere.
+const bool kCudaBenchmarksRegistered = [] {
+  if (!cuda_device_available()) return false;
+  for (auto* benchmark : {benchmark::RegisterBenchmark("CudaCachingHit", CudaCachingHit),
+                          benchmark::RegisterBenchmark("CudaMallocFree", CudaMallocFree),
+                          benchmark::RegisterBenchmark("CudaMallocAsyncFree", CudaMallocAsyncFree)}) {
+    benchmark->RangeMultiplier(8)->Range(512, std::int64_t{1} << 30)->UseRealTime();
+  }
+  return true;
+}();
+#endif
 
 }  // namespace
 }  // namespace ferry
