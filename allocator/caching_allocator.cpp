@@ -266,9 +266,7 @@ void CachingAllocator::record_stream(Allocation allocation, StreamId stream) {
   }
 }
 
-CachingAllocator::Block* CachingAllocator::merge_with(Block* block, Block* neighbour) {
-  if (neighbour == nullptr || !neighbour->is_free()) return block;
-  remove_free(neighbour);
+void CachingAllocator::absorb(Block* block, Block* neighbour) {
   if (neighbour == block->prev) {
     block->address = neighbour->address;
     block->prev = neighbour->prev;
@@ -284,7 +282,12 @@ CachingAllocator::Block* CachingAllocator::merge_with(Block* block, Block* neigh
   block->size += neighbour->size;
   if (!block->node && neighbour->node) block->node = std::move(neighbour->node);
   recycle_block(neighbour);
-  return block;
+}
+
+void CachingAllocator::merge_with(Block* block, Block* neighbour) {
+  if (neighbour == nullptr || !neighbour->is_free()) return;
+  remove_free(neighbour);
+  absorb(block, neighbour);
 }
 
 void CachingAllocator::free_block(Block* block) {

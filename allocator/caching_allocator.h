@@ -93,7 +93,10 @@ class CachingAllocator {
   Block* allocate_segment_block(BlockPool& pool, StreamId stream, std::size_t size);
   void split_block(Block* block, std::size_t size);
   void free_block(Block* block);
-  Block* merge_with(Block* block, Block* neighbour);
+  // Merges a free neighbour into `block` (merge_with), or any adjacent neighbour already taken out
+  // of its index (absorb): relinks the list and recycles the neighbour.
+  void merge_with(Block* block, Block* neighbour);
+  void absorb(Block* block, Block* neighbour);
   void process_events();
   void synchronize_and_free_events();
   void insert_free(Block* block);

@@ -25,26 +25,30 @@ AllocatorStatistics CachingAllocator::statistics() const {
   return stats_;
 }
 
+namespace {
+
+// Calls `visit` on every Stat of the statistics.
+template <typename Visit>
+void for_each_stat(AllocatorStatistics& stats, Visit visit) {
+  for (PoolStat* stat : {&stats.allocation, &stats.segment, &stats.active, &stats.inactive_split,
+                         &stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
+                         &stats.inactive_split_bytes, &stats.requested_bytes}) {
+    for (Stat& pool : stat->pools) visit(pool);
+  }
+  for (Stat& stat : stats.category_allocated_bytes) visit(stat);
+  for (Stat& stat : stats.category_requested_bytes) visit(stat);
+}
+
+}  // namespace
+
 void CachingAllocator::reset_peak_statistics() {
   std::lock_guard lock(mutex_);
-  for (PoolStat* stat : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split,
-                         &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
-                         &stats_.inactive_split_bytes, &stats_.requested_bytes}) {
-    for (Stat& pool : stat->pools) pool.reset_peak();
-  }
-  for (Stat& stat : stats_.category_allocated_bytes) stat.reset_peak();
-  for (Stat& stat : stats_.category_requested_bytes) stat.reset_peak();
+  for_each_stat(stats_, [](Stat& stat) { stat.reset_peak(); });
 }
 
 void CachingAllocator::reset_accumulated_statistics() {
   std::lock_guard lock(mutex_);
-  for (PoolStat* stat : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split,
-                         &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
-                         &stats_.inactive_split_bytes, &stats_.requested_bytes}) {
-    for (Stat& pool : stat->pools) pool.reset_accumulated();
-  }
-  for (Stat& stat : stats_.category_allocated_bytes) stat.reset_accumulated();
-  for (Stat& stat : stats_.category_requested_bytes) stat.reset_accumulated();
+  for_each_stat(stats_, [](Stat& stat) { stat.reset_accumulated(); });
   stats_.num_alloc_retries = stats_.num_ooms = stats_.num_sync_all_streams = 0;
   stats_.num_device_alloc = stats_.num_device_free = stats_.num_gc_freed_segments = 0;
 }

@@ -130,12 +130,8 @@ CachingAllocator::Block* CachingAllocator::map_run(BlockPool& pool, Block* start
   }
   while (start != last) {
     Block* next = start->next;
-    start->size += next->size;
-    start->next = next->next;
-    if (next->next != nullptr) next->next->prev = start;
-    if (!start->node && next->node) start->node = std::move(next->node);
     const bool reached_last = next == last;
-    recycle_block(next);
+    absorb(start, next);
     if (reached_last) break;
   }
   start->mapped = true;
@@ -207,20 +203,7 @@ void CachingAllocator::insert_unmapped(Block* block) {
   for (Block* neighbour : {block->prev, block->next}) {
     if (neighbour == nullptr || neighbour->mapped) continue;
     pool.unmapped.erase(neighbour);
-    if (neighbour == block->prev) {
-      block->address = neighbour->address;
-      block->prev = neighbour->prev;
-      if (block->prev != nullptr) {
-        block->prev->next = block;
-      } else {
-        block->segment->first = block;
-      }
-    } else {
-      block->next = neighbour->next;
-      if (block->next != nullptr) block->next->prev = block;
-    }
-    block->size += neighbour->size;
-    recycle_block(neighbour);
+    absorb(block, neighbour);
   }
   pool.unmapped.insert(block);
 }
