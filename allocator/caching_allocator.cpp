@@ -161,24 +161,33 @@ CachingAllocator::Block* CachingAllocator::allocate_segment_block(BlockPool& poo
   void* address = source_.allocate_segment(segment_bytes);
   if (address == nullptr) return nullptr;
 
-  auto segment = std::make_unique<Segment>();
-  segment->address = reinterpret_cast<std::uintptr_t>(address);
-  segment->address_space = segment->mapped_bytes = segment_bytes;
-  segment->stream = stream;
-  segment->small_pool = pool.is_small;
-  Block* block = new_block();
-  block->address = segment->address;
-  block->size = segment_bytes;
-  block->stream = stream;
-  block->pool = &pool;
-  block->segment = segment.get();
-  segment->first = block;
-  segments_.emplace(segment->address, std::move(segment));
-
-  stats_.segment.increase(pool.is_small, 1);
+  Block* block = add_segment(pool, stream, address, segment_bytes, 0);
   stats_.reserved_bytes.increase(pool.is_small, as_signed(segment_bytes));
   ++stats_.num_device_alloc;
   record(TraceAction::segment_alloc, block->address, segment_bytes, stream);
+  return block;
+}
+
+CachingAllocator::Block* CachingAllocator::add_segment(BlockPool& pool, StreamId stream, void* address,
+                                                       std::size_t bytes, std::size_t page_size) {
+  auto segment = std::make_unique<Segment>();
+  segment->address = reinterpret_cast<std::uintptr_t>(address);
+  segment->address_space = bytes;
+  segment->mapped_bytes = page_size == 0 ? bytes : 0;
+  segment->stream = stream;
+  segment->small_pool = pool.is_small;
+  segment->expandable = page_size != 0;
+  segment->page_size = page_size;
+  Block* block = new_block();
+  block->address = segment->address;
+  block->size = bytes;
+  block->stream = stream;
+  block->pool = &pool;
+  block->segment = segment.get();
+  block->mapped = page_size == 0;
+  segment->first = block;
+  segments_.emplace(segment->address, std::move(segment));
+  stats_.segment.increase(pool.is_small, 1);
   return block;
 }
 

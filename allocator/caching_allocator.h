@@ -91,6 +91,9 @@ class CachingAllocator {
   Block* find_free_block(BlockPool& pool, StreamId stream, std::size_t size);
   Block* allocate_new_block(BlockPool& pool, StreamId stream, std::size_t size);
   Block* allocate_segment_block(BlockPool& pool, StreamId stream, std::size_t size);
+  // Registers a segment of `bytes` at `address` with one block covering it: mapped for a fixed
+  // segment (page_size 0), unmapped for an expandable one.
+  Block* add_segment(BlockPool& pool, StreamId stream, void* address, std::size_t bytes, std::size_t page_size);
   void split_block(Block* block, std::size_t size);
   void free_block(Block* block);
   // Merges a free neighbour into `block` (merge_with), or any adjacent neighbour already taken out

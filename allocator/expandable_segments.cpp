@@ -58,24 +58,8 @@ CachingAllocator::Block* CachingAllocator::create_expandable_segment(BlockPool& 
   void* address = source_.reserve_address_range(address_space);
   if (address == nullptr) return nullptr;
 
-  auto segment = std::make_unique<Segment>();
-  segment->address = reinterpret_cast<std::uintptr_t>(address);
-  segment->address_space = address_space;
-  segment->stream = stream;
-  segment->small_pool = pool.is_small;
-  segment->expandable = true;
-  segment->page_size = page;
-  Block* block = new_block();
-  block->address = segment->address;
-  block->size = address_space;
-  block->stream = stream;
-  block->pool = &pool;
-  block->segment = segment.get();
-  block->mapped = false;
-  segment->first = block;
-  segments_.emplace(segment->address, std::move(segment));
+  Block* block = add_segment(pool, stream, address, address_space, page);
   pool.unmapped.insert(block);
-  stats_.segment.increase(pool.is_small, 1);
   return block;
 }
 
