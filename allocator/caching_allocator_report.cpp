@@ -94,9 +94,9 @@ FreeSpace CachingAllocator::free_space_locked() const {
       result.largest_free_block = std::max(result.largest_free_block, block->size);
     }
   }
-  for (const auto& [event, block] : pending_events_) {
-    if (block->event_count > 0) result.awaiting_event_bytes += block->size;
-  }
+  // Active blocks that are no longer allocated are the ones awaiting stream events.
+  result.awaiting_event_bytes =
+      static_cast<std::size_t>(stats_.active_bytes.all().current - stats_.allocated_bytes.all().current);
   return result;
 }
 

@@ -55,15 +55,8 @@ class ManualEventSource final : public EventSource {
   void complete_stream(StreamId stream) {
     std::erase_if(pending_, [stream](const auto& entry) { return entry.second == stream; });
   }
-  void complete(EventId event) { pending_.erase(event); }
   void complete_all() { pending_.clear(); }
   std::size_t pending_count() const { return pending_.size(); }
-  bool is_pending_on(StreamId stream) const {
-    for (const auto& [event, event_stream] : pending_) {
-      if (event_stream == stream) return true;
-    }
-    return false;
-  }
   std::size_t synchronize_calls() const { return synchronize_calls_; }
 
  private:

@@ -142,6 +142,21 @@ TEST(CachingAllocator, RecordStreamDefersReuseUntilTheEventCompletes) {
   m.free(c);
 }
 
+TEST(CachingAllocator, ABlockAwaitingSeveralStreamsCountsOnce) {
+  MetaAllocator m;
+  Allocation a = m.malloc(4096, 0);
+  m.allocator.record_stream(a, 1);
+  m.allocator.record_stream(a, 2);
+  m.free(a);
+  EXPECT_EQ(m.allocator.free_space().awaiting_event_bytes, 4096u);
+  m.events.complete_stream(1);
+  m.free(m.malloc(512, 0));  // polls events: stream 2 still pending
+  EXPECT_EQ(m.allocator.free_space().awaiting_event_bytes, 4096u);
+  m.events.complete_stream(2);
+  m.free(m.malloc(512, 0));
+  EXPECT_EQ(m.allocator.free_space().awaiting_event_bytes, 0u);
+}
+
 TEST(CachingAllocator, OutOfMemoryLadderFreesCachedSegmentsAndRetries) {
   MetaAllocator m(40 * kMiB);
   Allocation a = m.malloc(20 * kMiB);
