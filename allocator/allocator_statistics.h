@@ -63,6 +63,8 @@ struct AllocatorStatistics {
   // Per memory category: rounded and requested bytes of live allocations.
   std::array<Stat, kNumMemoryCategories> category_allocated_bytes{};
   std::array<Stat, kNumMemoryCategories> category_requested_bytes{};
+  // Allocated bytes per category at the moment allocated_bytes (all pools) last reached its peak.
+  std::array<std::int64_t, kNumMemoryCategories> category_allocated_at_peak{};
 
   std::int64_t num_alloc_retries = 0;      // mallocs that succeeded only after freeing every cached block
   std::int64_t num_ooms = 0;               // out-of-memory errors raised
@@ -71,6 +73,12 @@ struct AllocatorStatistics {
   std::int64_t num_device_free = 0;        // segments freed or pages unmapped at the source
   std::int64_t num_gc_freed_segments = 0;  // segments released by the garbage collector
 
+  // Call after allocated_bytes grew: a new peak snapshots the per-category bytes.
+  void note_allocated_peak() {
+    const Stat& all = allocated_bytes.all();
+    if (all.current != all.peak) return;
+    for (std::size_t i = 0; i < kNumMemoryCategories; ++i) category_allocated_at_peak[i] = category_allocated_bytes[i].current;
+  }
   const Stat& category_allocated(MemoryCategory category) const {
     return category_allocated_bytes[category_index(category)];
   }

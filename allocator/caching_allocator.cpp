@@ -129,6 +129,7 @@ Allocation CachingAllocator::malloc(std::size_t bytes, StreamId stream, MemoryCa
   stats_.requested_bytes.increase(small, as_signed(bytes));
   stats_.category_allocated_bytes[category_index(category)].increase(as_signed(block->size));
   stats_.category_requested_bytes[category_index(category)].increase(as_signed(bytes));
+  stats_.note_allocated_peak();
   record(TraceAction::alloc, block->address, block->size, stream, category, tag);
   return Allocation{reinterpret_cast<void*>(block->address), block->size, block};
 }

@@ -44,6 +44,9 @@ void for_each_stat(AllocatorStatistics& stats, Visit visit) {
 void CachingAllocator::reset_peak_statistics() {
   std::lock_guard lock(mutex_);
   for_each_stat(stats_, [](Stat& stat) { stat.reset_peak(); });
+  for (std::size_t i = 0; i < kNumMemoryCategories; ++i) {
+    stats_.category_allocated_at_peak[i] = stats_.category_allocated_bytes[i].current;
+  }
 }
 
 void CachingAllocator::reset_accumulated_statistics() {

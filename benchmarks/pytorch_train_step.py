@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""PyTorch CPU peer for ferry's training-throughput benchmark: times GPT-2 training steps of the
+same model ferry trains (tests/parity/gpt2_reference.py, imported, not copied) and prints one JSON
+line.
+
+  pytorch_train_step.py --layers 12 --hidden 768 --heads 12 --vocab 50257 --seq 1024 --batch 4
+                        [--steps 5] [--threads N] [--lr 6e-4] [--seed 0]
+
+Each step: forward, backward, clip_grad_norm_(1.0), AdamW step (fused=False, foreach left at its
+default), zero_grad(set_to_none=True), on a fresh random batch from a seeded generator. Output:
+  {"system": "pytorch", "torch_version", "threads", "tokens_per_second" (batch*seq over the median
+   step time, the first step excluded as warm-up when there is more than one), "step_seconds",
+   "peak_rss_growth_bytes" (VmHWM at the end minus VmRSS just before the model is built; the
+   high-water mark cannot be reset, so this includes nothing the process did before),
+   "rss_before_bytes", "peak_rss_bytes", "parameters"}
+"""
+import argparse
+import importlib.util
+import inspect
+import json
+import os
+import statistics
+import time
+
+import torch
+
+_REFERENCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests",
+                               "parity", "gpt2_reference.py")
+
+
+def load_reference():
+    path = os.path.normpath(_REFERENCE_PATH)
+    spec = importlib.util.spec_from_file_location("gpt2_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def proc_status_bytes(field):
+    """A 'kB' field of /proc/self/status (VmRSS, VmHWM) in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=int, required=True)
+    parser.add_argument("--hidden", type=int, required=True)
+    parser.add_argument("--heads", type=int, required=True)
+    parser.add_argument("--vocab", type=int, required=True)
+    parser.add_argument("--seq", type=int, required=True)
+    parser.add_argument("--batch", type=int, required=True)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument("--lr", type=float, default=6e-4)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if args.steps < 1:
+        parser.error("--steps must be at least 1")
+
+    ref = load_reference()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+
+    rss_before = proc_status_bytes("VmRSS")
+    config = ref.GPT2Config(n_layer=args.layers, n_embd=args.hidden, n_head=args.heads,
+                            n_positions=args.seq, vocab_size=args.vocab)
+    model = ref.build_model(config, seed=args.seed)
+    extra = {}
+    if "fused" in inspect.signature(torch.optim.AdamW).parameters:  # AdamW has it from torch 2.0
+        extra["fused"] = False
+    optimizer = ref.make_adamw(model, args.lr, (0.9, 0.95), 1e-8, 0.1, **extra)
+    generator = torch.Generator().manual_seed(args.seed + 1)
+
+    step_seconds = []
+    for _ in range(args.steps):
+        window = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=generator)
+        inputs, targets = window[:, :-1].contiguous(), window[:, 1:].contiguous()
+        start = time.perf_counter()
+        _, loss = model(inputs, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step_seconds.append(time.perf_counter() - start)
+
+    peak_rss = proc_status_bytes("VmHWM")
+    timed = step_seconds[1:] if len(step_seconds) > 1 else step_seconds
+    print(json.dumps({
+        "system": "pytorch",
+        "torch_version": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "tokens_per_second": args.batch * args.seq / statistics.median(timed),
+        "step_seconds": step_seconds,
+        "peak_rss_growth_bytes": peak_rss - rss_before,
+        "rss_before_bytes": rss_before,
+        "peak_rss_bytes": peak_rss,
+        "parameters": ref.count_parameters(model),
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+#include "engine/core/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace ferry {
+namespace {
+
+std::string describe_errno(int error) {
+  if (error == ENOSPC) return std::string(std::strerror(error)) + " (the disk is full: free space or choose another directory)";
+  if (error == EDQUOT) return std::string(std::strerror(error)) + " (disk quota exceeded)";
+  return std::strerror(error);
+}
+
+}  // namespace
+
+FileError::FileError(const std::string& path, std::uint64_t offset, const std::string& what)
+    : std::runtime_error("'" + path + "' (offset " + std::to_string(offset) + "): " + what), path_(path), offset_(offset) {}
+
+AtomicFileWriter::AtomicFileWriter(std::string path)
+    : path_(std::move(path)), temporary_path_(path_ + ".tmp." + std::to_string(::getpid())) {
+  fd_ = ::open(temporary_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw FileError(temporary_path_, 0, "cannot create: " + describe_errno(errno));
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(temporary_path_.c_str());
+  }
+}
+
+void AtomicFileWriter::write(const void* data, std::size_t bytes) {
+  if (fd_ < 0) throw FileError(temporary_path_, offset_, "write after commit");
+  const char* cursor = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t result = ::write(fd_, cursor, bytes);
+    if (result < 0) {
+      if (errno == EINTR) continue;
+      throw FileError(temporary_path_, offset_, "write of " + std::to_string(bytes) + " bytes failed: " + describe_errno(errno));
+    }
+    cursor += result;
+    bytes -= static_cast<std::size_t>(result);
+    offset_ += static_cast<std::uint64_t>(result);
+  }
+}
+
+void AtomicFileWriter::commit() {
+  if (fd_ < 0) throw FileError(temporary_path_, offset_, "commit twice");
+  if (::fsync(fd_) != 0) throw FileError(temporary_path_, offset_, "fsync failed: " + describe_errno(errno));
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {
+    const int error = errno;
+    ::unlink(temporary_path_.c_str());
+    throw FileError(temporary_path_, offset_, "close failed: " + describe_errno(error));
+  }
+  if (std::rename(temporary_path_.c_str(), path_.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(temporary_path_.c_str());
+    throw FileError(path_, 0, "cannot rename '" + temporary_path_ + "' over it: " + describe_errno(error));
+  }
+  const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
+  sync_directory(parent.empty() ? "." : parent.string());
+}
+
+void write_file_atomically(const std::string& path, std::string_view contents) {
+  AtomicFileWriter writer(path);
+  writer.write(contents);
+  writer.commit();
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream stream(path, std::ios::binary);
+  if (!stream) throw FileError(path, 0, std::string("cannot open: ") + std::strerror(errno));
+  std::ostringstream text;
+  text << stream.rdbuf();
+  if (stream.bad()) throw FileError(path, 0, "read failed");
+  return text.str();
+}
+
+void sync_directory(const std::string& directory) {
+  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw FileError(directory, 0, "cannot open directory: " + describe_errno(errno));
+  const int result = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  if (result != 0 && error != EINVAL) throw FileError(directory, 0, "fsync of directory failed: " + describe_errno(error));
+}
+
+}  // namespace ferry

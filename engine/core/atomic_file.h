@@ -1,0 +1,52 @@
+// Files that appear whole or not at all: AtomicFileWriter streams into a temporary file beside the
+// target, and commit() fsyncs it, renames it over the target and fsyncs the directory. A writer that
+// is destroyed without commit() removes its temporary file, so a failure never leaves a half file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace ferry {
+
+// An I/O failure with the file and the byte offset where it happened.
+class FileError : public std::runtime_error {
+ public:
+  FileError(const std::string& path, std::uint64_t offset, const std::string& what);
+  const std::string& path() const { return path_; }
+  std::uint64_t offset() const { return offset_; }
+
+ private:
+  std::string path_;
+  std::uint64_t offset_;
+};
+
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::string path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(const void* data, std::size_t bytes);
+  void write(std::string_view text) { write(text.data(), text.size()); }
+  // Makes the file durable and visible under its final name.
+  void commit();
+  std::uint64_t bytes_written() const { return offset_; }
+
+ private:
+  std::string path_;
+  std::string temporary_path_;
+  int fd_ = -1;
+  std::uint64_t offset_ = 0;
+};
+
+void write_file_atomically(const std::string& path, std::string_view contents);
+// Reads a whole (small) file; throws FileError naming it when it cannot.
+std::string read_text_file(const std::string& path);
+// fsyncs a directory so renames and removals inside it are durable.
+void sync_directory(const std::string& directory);
+
+}  // namespace ferry

@@ -1,0 +1,38 @@
+// Training checkpoints: DIR/model.safetensors (Hugging Face names, f32 master weights), DIR/config.json
+// (HF GPT-2 config), DIR/optimizer.safetensors (AdamW moments), DIR/trainer_state.json (step, seed,
+// data position, run settings), each written atomically, and DIR/DONE last. Loading refuses a missing,
+// partial (no DONE) or corrupt checkpoint with an error that says which.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+#include "models/adamw_optimizer.h"
+#include "models/gpt_model.h"
+
+namespace ferry {
+
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct TrainerState {
+  std::int64_t step = 0;             // optimizer steps completed
+  std::uint64_t data_position = 0;   // micro-batches read
+  std::uint64_t seed = 0;
+  nlohmann::json run;                // settings that must match on resume (batch, seq, precision, ...)
+};
+
+void save_checkpoint(const std::string& directory, const GptModel& model, const AdamWOptimizer& optimizer,
+                     const TrainerState& state);
+
+// Restores parameters, master weights and moments into model and optimizer; returns the trainer state.
+TrainerState load_checkpoint(const std::string& directory, const GptModel& model, AdamWOptimizer& optimizer);
+
+// The model shape recorded in a checkpoint (its config.json); validates that the checkpoint is complete.
+GptConfig read_checkpoint_config(const std::string& directory);
+
+}  // namespace ferry

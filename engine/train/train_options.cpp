@@ -1,0 +1,271 @@
+#include "engine/train/train_options.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "engine/core/atomic_file.h"
+#include "engine/core/safetensors.h"
+#include "models/gpt_weights.h"
+
+namespace ferry {
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+T value_of(const json& node, const std::string& key) {
+  try {
+    return node.get<T>();
+  } catch (const json::exception&) {
+    throw std::invalid_argument("config key '" + key + "' has the wrong type: " + node.dump());
+  }
+}
+
+void reject_unknown(const json& node, const std::string& where, const std::set<std::string>& known) {
+  if (!node.is_object()) throw std::invalid_argument("config key '" + where + "' must be an object");
+  for (const auto& [key, value] : node.items()) {
+    if (!known.contains(key)) {
+      std::string choices;
+      for (const std::string& each : known) choices += (choices.empty() ? "" : ", ") + each;
+      throw std::invalid_argument("unknown config key '" + (where.empty() ? key : where + "." + key) + "' (known here: " + choices + ")");
+    }
+  }
+}
+
+void apply_ferry_section(const json& section, TrainOptions& options) {
+  reject_unknown(section, "ferry",
+                 {"model", "layers", "hidden", "heads", "vocab", "seq", "device", "device_memory", "precision", "steps",
+                  "lr_schedule", "warmup_steps", "min_lr_ratio", "seed", "data", "shuffle", "init_from", "save", "save_every",
+                  "resume", "summary", "dropout", "threads", "log_every", "checkpointing", "offload_optimizer"});
+  for (const auto& [key, value] : section.items()) {
+    const std::string name = "ferry." + key;
+    if (key == "model") options.model = value_of<std::string>(value, name);
+    else if (key == "layers") options.layers = value_of<std::int64_t>(value, name);
+    else if (key == "hidden") options.hidden = value_of<std::int64_t>(value, name);
+    else if (key == "heads") options.heads = value_of<std::int64_t>(value, name);
+    else if (key == "vocab") options.vocab = value_of<std::int64_t>(value, name);
+    else if (key == "seq") options.seq = value_of<std::int64_t>(value, name);
+    else if (key == "device") options.device = value_of<std::string>(value, name);
+    else if (key == "device_memory") options.device_memory = value_of<std::string>(value, name);
+    else if (key == "precision") options.precision = value_of<std::string>(value, name);
+    else if (key == "steps") options.steps = value_of<std::int64_t>(value, name);
+    else if (key == "lr_schedule") options.lr_schedule = value_of<std::string>(value, name);
+    else if (key == "warmup_steps") options.warmup_steps = value_of<std::int64_t>(value, name);
+    else if (key == "min_lr_ratio") options.min_lr_ratio = value_of<double>(value, name);
+    else if (key == "seed") options.seed = value_of<std::uint64_t>(value, name);
+    else if (key == "data") options.data = value_of<std::string>(value, name);
+    else if (key == "shuffle") options.shuffle = value_of<bool>(value, name);
+    else if (key == "init_from") options.init_from = value_of<std::string>(value, name);
+    else if (key == "save") options.save = value_of<std::string>(value, name);
+    else if (key == "save_every") options.save_every = value_of<std::int64_t>(value, name);
+    else if (key == "resume") options.resume = value_of<std::string>(value, name);
+    else if (key == "summary") options.summary = value_of<std::string>(value, name);
+    else if (key == "dropout") options.dropout = value_of<float>(value, name);
+    else if (key == "threads") options.threads = value_of<int>(value, name);
+    else if (key == "log_every") options.log_every = value_of<std::int64_t>(value, name);
+    else if (key == "checkpointing") options.checkpointing = value_of<std::string>(value, name);
+    else if (key == "offload_optimizer") options.offload_optimizer = value_of<std::string>(value, name);
+  }
+}
+
+void apply_scheduler(const json& scheduler, TrainOptions& options) {
+  reject_unknown(scheduler, "scheduler", {"type", "params"});
+  const std::string type = value_of<std::string>(scheduler.value("type", json("WarmupLR")), "scheduler.type");
+  const json params = scheduler.value("params", json::object());
+  if (type == "WarmupLR") {
+    reject_unknown(params, "scheduler.params", {"warmup_num_steps", "warmup_min_lr", "warmup_max_lr", "warmup_type"});
+    options.lr_schedule = "constant";
+  } else if (type == "WarmupCosineLR") {
+    reject_unknown(params, "scheduler.params", {"warmup_num_steps", "total_num_steps", "warmup_min_ratio", "cos_min_ratio", "warmup_type"});
+    options.lr_schedule = "cosine";
+    if (params.contains("cos_min_ratio")) options.min_lr_ratio = value_of<double>(params["cos_min_ratio"], "scheduler.params.cos_min_ratio");
+  } else {
+    throw std::invalid_argument("scheduler type '" + type + "' is not supported (WarmupLR, WarmupCosineLR)");
+  }
+  if (params.contains("warmup_num_steps")) options.warmup_steps = value_of<std::int64_t>(params["warmup_num_steps"], "scheduler.params.warmup_num_steps");
+  if (params.contains("warmup_max_lr")) options.lr = value_of<double>(params["warmup_max_lr"], "scheduler.params.warmup_max_lr");
+}
+
+}  // namespace
+
+CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
+  CLI::App* train = app.add_subcommand("train", "Train a GPT model (default: gpt2-tiny on the embedded corpus, cpu device)");
+  train->add_option("--config", o.config_path, "JSON config (DeepSpeed keys + a \"ferry\" section); flags override it");
+  train->add_option("--model", o.model, "Preset: gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-small ... gpt3-30b");
+  train->add_option("--layers", o.layers, "Transformer blocks (overrides the preset)");
+  train->add_option("--hidden", o.hidden, "Hidden width (overrides the preset)");
+  train->add_option("--heads", o.heads, "Attention heads (overrides the preset)");
+  train->add_option("--vocab", o.vocab, "Vocabulary size (overrides the preset)");
+  train->add_option("--seq", o.seq, "Sequence length per micro-batch (default: the model's positions)");
+  train->add_option("--device", o.device, "cpu | meta (dry run: same allocations, no compute)");
+  train->add_option("--device-memory", o.device_memory, "Device memory limit, e.g. 512MiB, 2GiB");
+  train->add_option("--precision", o.precision, "fp32 | bf16 (bf16 parameters and activations, fp32 master weights)");
+  train->add_option("--batch", o.batch, "Micro-batch size (sequences)");
+  train->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step");
+  train->add_option("--steps", o.steps, "Total optimizer steps (a resumed run continues up to this count)");
+  train->add_option("--lr", o.lr, "Peak learning rate");
+  train->add_option("--lr-schedule", o.lr_schedule, "constant | cosine (to lr * min-lr-ratio), after linear warmup");
+  train->add_option("--warmup-steps", o.warmup_steps, "Linear warmup steps");
+  train->add_option("--min-lr-ratio", o.min_lr_ratio, "Final learning rate of the cosine schedule, as a fraction of --lr");
+  train->add_option("--weight-decay", o.weight_decay, "AdamW weight decay (2-D weights only)");
+  train->add_option("--betas", o.betas, "AdamW betas as B1,B2");
+  train->add_option("--eps", o.eps, "AdamW epsilon");
+  train->add_option("--grad-clip", o.grad_clip, "Clip the global gradient norm to this (0 disables)");
+  train->add_option("--seed", o.seed, "Seed for initialization, data order and dropout");
+  train->add_option("--data", o.data, "llm.c token shard (.bin) or plain text; default: the embedded corpus");
+  train->add_option("--shuffle", o.shuffle, "true | false: shuffled micro-batch order (seeded) or file order");
+  train->add_option("--init-from", o.init_from, "Start from Hugging Face GPT-2 safetensors (config.json beside it is read)");
+  train->add_option("--save", o.save, "Checkpoint directory written at the end (and every --save-every steps)");
+  train->add_option("--save-every", o.save_every, "Also checkpoint every N steps (0: only at the end)");
+  train->add_option("--resume", o.resume, "Continue from a checkpoint directory");
+  train->add_option("--summary", o.summary, "Write the run's summary JSON here");
+  train->add_option("--dropout", o.dropout, "Dropout probability for embeddings, attention and residuals (default 0)");
+  train->add_option("--threads", o.threads, "Compute threads (0: all cores)");
+  train->add_option("--log-every", o.log_every, "Print a progress line every N steps when not on a terminal");
+  train->add_option("--checkpointing", o.checkpointing, "Activation recompute: none (recompute arrives with its own issue)");
+  train->add_option("--offload-optimizer", o.offload_optimizer, "Optimizer offload: none (offload arrives with its own issue)");
+  return train;
+}
+
+CLI::App* add_eval_command(CLI::App& app, EvalOptions& o) {
+  CLI::App* eval = app.add_subcommand("eval", "Mean loss of a model (safetensors) on data");
+  eval->add_option("--init-from", o.init_from, "Hugging Face GPT-2 safetensors (config.json beside it is read)")->required();
+  eval->add_option("--data", o.data, "llm.c token shard or plain text; default: the embedded corpus");
+  eval->add_option("--batches", o.batches, "Micro-batches to average (0: the whole data)");
+  eval->add_option("--batch", o.batch, "Micro-batch size");
+  eval->add_option("--seq", o.seq, "Sequence length (default: the model's positions)");
+  eval->add_option("--heads", o.heads, "Attention heads, when there is no config.json beside the weights");
+  eval->add_option("--device", o.device, "cpu | meta");
+  eval->add_option("--device-memory", o.device_memory, "Device memory limit");
+  eval->add_option("--precision", o.precision, "fp32 | bf16");
+  eval->add_option("--summary", o.summary, "Write the result as JSON here");
+  eval->add_option("--threads", o.threads, "Compute threads (0: all cores)");
+  return eval;
+}
+
+std::optional<std::string> find_config_path(int argc, char** argv) {
+  bool in_train = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view argument = argv[i];
+    if (argument == "train") in_train = true;
+    if (!in_train) continue;
+    if (argument == "--config" && i + 1 < argc) return std::string(argv[i + 1]);
+    if (argument.starts_with("--config=")) return std::string(argument.substr(9));
+  }
+  return std::nullopt;
+}
+
+void apply_config_file(const std::string& path, TrainOptions& options) {
+  json config;
+  try {
+    config = json::parse(read_text_file(path));
+  } catch (const json::exception& error) {
+    throw std::invalid_argument("config '" + path + "' is not valid JSON: " + error.what());
+  }
+  reject_unknown(config, "", {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
+                              "gradient_clipping", "bf16", "fp16", "scheduler", "steps_per_print", "ferry"});
+  if (config.contains("train_micro_batch_size_per_gpu")) options.batch = value_of<std::int64_t>(config["train_micro_batch_size_per_gpu"], "train_micro_batch_size_per_gpu");
+  if (config.contains("gradient_accumulation_steps")) options.grad_accum = value_of<std::int64_t>(config["gradient_accumulation_steps"], "gradient_accumulation_steps");
+  if (config.contains("train_batch_size")) {
+    const auto total = value_of<std::int64_t>(config["train_batch_size"], "train_batch_size");
+    if (total != options.batch * options.grad_accum) {
+      throw std::invalid_argument("config '" + path + "': train_batch_size " + std::to_string(total) + " != train_micro_batch_size_per_gpu " +
+                                  std::to_string(options.batch) + " x gradient_accumulation_steps " + std::to_string(options.grad_accum) +
+                                  " x 1 data-parallel rank");
+    }
+  }
+  if (config.contains("optimizer")) {
+    const json& optimizer = config["optimizer"];
+    reject_unknown(optimizer, "optimizer", {"type", "params"});
+    const std::string type = value_of<std::string>(optimizer.value("type", json("AdamW")), "optimizer.type");
+    if (type != "AdamW" && type != "adamw") throw std::invalid_argument("optimizer type '" + type + "' is not supported (AdamW)");
+    const json params = optimizer.value("params", json::object());
+    reject_unknown(params, "optimizer.params", {"lr", "betas", "eps", "weight_decay"});
+    if (params.contains("lr")) options.lr = value_of<double>(params["lr"], "optimizer.params.lr");
+    if (params.contains("eps")) options.eps = value_of<double>(params["eps"], "optimizer.params.eps");
+    if (params.contains("weight_decay")) options.weight_decay = value_of<double>(params["weight_decay"], "optimizer.params.weight_decay");
+    if (params.contains("betas")) {
+      const auto betas = value_of<std::vector<double>>(params["betas"], "optimizer.params.betas");
+      if (betas.size() != 2) throw std::invalid_argument("config key 'optimizer.params.betas' needs two numbers");
+      std::ostringstream text;
+      text.precision(17);
+      text << betas[0] << "," << betas[1];
+      options.betas = text.str();
+    }
+  }
+  if (config.contains("gradient_clipping")) options.grad_clip = value_of<double>(config["gradient_clipping"], "gradient_clipping");
+  if (config.contains("bf16")) {
+    reject_unknown(config["bf16"], "bf16", {"enabled"});
+    if (value_of<bool>(config["bf16"].value("enabled", json(false)), "bf16.enabled")) options.precision = "bf16";
+  }
+  if (config.contains("fp16")) {
+    if (value_of<bool>(config["fp16"].value("enabled", json(false)), "fp16.enabled")) {
+      throw std::invalid_argument("config '" + path + "': fp16 training is not supported yet; use \"bf16\": {\"enabled\": true}");
+    }
+  }
+  if (config.contains("scheduler")) apply_scheduler(config["scheduler"], options);
+  if (config.contains("steps_per_print")) options.log_every = value_of<std::int64_t>(config["steps_per_print"], "steps_per_print");
+  if (config.contains("ferry")) apply_ferry_section(config["ferry"], options);
+}
+
+GptConfig resolve_model_config(const TrainOptions& options) {
+  GptConfig config;
+  bool from_file = false;
+  if (!options.init_from.empty()) {
+    if (auto beside = read_hf_gpt_config_beside(options.init_from)) {
+      config = *beside;
+    } else {
+      const SafetensorsFile file(options.init_from);
+      if (!options.heads) {
+        throw std::invalid_argument("'" + options.init_from + "' has no config.json beside it, so the head count is unknown; pass --heads");
+      }
+      config = infer_gpt_config(file, *options.heads);
+    }
+    from_file = true;
+  } else {
+    const auto preset = gpt_preset(options.model);
+    if (!preset) {
+      std::string names;
+      for (const std::string& name : gpt_preset_names()) names += (names.empty() ? "" : ", ") + name;
+      throw std::invalid_argument("unknown --model '" + options.model + "' (presets: " + names + ")");
+    }
+    config = *preset;
+  }
+  const bool reshaped = options.layers || options.hidden || options.heads || options.vocab;
+  if (from_file && reshaped && (options.layers || options.hidden || options.vocab)) {
+    throw std::invalid_argument("--layers/--hidden/--vocab cannot change the shape of weights loaded with --init-from");
+  }
+  if (options.layers) config.layers = *options.layers;
+  if (options.hidden) config.hidden = *options.hidden;
+  if (options.heads) config.heads = *options.heads;
+  if (options.vocab) config.vocab = *options.vocab;
+  if (reshaped && !from_file) config.name = "custom";
+  if (options.seq && *options.seq > config.max_sequence) {
+    if (from_file) {
+      throw std::invalid_argument("--seq " + std::to_string(*options.seq) + " exceeds the " + std::to_string(config.max_sequence) +
+                                  " positions of the weights in '" + options.init_from + "'");
+    }
+    config.max_sequence = *options.seq;
+  }
+  config.validate();
+  return config;
+}
+
+std::pair<float, float> parse_betas(const std::string& text) {
+  const auto comma = text.find(',');
+  try {
+    if (comma == std::string::npos) throw std::invalid_argument("no comma");
+    std::size_t used1 = 0, used2 = 0;
+    const float beta1 = std::stof(text.substr(0, comma), &used1);
+    const float beta2 = std::stof(text.substr(comma + 1), &used2);
+    if (used1 != comma || used2 != text.size() - comma - 1) throw std::invalid_argument("trailing text");
+    if (!(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1)) throw std::invalid_argument("range");
+    return {beta1, beta2};
+  } catch (const std::exception&) {
+    throw std::invalid_argument("--betas '" + text + "' must be two numbers in [0, 1) as B1,B2 (e.g. 0.9,0.95)");
+  }
+}
+
+}  // namespace ferry

@@ -1,0 +1,78 @@
+// What `ferry train` and `ferry eval` are asked to do: the flags (ARCHITECTURE.md's contract), a JSON
+// config with DeepSpeed's keys where they mean the same plus ferry's own under "ferry", and the
+// resolution of both into a model shape. Flags override the config; unknown keys are errors.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "models/gpt_config.h"
+
+namespace ferry {
+
+struct TrainOptions {
+  std::string config_path;
+  std::string model = "gpt2-tiny";
+  std::optional<std::int64_t> layers, hidden, heads, vocab, seq;
+  std::string device = "cpu";
+  std::string device_memory;  // empty: the device's default
+  std::string precision = "fp32";
+  std::int64_t batch = 8;
+  std::int64_t grad_accum = 1;
+  std::int64_t steps = 300;
+  double lr = 1e-3;
+  std::string lr_schedule = "cosine";
+  std::int64_t warmup_steps = 0;
+  double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
+  double weight_decay = 0.1;
+  std::string betas = "0.9,0.95";
+  double eps = 1e-8;
+  double grad_clip = 1.0;
+  std::uint64_t seed = 1337;
+  std::string data;  // empty: the embedded corpus
+  bool shuffle = true;
+  std::string init_from;
+  std::string save;
+  std::int64_t save_every = 0;
+  std::string resume;
+  std::string summary;
+  float dropout = 0.0f;
+  int threads = 0;  // 0: all cores
+  std::int64_t log_every = 10;
+  std::string checkpointing = "none";
+  std::string offload_optimizer = "none";
+};
+
+struct EvalOptions {
+  std::string init_from;
+  std::string data;
+  std::int64_t batches = 0;  // 0: every micro-batch of the data
+  std::int64_t batch = 8;
+  std::optional<std::int64_t> seq;
+  std::optional<std::int64_t> heads;
+  std::string device = "cpu";
+  std::string device_memory;
+  std::string precision = "fp32";
+  std::string summary;
+  int threads = 0;
+};
+
+// Registers `train` on the app; the values land in options (config values first, see below).
+CLI::App* add_train_command(CLI::App& app, TrainOptions& options);
+CLI::App* add_eval_command(CLI::App& app, EvalOptions& options);
+
+// The value of --config in argv after the `train` subcommand, if any: it is read before the flags so
+// that flags override it.
+std::optional<std::string> find_config_path(int argc, char** argv);
+// Applies a JSON config file to options; throws std::invalid_argument naming an unknown key or bad value.
+void apply_config_file(const std::string& path, TrainOptions& options);
+
+// The model shape: --init-from's config.json (or its tensors), else the preset, then shape flags.
+GptConfig resolve_model_config(const TrainOptions& options);
+// (beta1, beta2) from "B1,B2".
+std::pair<float, float> parse_betas(const std::string& text);
+
+}  // namespace ferry

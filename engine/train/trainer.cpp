@@ -1,0 +1,301 @@
+#include "engine/train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "allocator/byte_size.h"
+#include "engine/core/safetensors.h"
+#include "engine/train/checkpoint.h"
+#include "engine/train/learning_rate.h"
+#include "engine/train/progress.h"
+#include "engine/train/summary_file.h"
+#include "engine/train/token_data.h"
+#include "models/adamw_optimizer.h"
+#include "models/gpt_model.h"
+#include "models/gpt_weights.h"
+#include "models/kernels/cpu/compute_threads.h"
+
+namespace ferry {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+DType parse_precision(const std::string& precision) {
+  if (precision == "fp32") return DType::f32;
+  if (precision == "bf16") return DType::bf16;
+  if (precision == "fp16") throw std::invalid_argument("--precision fp16 is not supported yet; use fp32 or bf16");
+  throw std::invalid_argument("--precision '" + precision + "' is not one of fp32, bf16");
+}
+
+std::unique_ptr<Device> make_device(const std::string& kind, const std::string& memory) {
+  DeviceOptions device_options;
+  device_options.kind = parse_device_kind(kind);
+  if (device_options.kind == DeviceKind::cuda) {
+    throw std::invalid_argument("--device cuda: the cuda kernels are not built yet; train on --device cpu, or dry-run on --device meta");
+  }
+  device_options.memory_limit = memory.empty() ? 0 : parse_byte_size(memory);
+  device_options.allocator_config = AllocatorConfig::from_environment();
+  return create_device(device_options);
+}
+
+void require_positive(std::int64_t value, const char* flag) {
+  if (value <= 0) throw std::invalid_argument(std::string(flag) + " must be positive, got " + std::to_string(value));
+}
+
+void validate(const TrainOptions& o) {
+  require_positive(o.batch, "--batch");
+  require_positive(o.grad_accum, "--grad-accum");
+  if (o.steps < 0) throw std::invalid_argument("--steps must be >= 0");
+  if (o.save_every < 0) throw std::invalid_argument("--save-every must be >= 0");
+  if (o.save_every > 0 && o.save.empty()) throw std::invalid_argument("--save-every needs --save DIR");
+  if (!(o.grad_clip >= 0)) throw std::invalid_argument("--grad-clip must be >= 0 (0 disables clipping)");
+  if (!(o.weight_decay >= 0)) throw std::invalid_argument("--weight-decay must be >= 0");
+  if (!(o.eps > 0)) throw std::invalid_argument("--eps must be positive");
+  if (o.checkpointing != "none") {
+    throw std::invalid_argument("--checkpointing " + o.checkpointing + " is not available yet (activation recompute has its own issue); use none");
+  }
+  if (o.offload_optimizer != "none") {
+    throw std::invalid_argument("--offload-optimizer " + o.offload_optimizer + " is not available yet (ZeRO-Offload has its own issue); use none");
+  }
+}
+
+TokenDataset open_data(const std::string& path) {
+  return path.empty() ? TokenDataset::embedded_corpus() : TokenDataset::open(path);
+}
+
+void check_vocabulary(const TokenDataset& data, const GptConfig& config) {
+  if (data.vocab_needed() > config.vocab) {
+    throw std::invalid_argument("'" + data.name() + "' holds token ids up to " + std::to_string(data.vocab_needed() - 1) +
+                                " but the model's vocabulary is " + std::to_string(config.vocab) + "; use --vocab " +
+                                std::to_string(data.vocab_needed()) + " or a matching model");
+  }
+}
+
+Tensor device_tokens(Device& device, const std::vector<std::int32_t>& values, std::int64_t batch, std::int64_t sequence, const char* tag) {
+  Tensor tensor = Tensor::empty(device, {batch, sequence}, DType::i32, MemoryCategory::activations, tag);
+  tensor.copy_from_host(values.data());
+  return tensor;
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const std::size_t middle = values.size() / 2;
+  return values.size() % 2 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
+}
+
+// Settings a resumed run must share with the run that saved, for the resume to be exact.
+nlohmann::json resume_contract(const TrainOptions& o, std::int64_t sequence, const std::string& data_name) {
+  return {{"batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum}, {"precision", o.precision},
+          {"data", data_name}, {"shuffle", o.shuffle}, {"seed", o.seed}};
+}
+
+void check_resume_contract(const nlohmann::json& saved, const nlohmann::json& current, const std::string& directory) {
+  for (const auto& [key, value] : current.items()) {
+    if (!saved.contains(key) || saved[key] != value) {
+      throw std::invalid_argument("--resume '" + directory + "': the checkpoint was trained with " + key + " = " +
+                                  (saved.contains(key) ? saved[key].dump() : "unknown") + ", this run asks for " + value.dump() +
+                                  "; resume with the same setting");
+    }
+  }
+}
+
+}  // namespace
+
+nlohmann::json memory_summary(const Device& device) {
+  const AllocatorStatistics stats = device.allocator().statistics();
+  nlohmann::json at_peak = nlohmann::json::object();
+  nlohmann::json max_by_category = nlohmann::json::object();
+  for (std::size_t i = 0; i < kNumMemoryCategories; ++i) {
+    const auto category = static_cast<MemoryCategory>(i);
+    at_peak[std::string(category_name(category))] = stats.category_allocated_at_peak[i];
+    max_by_category[std::string(category_name(category))] = stats.category_allocated_bytes[i].peak;
+  }
+  return {{"peak_allocated", stats.allocated_bytes.all().peak}, {"peak_reserved", stats.reserved_bytes.all().peak},
+          {"at_peak", at_peak}, {"max_by_category", max_by_category}, {"host_pinned_peak", 0}, {"nvme_bytes", 0},
+          {"num_ooms", stats.num_ooms}, {"num_alloc_retries", stats.num_alloc_retries}, {"device_memory_limit", device.memory_limit()}};
+}
+
+nlohmann::json run_training(const TrainOptions& o) {
+  validate(o);
+  cpu::set_compute_threads(o.threads);
+  const DType dtype = parse_precision(o.precision);
+  const auto [beta1, beta2] = parse_betas(o.betas);
+  GptConfig config = o.resume.empty() ? resolve_model_config(o) : read_checkpoint_config(o.resume);
+  const std::int64_t sequence = o.seq.value_or(config.max_sequence);
+  if (sequence > config.max_sequence) {
+    throw std::invalid_argument("--seq " + std::to_string(sequence) + " exceeds the model's " + std::to_string(config.max_sequence) + " positions");
+  }
+  LearningRateSchedule schedule{o.lr_schedule, o.lr, o.warmup_steps, o.steps, o.min_lr_ratio};
+  schedule.validate();
+
+  const std::unique_ptr<Device> device = make_device(o.device, o.device_memory);
+  if (!device->has_storage() && (!o.save.empty() || !o.resume.empty() || !o.init_from.empty())) {
+    throw std::invalid_argument("--device meta is a dry run without values: it cannot --save, --resume or --init-from");
+  }
+  const TokenDataset data = open_data(o.data);
+  check_vocabulary(data, config);
+  DataLoader loader(data, o.batch, sequence, o.shuffle, o.seed);
+
+  GptModel model(*device, config, dtype, GptDropout{o.dropout, o.dropout, o.dropout});
+  if (!o.init_from.empty() && o.resume.empty()) {
+    load_gpt_parameters(SafetensorsFile(o.init_from), model.parameters());
+  } else {
+    initialize_gpt_parameters(model.parameters(), config, o.seed);
+  }
+  cpu::AdamWHyperparameters hyperparameters{static_cast<float>(o.lr), beta1, beta2, static_cast<float>(o.eps),
+                                            static_cast<float>(o.weight_decay)};
+  AdamWOptimizer optimizer(model.parameters(), model.gradients(), hyperparameters);
+
+  const nlohmann::json contract = resume_contract(o, sequence, data.name());
+  std::int64_t first_step = 0;
+  if (!o.resume.empty()) {
+    const TrainerState state = load_checkpoint(o.resume, model, optimizer);
+    check_resume_contract(state.run, contract, o.resume);
+    first_step = state.step;
+    loader.set_position(state.data_position);
+    if (first_step > o.steps) {
+      throw std::invalid_argument("--resume '" + o.resume + "' is at step " + std::to_string(first_step) + ", beyond --steps " +
+                                  std::to_string(o.steps) + " (--steps counts total steps)");
+    }
+  }
+  auto save = [&](std::int64_t steps_done) {
+    save_checkpoint(o.save, model, optimizer, TrainerState{steps_done, loader.position(), o.seed, contract});
+  };
+
+  std::printf("ferry train: %s (%lld layers, hidden %lld, %lld heads, vocab %lld), %s parameters, %s on %s\n", config.name.c_str(),
+              static_cast<long long>(config.layers), static_cast<long long>(config.hidden), static_cast<long long>(config.heads),
+              static_cast<long long>(config.vocab), std::to_string(config.parameter_count()).c_str(), o.precision.c_str(),
+              device->name().c_str());
+  std::printf("  data %s (%s, %lld tokens), batch %lld x seq %lld x grad-accum %lld, steps %lld..%lld, %d threads\n",
+              data.name().c_str(), data.format().c_str(), static_cast<long long>(data.size()), static_cast<long long>(o.batch),
+              static_cast<long long>(sequence), static_cast<long long>(o.grad_accum), static_cast<long long>(first_step + 1),
+              static_cast<long long>(o.steps), cpu::compute_threads());
+  std::fflush(stdout);
+
+  ProgressPrinter progress(stdout, is_terminal(stdout), o.log_every);
+  nlohmann::json steps = nlohmann::json::array();
+  std::vector<double> throughputs;
+  std::vector<double> step_seconds;
+  std::vector<std::int32_t> inputs, targets;
+  const double tokens_per_step = static_cast<double>(o.batch * sequence * o.grad_accum);
+  double last_loss = std::nan("");
+  for (std::int64_t step = first_step; step < o.steps; ++step) {
+    const auto start = Clock::now();
+    model.zero_gradients();
+    double loss = 0;
+    for (std::int64_t micro = 0; micro < o.grad_accum; ++micro) {
+      loader.next(inputs, targets);
+      const Tensor input_tokens = device_tokens(*device, inputs, o.batch, sequence, "tokens");
+      const Tensor target_tokens = device_tokens(*device, targets, o.batch, sequence, "targets");
+      const MicroBatchKey key{o.seed, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(micro)};
+      loss += model.train_micro_batch(input_tokens, target_tokens, key, 1.0f / static_cast<float>(o.grad_accum));
+    }
+    loss /= static_cast<double>(o.grad_accum);
+    if (device->has_storage() && !std::isfinite(loss)) {
+      throw std::runtime_error("the loss became " + std::to_string(loss) + " at step " + std::to_string(step + 1) +
+                               "; lower --lr or enable --grad-clip (nothing was saved from this step)");
+    }
+    const double norm = optimizer.gradient_norm();
+    const double learning_rate = schedule.at(step);
+    optimizer.step(static_cast<float>(learning_rate), clip_scale(norm, o.grad_clip));
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const double throughput = tokens_per_step / seconds;
+    step_seconds.push_back(seconds);
+    if (step > first_step) throughputs.push_back(throughput);
+    last_loss = loss;
+    steps.push_back({{"step", step + 1}, {"loss", loss}, {"tokens_per_second", throughput}, {"lr", learning_rate},
+                     {"grad_norm", norm}, {"seconds", seconds}});
+    const double typical = median(step_seconds);
+    progress.update(StepProgress{step + 1, o.steps, loss, throughput, learning_rate, norm,
+                                 device->allocator().statistics().allocated_bytes.all().peak,
+                                 typical * static_cast<double>(o.steps - step - 1)});
+    if (o.save_every > 0 && (step + 1) % o.save_every == 0 && step + 1 < o.steps) save(step + 1);
+  }
+  progress.finish();
+  if (!o.save.empty()) {
+    save(std::max(first_step, o.steps));
+    std::printf("  saved checkpoint %s\n", o.save.c_str());
+  }
+
+  nlohmann::json summary = {
+      {"command", "train"},
+      {"model", {{"name", config.name}, {"parameters", config.parameter_count()}, {"layers", config.layers}, {"hidden", config.hidden},
+                 {"heads", config.heads}, {"vocab", config.vocab}, {"max_sequence", config.max_sequence}}},
+      {"run", {{"device", std::string(device_kind_name(device->kind()))}, {"device_memory_limit", device->memory_limit()},
+               {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum},
+               {"steps", o.steps}, {"first_step", first_step + 1}, {"checkpointing", o.checkpointing},
+               {"offload_optimizer", o.offload_optimizer}, {"data", data.name()}, {"shuffle", o.shuffle}, {"seed", o.seed},
+               {"lr", o.lr}, {"lr_schedule", o.lr_schedule}, {"threads", cpu::compute_threads()}}},
+      {"steps", steps},
+      {"final_loss", steps.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_loss)},
+      {"tokens_per_second", median(throughputs.empty() ? std::vector<double>{} : throughputs)},
+      {"memory", memory_summary(*device)},
+  };
+  if (throughputs.empty() && !step_seconds.empty()) summary["tokens_per_second"] = tokens_per_step / step_seconds.front();
+  const nlohmann::json& memory = summary["memory"];
+  std::printf("  final loss %.4f | %.0f tok/s (median) | peak allocated %s | peak reserved %s\n", steps.empty() ? 0.0 : last_loss,
+              summary["tokens_per_second"].get<double>(), format_bytes(memory["peak_allocated"].get<std::size_t>()).c_str(),
+              format_bytes(memory["peak_reserved"].get<std::size_t>()).c_str());
+  std::printf("  at peak:");
+  for (const auto& [category, bytes] : memory["at_peak"].items()) {
+    if (bytes.get<std::int64_t>() > 0) std::printf(" %s %s", category.c_str(), format_bytes(bytes.get<std::size_t>()).c_str());
+  }
+  std::printf("\n");
+  return summary;
+}
+
+nlohmann::json run_evaluation(const EvalOptions& o) {
+  cpu::set_compute_threads(o.threads);
+  const DType dtype = parse_precision(o.precision);
+  TrainOptions shape;
+  shape.init_from = o.init_from;
+  shape.heads = o.heads;
+  const GptConfig config = resolve_model_config(shape);
+  const std::int64_t sequence = o.seq.value_or(config.max_sequence);
+  require_positive(o.batch, "--batch");
+  if (sequence > config.max_sequence) throw std::invalid_argument("--seq exceeds the model's " + std::to_string(config.max_sequence) + " positions");
+  if (o.batches < 0) throw std::invalid_argument("--batches must be >= 0 (0: the whole data)");
+  const std::unique_ptr<Device> device = make_device(o.device, o.device_memory);
+  const TokenDataset data = open_data(o.data);
+  check_vocabulary(data, config);
+  DataLoader loader(data, o.batch, sequence, false, 0);
+  GptModel model(*device, config, dtype);
+  if (device->has_storage()) load_gpt_parameters(SafetensorsFile(o.init_from), model.parameters());
+  const std::int64_t batches = o.batches == 0 ? loader.windows_per_epoch() : o.batches;
+  std::vector<std::int32_t> inputs, targets;
+  double total = 0;
+  for (std::int64_t i = 0; i < batches; ++i) {
+    loader.next(inputs, targets);
+    total += model.evaluate(device_tokens(*device, inputs, o.batch, sequence, "tokens"),
+                            device_tokens(*device, targets, o.batch, sequence, "targets"));
+  }
+  const double loss = total / static_cast<double>(batches);
+  std::printf("ferry eval: %s on %s: mean loss %.6f over %lld micro-batches of %lld x %lld tokens\n", o.init_from.c_str(),
+              data.name().c_str(), loss, static_cast<long long>(batches), static_cast<long long>(o.batch), static_cast<long long>(sequence));
+  return {{"command", "eval"},
+          {"model", {{"name", config.name}, {"parameters", config.parameter_count()}}},
+          {"data", data.name()},
+          {"batches", batches},
+          {"micro_batch", o.batch},
+          {"seq", sequence},
+          {"loss", loss},
+          {"memory", memory_summary(*device)}};
+}
+
+int run_train_command(const TrainOptions& options) {
+  const nlohmann::json summary = run_training(options);
+  if (!options.summary.empty()) write_summary_file(options.summary, summary);
+  return 0;
+}
+
+int run_eval_command(const EvalOptions& options) {
+  const nlohmann::json summary = run_evaluation(options);
+  if (!options.summary.empty()) write_summary_file(options.summary, summary);
+  return 0;
+}
+
+}  // namespace ferry

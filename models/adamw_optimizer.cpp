@@ -1,0 +1,68 @@
+#include "models/adamw_optimizer.h"
+
+#include <cmath>
+
+namespace ferry {
+
+AdamWOptimizer::AdamWOptimizer(const GptParameters& parameters, const GptParameters& gradients,
+                               cpu::AdamWHyperparameters hyperparameters)
+    : parameters_(parameters.named()), gradients_(gradients.named()), hyperparameters_(hyperparameters) {
+  for (const NamedTensor& each : parameters_) {
+    const Tensor& parameter = *each.tensor;
+    Device& device = parameter.device();
+    OptimizerState state;
+    state.name = each.name;
+    state.first_moment = Tensor::zeros(device, parameter.shape(), DType::f32, MemoryCategory::optimizer_states, "exp_avg." + each.name);
+    state.second_moment = Tensor::zeros(device, parameter.shape(), DType::f32, MemoryCategory::optimizer_states, "exp_avg_sq." + each.name);
+    if (parameter.dtype() != DType::f32) {
+      state.master = Tensor::empty(device, parameter.shape(), DType::f32, MemoryCategory::optimizer_states, "master." + each.name);
+      if (device.has_storage()) {
+        convert_bf16_to_f32(parameter.data_as<std::uint16_t>(), state.master.data_as<float>(), static_cast<std::size_t>(parameter.numel()));
+      }
+    }
+    states_.push_back(std::move(state));
+  }
+}
+
+double AdamWOptimizer::gradient_norm() const {
+  double sum = 0;
+  for (const NamedTensor& each : gradients_) {
+    if (!each.tensor->device().has_storage()) return 0.0;
+    sum += cpu::sum_of_squares(each.tensor->data_as<float>(), each.tensor->numel());
+  }
+  return std::sqrt(sum);
+}
+
+std::int64_t AdamWOptimizer::step(float learning_rate, float gradient_scale) {
+  ++steps_;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    const Tensor& parameter = *parameters_[i].tensor;
+    if (!parameter.device().has_storage()) continue;
+    const OptimizerState& state = states_[i];
+    cpu::AdamWHyperparameters hyperparameters = hyperparameters_;
+    hyperparameters.learning_rate = learning_rate;
+    if (!decays(parameter)) hyperparameters.weight_decay = 0.0f;
+    const bool has_master = state.master.defined();
+    cpu::adamw_update(has_master ? state.master.data_as<float>() : parameter.data_as<float>(),
+                      has_master ? parameter.data_as<std::uint16_t>() : nullptr, gradients_[i].tensor->data_as<float>(),
+                      state.first_moment.data_as<float>(), state.second_moment.data_as<float>(), parameter.numel(),
+                      hyperparameters, steps_, gradient_scale);
+  }
+  return steps_;
+}
+
+std::vector<NamedTensor> AdamWOptimizer::master_weights() const {
+  std::vector<NamedTensor> result;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    result.push_back({parameters_[i].name, states_[i].master.defined() ? &states_[i].master : parameters_[i].tensor});
+  }
+  return result;
+}
+
+float clip_scale(double gradient_norm, double max_norm) {
+  if (max_norm <= 0) return 1.0f;
+  const double scale = max_norm / (gradient_norm + 1e-6);
+  return scale < 1.0 ? static_cast<float>(scale) : 1.0f;
+}
+
+}  // namespace ferry

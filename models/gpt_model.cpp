@@ -1,0 +1,246 @@
+#include "models/gpt_model.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+
+#include "models/tensor_ops.h"
+
+namespace ferry {
+namespace {
+
+using ops::WeightLayout;
+
+constexpr std::uint64_t kAttentionDropout = 1;
+constexpr std::uint64_t kAttentionResidualDropout = 2;
+constexpr std::uint64_t kMlpResidualDropout = 3;
+constexpr std::uint64_t kEmbeddingDropout = 4;
+// The head computes logits for at most this many elements at once (32 MiB in f32).
+constexpr std::int64_t kLogitsChunkElements = std::int64_t{8} << 20;
+
+std::string layer_tag(std::int64_t layer, const char* what) { return "h." + std::to_string(layer) + "." + what; }
+
+cpu::RandomKey layer_key(cpu::RandomKey key, std::int64_t layer) { return key.derive(static_cast<std::uint64_t>(layer) + 1); }
+
+// Restores a flag on scope exit.
+class ScopedFlag {
+ public:
+  ScopedFlag(bool& flag, bool value) : flag_(flag), saved_(flag) { flag_ = value; }
+  ~ScopedFlag() { flag_ = saved_; }
+  ScopedFlag(const ScopedFlag&) = delete;
+  ScopedFlag& operator=(const ScopedFlag&) = delete;
+
+ private:
+  bool& flag_;
+  bool saved_;
+};
+
+}  // namespace
+
+GptModel::GptModel(Device& device, GptConfig config, DType parameter_dtype, GptDropout dropout)
+    : device_(&device), config_(std::move(config)), parameter_dtype_(parameter_dtype), dropout_(dropout) {
+  config_.validate();
+  if (parameter_dtype != DType::f32 && parameter_dtype != DType::bf16) {
+    throw std::invalid_argument("GPT parameters must be f32 or bf16, not " + std::string(dtype_name(parameter_dtype)));
+  }
+  for (float p : {dropout.embedding, dropout.attention, dropout.residual}) {
+    if (!(p >= 0.0f && p < 1.0f)) throw std::invalid_argument("dropout probabilities must be in [0, 1), got " + std::to_string(p));
+  }
+  parameters_ = GptParameters::allocate(device, config_, parameter_dtype, MemoryCategory::parameters);
+  gradients_ = GptParameters::allocate(device, config_, DType::f32, MemoryCategory::gradients, "grad.");
+}
+
+void GptModel::zero_gradients() {
+  for (const NamedTensor& each : gradients_.named()) ops::fill_zero(*each.tensor);
+}
+
+Tensor GptModel::activation(const Shape& shape, const std::string& tag) const {
+  return Tensor::empty(*device_, shape, parameter_dtype_, MemoryCategory::activations, tag);
+}
+
+Tensor GptModel::workspace(const Shape& shape, const std::string& tag) const {
+  return Tensor::empty(*device_, shape, DType::f32, MemoryCategory::workspace, tag);
+}
+
+Tensor GptModel::embedding_forward(const Tensor& tokens, cpu::RandomKey key) {
+  const std::int64_t B = tokens.size(0), T = tokens.size(1), C = config_.hidden;
+  if (T > config_.max_sequence) {
+    throw std::invalid_argument("sequence length " + std::to_string(T) + " exceeds the model's " +
+                                std::to_string(config_.max_sequence) + " positions; lower --seq");
+  }
+  Tensor out = activation({B, T, C}, "embedding");
+  ops::encoder_forward(out, tokens, parameters_.wte, parameters_.wpe);
+  const float p = training_ ? dropout_.embedding : 0.0f;
+  if (p > 0) ops::dropout_forward(out, out, p, key.derive(kEmbeddingDropout));
+  return out;
+}
+
+BlockActivations GptModel::block_forward(std::int64_t layer, const Tensor& input, cpu::RandomKey key) {
+  const GptBlockParameters& p = parameters_.blocks.at(static_cast<std::size_t>(layer));
+  const std::int64_t B = input.size(0), T = input.size(1), C = config_.hidden, NH = config_.heads;
+  const cpu::RandomKey keys = layer_key(key, layer);
+  const float attention_dropout = training_ ? dropout_.attention : 0.0f;
+  const float residual_dropout = training_ ? dropout_.residual : 0.0f;
+  BlockActivations a;
+  a.input = input;
+  a.ln_1 = activation({B, T, C}, layer_tag(layer, "ln_1"));
+  a.ln_1_mean = Tensor::empty(*device_, {B, T}, DType::f32, MemoryCategory::activations, layer_tag(layer, "ln_1.mean"));
+  a.ln_1_rstd = Tensor::empty(*device_, {B, T}, DType::f32, MemoryCategory::activations, layer_tag(layer, "ln_1.rstd"));
+  ops::layernorm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, input, p.ln_1_weight, p.ln_1_bias);
+  a.qkv = activation({B, T, 3 * C}, layer_tag(layer, "attn.qkv"));
+  ops::matmul_forward(a.qkv, a.ln_1, p.attn_c_attn_weight, p.attn_c_attn_bias, WeightLayout::in_out);
+  a.att = activation({B, NH, T, T}, layer_tag(layer, "attn.att"));
+  a.attn = activation({B, T, C}, layer_tag(layer, "attn.out"));
+  ops::attention_forward(a.attn, a.att, a.qkv, NH, attention_dropout, keys.derive(kAttentionDropout));
+  {
+    const Tensor projection = activation({B, T, C}, layer_tag(layer, "attn.c_proj"));
+    ops::matmul_forward(projection, a.attn, p.attn_c_proj_weight, p.attn_c_proj_bias, WeightLayout::in_out);
+    if (residual_dropout > 0) ops::dropout_forward(projection, projection, residual_dropout, keys.derive(kAttentionResidualDropout));
+    a.residual = activation({B, T, C}, layer_tag(layer, "residual"));
+    ops::residual_forward(a.residual, input, projection);
+  }
+  a.ln_2 = activation({B, T, C}, layer_tag(layer, "ln_2"));
+  a.ln_2_mean = Tensor::empty(*device_, {B, T}, DType::f32, MemoryCategory::activations, layer_tag(layer, "ln_2.mean"));
+  a.ln_2_rstd = Tensor::empty(*device_, {B, T}, DType::f32, MemoryCategory::activations, layer_tag(layer, "ln_2.rstd"));
+  ops::layernorm_forward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.residual, p.ln_2_weight, p.ln_2_bias);
+  a.fc = activation({B, T, 4 * C}, layer_tag(layer, "mlp.c_fc"));
+  ops::matmul_forward(a.fc, a.ln_2, p.mlp_c_fc_weight, p.mlp_c_fc_bias, WeightLayout::in_out);
+  a.gelu = activation({B, T, 4 * C}, layer_tag(layer, "mlp.gelu"));
+  ops::gelu_forward(a.gelu, a.fc);
+  {
+    const Tensor projection = activation({B, T, C}, layer_tag(layer, "mlp.c_proj"));
+    ops::matmul_forward(projection, a.gelu, p.mlp_c_proj_weight, p.mlp_c_proj_bias, WeightLayout::in_out);
+    if (residual_dropout > 0) ops::dropout_forward(projection, projection, residual_dropout, keys.derive(kMlpResidualDropout));
+    a.output = activation({B, T, C}, layer_tag(layer, "output"));
+    ops::residual_forward(a.output, a.residual, projection);
+  }
+  return a;
+}
+
+double GptModel::head_forward(const Tensor& input, const Tensor& targets, float dloss, const Tensor& input_gradient) {
+  const std::int64_t B = input.size(0), T = input.size(1), C = config_.hidden, V = config_.vocab;
+  const std::int64_t rows = B * T;
+  const bool training = input_gradient.defined();
+  const Tensor ln_f = activation({B, T, C}, "ln_f");
+  const Tensor mean = Tensor::empty(*device_, {B, T}, DType::f32, MemoryCategory::activations, "ln_f.mean");
+  const Tensor rstd = Tensor::empty(*device_, {B, T}, DType::f32, MemoryCategory::activations, "ln_f.rstd");
+  ops::layernorm_forward(ln_f, mean, rstd, input, parameters_.ln_f_weight, parameters_.ln_f_bias);
+
+  const Tensor wte = ops::as_f32(parameters_.wte, "lm_head.wte.f32");
+  const Tensor ln_f_rows = ln_f.reshape({rows, C});
+  const Tensor target_rows = targets.reshape({rows});
+  const Tensor ln_f_gradient = training ? workspace({rows, C}, "ln_f.grad") : Tensor();
+  const std::int64_t chunk = std::clamp<std::int64_t>(kLogitsChunkElements / V, 1, rows);
+  double loss_sum = 0;
+  for (std::int64_t start = 0; start < rows; start += chunk) {
+    const std::int64_t length = std::min(chunk, rows - start);
+    const Tensor x = ln_f_rows.narrow(0, start, length);
+    const Tensor logits = workspace({length, V}, "lm_head.logits");
+    ops::matmul_forward(logits, x, wte, Tensor(), WeightLayout::out_in);
+    const Tensor chunk_targets = target_rows.narrow(0, start, length);
+    if (!training) {
+      loss_sum += ops::cross_entropy_sum(logits, chunk_targets);
+      continue;
+    }
+    loss_sum += ops::cross_entropy_sum_and_gradient(logits, chunk_targets, dloss);
+    ops::matmul_backward(ln_f_gradient.narrow(0, start, length), gradients_.wte, Tensor(), logits, x, wte, WeightLayout::out_in);
+  }
+  if (training) {
+    ops::fill_zero(input_gradient);
+    ops::layernorm_backward(input_gradient, gradients_.ln_f_weight, gradients_.ln_f_bias, ln_f_gradient.reshape({B, T, C}),
+                            input, parameters_.ln_f_weight, mean, rstd);
+  }
+  return loss_sum;
+}
+
+Tensor GptModel::block_backward(std::int64_t layer, BlockActivations a, Tensor output_gradient, cpu::RandomKey key) {
+  const GptBlockParameters& p = parameters_.blocks.at(static_cast<std::size_t>(layer));
+  const GptBlockParameters& g = gradients_.blocks.at(static_cast<std::size_t>(layer));
+  const std::int64_t B = a.input.size(0), T = a.input.size(1), C = config_.hidden, NH = config_.heads;
+  const cpu::RandomKey keys = layer_key(key, layer);
+  const float attention_dropout = training_ ? dropout_.attention : 0.0f;
+  const float residual_dropout = training_ ? dropout_.residual : 0.0f;
+  Tensor& dresidual = output_gradient;  // d output = d residual through the skip connection
+  a.output = Tensor();
+
+  // MLP branch.
+  Tensor dbranch = dresidual;
+  if (residual_dropout > 0) {
+    dbranch = Tensor::zeros(*device_, {B, T, C}, DType::f32, MemoryCategory::workspace, layer_tag(layer, "mlp.c_proj.grad"));
+    ops::dropout_backward(dbranch, dresidual, residual_dropout, keys.derive(kMlpResidualDropout));
+  }
+  Tensor dgelu = workspace({B, T, 4 * C}, layer_tag(layer, "mlp.gelu.grad"));
+  ops::matmul_backward(dgelu, g.mlp_c_proj_weight, g.mlp_c_proj_bias, dbranch, a.gelu, p.mlp_c_proj_weight, WeightLayout::in_out);
+  a.gelu = Tensor();
+  Tensor dfc = Tensor::zeros(*device_, {B, T, 4 * C}, DType::f32, MemoryCategory::workspace, layer_tag(layer, "mlp.c_fc.grad"));
+  ops::gelu_backward(dfc, a.fc, dgelu);
+  dgelu = Tensor();
+  a.fc = Tensor();
+  Tensor dln = workspace({B, T, C}, layer_tag(layer, "ln_2.grad"));
+  ops::matmul_backward(dln, g.mlp_c_fc_weight, g.mlp_c_fc_bias, dfc, a.ln_2, p.mlp_c_fc_weight, WeightLayout::in_out);
+  dfc = Tensor();
+  a.ln_2 = Tensor();
+  ops::layernorm_backward(dresidual, g.ln_2_weight, g.ln_2_bias, dln, a.residual, p.ln_2_weight, a.ln_2_mean, a.ln_2_rstd);
+  a.residual = Tensor();
+
+  // Attention branch.
+  dbranch = dresidual;
+  if (residual_dropout > 0) {
+    dbranch = Tensor::zeros(*device_, {B, T, C}, DType::f32, MemoryCategory::workspace, layer_tag(layer, "attn.c_proj.grad"));
+    ops::dropout_backward(dbranch, dresidual, residual_dropout, keys.derive(kAttentionResidualDropout));
+  }
+  Tensor dattn = workspace({B, T, C}, layer_tag(layer, "attn.out.grad"));
+  ops::matmul_backward(dattn, g.attn_c_proj_weight, g.attn_c_proj_bias, dbranch, a.attn, p.attn_c_proj_weight, WeightLayout::in_out);
+  dbranch = Tensor();
+  a.attn = Tensor();
+  Tensor dqkv = workspace({B, T, 3 * C}, layer_tag(layer, "attn.qkv.grad"));
+  ops::attention_backward(dqkv, dattn, a.qkv, a.att, NH, attention_dropout, keys.derive(kAttentionDropout));
+  dattn = Tensor();
+  a.att = Tensor();
+  ops::matmul_backward(dln, g.attn_c_attn_weight, g.attn_c_attn_bias, dqkv, a.ln_1, p.attn_c_attn_weight, WeightLayout::in_out);
+  dqkv = Tensor();
+  a.qkv = Tensor();
+  ops::layernorm_backward(dresidual, g.ln_1_weight, g.ln_1_bias, dln, a.input, p.ln_1_weight, a.ln_1_mean, a.ln_1_rstd);
+  return dresidual;
+}
+
+void GptModel::embedding_backward(const Tensor& tokens, const Tensor& output_gradient, cpu::RandomKey key) {
+  Tensor gradient = output_gradient;
+  if (training_ && dropout_.embedding > 0) {
+    gradient = Tensor::zeros(*device_, output_gradient.shape(), DType::f32, MemoryCategory::workspace, "embedding.grad");
+    ops::dropout_backward(gradient, output_gradient, dropout_.embedding, key.derive(kEmbeddingDropout));
+  }
+  ops::encoder_backward(gradients_.wte, gradients_.wpe, gradient, tokens);
+}
+
+double GptModel::train_micro_batch(const Tensor& tokens, const Tensor& targets, const MicroBatchKey& micro_batch, float dloss) {
+  const cpu::RandomKey key = micro_batch.key();
+  const std::int64_t tokens_count = tokens.numel();
+  std::vector<BlockActivations> saved;
+  saved.reserve(static_cast<std::size_t>(config_.layers));
+  Tensor x = embedding_forward(tokens, key);
+  for (std::int64_t layer = 0; layer < config_.layers; ++layer) {
+    saved.push_back(block_forward(layer, x, key));
+    x = saved.back().output;
+  }
+  Tensor gradient = Tensor::empty(*device_, x.shape(), DType::f32, MemoryCategory::workspace, "residual.grad");
+  const double loss_sum = head_forward(x, targets, dloss / static_cast<float>(tokens_count), gradient);
+  x = Tensor();
+  for (std::int64_t layer = config_.layers - 1; layer >= 0; --layer) {
+    BlockActivations activations = std::move(saved.back());
+    saved.pop_back();
+    gradient = block_backward(layer, std::move(activations), std::move(gradient), key);
+  }
+  embedding_backward(tokens, gradient, key);
+  return loss_sum / static_cast<double>(tokens_count);
+}
+
+double GptModel::evaluate(const Tensor& tokens, const Tensor& targets) {
+  const ScopedFlag evaluation(training_, false);
+  const cpu::RandomKey key{};
+  Tensor x = embedding_forward(tokens, key);
+  for (std::int64_t layer = 0; layer < config_.layers; ++layer) x = block_forward(layer, x, key).output;
+  return head_forward(x, targets, 0.0f, Tensor()) / static_cast<double>(tokens.numel());
+}
+
+}  // namespace ferry

@@ -1,0 +1,85 @@
+// GPT-2 with explicit forward and backward per layer (no autograd tape): each block's forward returns
+// the activations its backward needs, so what stays alive is visible and under the caller's control.
+// Parameters, gradients and activations all come from the device allocator with category and tag.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/core/tensor.h"
+#include "models/gpt_config.h"
+#include "models/gpt_parameters.h"
+#include "models/kernels/cpu/counter_random.h"
+
+namespace ferry {
+
+struct GptDropout {
+  float embedding = 0.0f;
+  float attention = 0.0f;
+  float residual = 0.0f;
+};
+
+// What a block's backward needs from its forward.
+struct BlockActivations {
+  Tensor input;                       // [B, T, C], the previous block's output
+  Tensor ln_1, ln_1_mean, ln_1_rstd;  // [B, T, C], [B, T], [B, T]
+  Tensor qkv;                         // [B, T, 3C]
+  Tensor att;                         // [B, NH, T, T] softmax probabilities
+  Tensor attn;                        // [B, T, C] attention output before c_proj
+  Tensor residual;                    // [B, T, C] input + attention branch
+  Tensor ln_2, ln_2_mean, ln_2_rstd;
+  Tensor fc;                          // [B, T, 4C] before GELU
+  Tensor gelu;                        // [B, T, 4C]
+  Tensor output;                      // [B, T, C]
+};
+
+// Dropout masks are keyed by (seed, step, micro-batch) and then by layer and purpose.
+struct MicroBatchKey {
+  std::uint64_t seed = 0;
+  std::uint64_t step = 0;
+  std::uint64_t micro_batch = 0;
+  cpu::RandomKey key() const { return cpu::RandomKey{cpu::mix64(seed)}.derive(step).derive(micro_batch); }
+};
+
+class GptModel {
+ public:
+  // activation dtype = parameter dtype (f32 or bf16); gradients are always f32.
+  GptModel(Device& device, GptConfig config, DType parameter_dtype, GptDropout dropout = {});
+
+  const GptConfig& config() const { return config_; }
+  Device& device() const { return *device_; }
+  DType parameter_dtype() const { return parameter_dtype_; }
+  const GptParameters& parameters() const { return parameters_; }
+  const GptParameters& gradients() const { return gradients_; }
+  void zero_gradients();
+
+  // Layers, one at a time. tokens and targets are i32 [B, T] on the device.
+  Tensor embedding_forward(const Tensor& tokens, cpu::RandomKey key);
+  BlockActivations block_forward(std::int64_t layer, const Tensor& input, cpu::RandomKey key);
+  // Final LayerNorm, tied LM head and cross-entropy over [B, T]. Returns the sum of token losses; when
+  // `input_gradient` is defined ([B, T, C] f32) it receives d(sum loss * dloss)/d input and the head's
+  // parameter gradients accumulate. Logits are computed in row chunks and never held whole.
+  double head_forward(const Tensor& input, const Tensor& targets, float dloss, const Tensor& input_gradient);
+  // Consumes the activations; `output_gradient` becomes the gradient of the block's input (returned).
+  Tensor block_backward(std::int64_t layer, BlockActivations activations, Tensor output_gradient, cpu::RandomKey key);
+  void embedding_backward(const Tensor& tokens, const Tensor& output_gradient, cpu::RandomKey key);
+
+  // A whole micro-batch: forward, loss, backward with gradients scaled by dloss (accumulating).
+  // Returns the mean token loss.
+  double train_micro_batch(const Tensor& tokens, const Tensor& targets, const MicroBatchKey& key, float dloss);
+  // Mean token loss, no gradients, no dropout.
+  double evaluate(const Tensor& tokens, const Tensor& targets);
+
+ private:
+  Tensor activation(const Shape& shape, const std::string& tag) const;
+  Tensor workspace(const Shape& shape, const std::string& tag) const;
+
+  Device* device_;
+  GptConfig config_;
+  DType parameter_dtype_;
+  GptDropout dropout_;
+  GptParameters parameters_;
+  GptParameters gradients_;
+  bool training_ = true;
+};
+
+}  // namespace ferry

@@ -1,0 +1,103 @@
+#include "models/gpt_parameters.h"
+
+#include <cmath>
+#include <vector>
+
+#include "models/kernels/cpu/counter_random.h"
+
+namespace ferry {
+
+GptParameters GptParameters::allocate(Device& device, const GptConfig& config, DType dtype, MemoryCategory category,
+                                      const std::string& tag_prefix) {
+  const std::int64_t C = config.hidden;
+  auto make = [&](const std::string& name, const Shape& shape) {
+    return Tensor::zeros(device, shape, dtype, category, tag_prefix + name);
+  };
+  GptParameters parameters;
+  parameters.wte = make("wte.weight", {config.vocab, C});
+  parameters.wpe = make("wpe.weight", {config.max_sequence, C});
+  for (std::int64_t layer = 0; layer < config.layers; ++layer) {
+    const std::string prefix = "h." + std::to_string(layer) + ".";
+    GptBlockParameters block;
+    block.ln_1_weight = make(prefix + "ln_1.weight", {C});
+    block.ln_1_bias = make(prefix + "ln_1.bias", {C});
+    block.attn_c_attn_weight = make(prefix + "attn.c_attn.weight", {C, 3 * C});
+    block.attn_c_attn_bias = make(prefix + "attn.c_attn.bias", {3 * C});
+    block.attn_c_proj_weight = make(prefix + "attn.c_proj.weight", {C, C});
+    block.attn_c_proj_bias = make(prefix + "attn.c_proj.bias", {C});
+    block.ln_2_weight = make(prefix + "ln_2.weight", {C});
+    block.ln_2_bias = make(prefix + "ln_2.bias", {C});
+    block.mlp_c_fc_weight = make(prefix + "mlp.c_fc.weight", {C, 4 * C});
+    block.mlp_c_fc_bias = make(prefix + "mlp.c_fc.bias", {4 * C});
+    block.mlp_c_proj_weight = make(prefix + "mlp.c_proj.weight", {4 * C, C});
+    block.mlp_c_proj_bias = make(prefix + "mlp.c_proj.bias", {C});
+    parameters.blocks.push_back(std::move(block));
+  }
+  parameters.ln_f_weight = make("ln_f.weight", {C});
+  parameters.ln_f_bias = make("ln_f.bias", {C});
+  return parameters;
+}
+
+std::vector<NamedTensor> GptParameters::named() const {
+  std::vector<NamedTensor> result{{"wte.weight", &wte}, {"wpe.weight", &wpe}};
+  for (std::size_t layer = 0; layer < blocks.size(); ++layer) {
+    const std::string prefix = "h." + std::to_string(layer) + ".";
+    const GptBlockParameters& block = blocks[layer];
+    result.push_back({prefix + "ln_1.weight", &block.ln_1_weight});
+    result.push_back({prefix + "ln_1.bias", &block.ln_1_bias});
+    result.push_back({prefix + "attn.c_attn.weight", &block.attn_c_attn_weight});
+    result.push_back({prefix + "attn.c_attn.bias", &block.attn_c_attn_bias});
+    result.push_back({prefix + "attn.c_proj.weight", &block.attn_c_proj_weight});
+    result.push_back({prefix + "attn.c_proj.bias", &block.attn_c_proj_bias});
+    result.push_back({prefix + "ln_2.weight", &block.ln_2_weight});
+    result.push_back({prefix + "ln_2.bias", &block.ln_2_bias});
+    result.push_back({prefix + "mlp.c_fc.weight", &block.mlp_c_fc_weight});
+    result.push_back({prefix + "mlp.c_fc.bias", &block.mlp_c_fc_bias});
+    result.push_back({prefix + "mlp.c_proj.weight", &block.mlp_c_proj_weight});
+    result.push_back({prefix + "mlp.c_proj.bias", &block.mlp_c_proj_bias});
+  }
+  result.push_back({"ln_f.weight", &ln_f_weight});
+  result.push_back({"ln_f.bias", &ln_f_bias});
+  return result;
+}
+
+std::int64_t GptParameters::numel() const {
+  std::int64_t total = 0;
+  for (const NamedTensor& each : named()) total += each.tensor->numel();
+  return total;
+}
+
+bool decays(const Tensor& parameter) { return parameter.dim() == 2; }
+
+void initialize_gpt_parameters(const GptParameters& parameters, const GptConfig& config, std::uint64_t seed) {
+  const cpu::RandomKey root{cpu::mix64(seed)};
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.layers));
+  std::uint64_t index = 0;
+  for (const NamedTensor& each : parameters.named()) {
+    const Tensor& tensor = *each.tensor;
+    const cpu::RandomKey key = root.derive(++index);
+    if (!tensor.device().has_storage()) continue;
+    const bool is_bias = each.name.ends_with(".bias");
+    const bool is_layernorm = each.name.find("ln_") != std::string::npos;
+    const bool is_projection = each.name.ends_with("c_proj.weight");
+    std::vector<float> values(static_cast<std::size_t>(tensor.numel()));
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (is_layernorm) {
+        values[i] = is_bias ? 0.0f : 1.0f;
+      } else if (is_bias) {
+        values[i] = 0.0f;
+      } else {
+        values[i] = static_cast<float>(key.normal(i) * (is_projection ? residual_std : 0.02));
+      }
+    }
+    if (tensor.dtype() == DType::f32) {
+      tensor.copy_from_host(values.data());
+    } else {
+      std::vector<std::uint16_t> bits(values.size());
+      convert_f32_to_bf16(values.data(), bits.data(), values.size());
+      tensor.copy_from_host(bits.data());
+    }
+  }
+}
+
+}  // namespace ferry

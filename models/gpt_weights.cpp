@@ -1,0 +1,145 @@
+#include "models/gpt_weights.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
+
+#include "engine/core/atomic_file.h"
+
+namespace ferry {
+namespace {
+
+constexpr std::string_view kPrefix = "transformer.";
+
+bool is_ignored_buffer(std::string_view name) {
+  return name == "lm_head.weight" || name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
+}
+
+std::string strip_prefix(std::string_view name) {
+  return std::string(name.starts_with(kPrefix) ? name.substr(kPrefix.size()) : name);
+}
+
+std::vector<float> tensor_as_f32(const Tensor& tensor) {
+  std::vector<float> values(static_cast<std::size_t>(tensor.numel()));
+  if (tensor.dtype() == DType::f32) {
+    tensor.copy_to_host(values.data());
+  } else {
+    std::vector<std::uint16_t> bits(values.size());
+    tensor.copy_to_host(bits.data());
+    convert_bf16_to_f32(bits.data(), values.data(), values.size());
+  }
+  return values;
+}
+
+}  // namespace
+
+GptConfig read_hf_gpt_config(const std::string& path) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(read_text_file(path));
+  } catch (const nlohmann::json::exception& error) {
+    throw std::invalid_argument("'" + path + "' is not valid JSON: " + error.what());
+  }
+  auto field = [&](const char* key) -> std::int64_t {
+    if (!json.contains(key) || !json[key].is_number_integer()) {
+      throw std::invalid_argument("'" + path + "': missing integer key \"" + key + "\" (a Hugging Face GPT-2 config.json)");
+    }
+    return json[key].get<std::int64_t>();
+  };
+  GptConfig config;
+  config.name = json.value("_name_or_path", std::string("custom"));
+  if (config.name.empty()) config.name = "custom";
+  config.layers = field("n_layer");
+  config.hidden = field("n_embd");
+  config.heads = field("n_head");
+  config.max_sequence = field("n_positions");
+  config.vocab = field("vocab_size");
+  config.validate();
+  return config;
+}
+
+void write_hf_gpt_config(const std::string& path, const GptConfig& config) {
+  const nlohmann::json json = {{"model_type", "gpt2"},          {"architectures", {"GPT2LMHeadModel"}},
+                               {"_name_or_path", config.name},  {"n_layer", config.layers},
+                               {"n_embd", config.hidden},       {"n_head", config.heads},
+                               {"n_positions", config.max_sequence}, {"n_ctx", config.max_sequence},
+                               {"vocab_size", config.vocab},    {"activation_function", "gelu_new"},
+                               {"layer_norm_epsilon", 1e-5},    {"tie_word_embeddings", true}};
+  write_file_atomically(path, json.dump(2) + "\n");
+}
+
+std::optional<GptConfig> read_hf_gpt_config_beside(const std::string& weights_path) {
+  const std::filesystem::path config_path = std::filesystem::path(weights_path).parent_path() / "config.json";
+  if (!std::filesystem::exists(config_path)) return std::nullopt;
+  return read_hf_gpt_config(config_path.string());
+}
+
+GptConfig infer_gpt_config(const SafetensorsFile& file, std::int64_t heads) {
+  GptConfig config;
+  std::set<std::int64_t> layers;
+  for (const SafetensorsEntry& entry : file.entries()) {
+    const std::string name = strip_prefix(entry.name);
+    if (name == "wte.weight" && entry.shape.size() == 2) {
+      config.vocab = entry.shape[0];
+      config.hidden = entry.shape[1];
+    } else if (name == "wpe.weight" && entry.shape.size() == 2) {
+      config.max_sequence = entry.shape[0];
+    } else if (name.starts_with("h.")) {
+      layers.insert(std::stoll(name.substr(2, name.find('.', 2) - 2)));
+    }
+  }
+  if (config.vocab == 0 || config.max_sequence == 0) {
+    throw SafetensorsError("'" + file.path() + "' has no wte.weight / wpe.weight: not GPT-2 weights");
+  }
+  config.layers = static_cast<std::int64_t>(layers.size());
+  config.heads = heads;
+  return config;
+}
+
+void load_gpt_parameters(const SafetensorsFile& file, const GptParameters& parameters) {
+  std::set<std::string> expected;
+  for (const NamedTensor& each : parameters.named()) expected.insert(each.name);
+  for (const SafetensorsEntry& entry : file.entries()) {
+    const std::string name = strip_prefix(entry.name);
+    if (!expected.contains(name) && !is_ignored_buffer(name)) {
+      throw SafetensorsError("'" + file.path() + "' holds tensor '" + entry.name +
+                             "' that this model does not have (check --layers or the file's config.json)");
+    }
+  }
+  for (const NamedTensor& each : parameters.named()) {
+    const SafetensorsEntry* entry = file.find(each.name);
+    if (entry == nullptr) entry = file.find(std::string(kPrefix) + each.name);
+    if (entry == nullptr) throw SafetensorsError("'" + file.path() + "' has no tensor '" + each.name + "'");
+    const Tensor& tensor = *each.tensor;
+    if (entry->shape != tensor.shape()) {
+      throw SafetensorsError("'" + file.path() + "' tensor '" + entry->name + "' has shape " + shape_to_string(entry->shape) +
+                             " but the model expects " + shape_to_string(tensor.shape()) +
+                             " (the model's shape comes from config.json beside the file, --model or the shape flags)");
+    }
+    if (!tensor.device().has_storage()) continue;
+    std::vector<float> values = file.read_f32(*entry);
+    if (tensor.dtype() == DType::f32) {
+      tensor.copy_from_host(values.data());
+    } else {
+      std::vector<std::uint16_t> bits(values.size());
+      convert_f32_to_bf16(values.data(), bits.data(), values.size());
+      tensor.copy_from_host(bits.data());
+    }
+  }
+}
+
+void save_gpt_parameters(const std::string& path, const GptParameters& parameters) {
+  const std::vector<NamedTensor> named = parameters.named();
+  std::vector<std::vector<float>> host;
+  host.reserve(named.size());
+  SafetensorsWriter writer;
+  for (const NamedTensor& each : named) {
+    host.push_back(tensor_as_f32(*each.tensor));
+    writer.add(each.name, DType::f32, each.tensor->shape(), host.back().data());
+  }
+  writer.set_metadata("format", "pt");
+  writer.write(path);
+}
+
+}  // namespace ferry

@@ -1,0 +1,32 @@
+// GPT-2 weights in Hugging Face's safetensors files: reading config.json (n_layer, n_embd, n_head,
+// n_positions, vocab_size), loading F32/F16/BF16 tensors with or without the "transformer." prefix
+// into a model's parameters (a shape mismatch names the tensor), and saving parameters back.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "engine/core/safetensors.h"
+#include "models/gpt_config.h"
+#include "models/gpt_parameters.h"
+
+namespace ferry {
+
+// The shape in an HF config.json; throws naming the file and the missing or bad key.
+GptConfig read_hf_gpt_config(const std::string& path);
+void write_hf_gpt_config(const std::string& path, const GptConfig& config);
+
+// config.json beside a weights file, when present.
+std::optional<GptConfig> read_hf_gpt_config_beside(const std::string& weights_path);
+
+// The shape implied by the tensors (heads cannot be inferred: taken from `heads`).
+GptConfig infer_gpt_config(const SafetensorsFile& file, std::int64_t heads);
+
+// Copies every parameter from the file, converting to the parameter dtype. Missing tensors, unknown
+// tensors and shapes that disagree are SafetensorsErrors naming the tensor.
+void load_gpt_parameters(const SafetensorsFile& file, const GptParameters& parameters);
+
+// Writes the parameters with HF names as F32 (bf16 parameters are widened) to `path`, atomically.
+void save_gpt_parameters(const std::string& path, const GptParameters& parameters);
+
+}  // namespace ferry

@@ -1,0 +1,46 @@
+#include "models/kernels/cpu/encoder.h"
+
+namespace ferry::cpu {
+
+template <typename Real>
+void encoder_forward(Real* out, const std::int32_t* tokens, const Real* wte, const Real* wpe, std::int64_t batch,
+                     std::int64_t sequence, std::int64_t channels) {
+#pragma omp parallel for schedule(static)
+  for (std::int64_t position = 0; position < batch * sequence; ++position) {
+    const std::int64_t t = position % sequence;
+    const Real* token_row = wte + static_cast<std::int64_t>(tokens[position]) * channels;
+    const Real* position_row = wpe + t * channels;
+    Real* destination = out + position * channels;
+#pragma omp simd
+    for (std::int64_t c = 0; c < channels; ++c) destination[c] = token_row[c] + position_row[c];
+  }
+}
+
+template <typename Real>
+void encoder_backward(Real* dwte, Real* dwpe, const Real* dout, const std::int32_t* tokens, std::int64_t batch,
+                      std::int64_t sequence, std::int64_t channels) {
+  constexpr std::int64_t kBlock = 32;
+  const std::int64_t blocks = (channels + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (std::int64_t block = 0; block < blocks; ++block) {
+    const std::int64_t first = block * kBlock;
+    const std::int64_t last = first + kBlock < channels ? first + kBlock : channels;
+    for (std::int64_t position = 0; position < batch * sequence; ++position) {
+      const std::int64_t t = position % sequence;
+      const Real* source = dout + position * channels;
+      Real* token_row = dwte + static_cast<std::int64_t>(tokens[position]) * channels;
+      Real* position_row = dwpe + t * channels;
+      for (std::int64_t c = first; c < last; ++c) {
+        token_row[c] += source[c];
+        position_row[c] += source[c];
+      }
+    }
+  }
+}
+
+template void encoder_forward<float>(float*, const std::int32_t*, const float*, const float*, std::int64_t, std::int64_t, std::int64_t);
+template void encoder_forward<double>(double*, const std::int32_t*, const double*, const double*, std::int64_t, std::int64_t, std::int64_t);
+template void encoder_backward<float>(float*, float*, const float*, const std::int32_t*, std::int64_t, std::int64_t, std::int64_t);
+template void encoder_backward<double>(double*, double*, const double*, const std::int32_t*, std::int64_t, std::int64_t, std::int64_t);
+
+}  // namespace ferry::cpu

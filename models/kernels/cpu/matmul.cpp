@@ -1,0 +1,88 @@
+#include "models/kernels/cpu/matmul.h"
+
+#include <cblas.h>
+
+namespace ferry::cpu {
+namespace {
+
+using blas_int = blasint;
+
+void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
+          std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
+              static_cast<blas_int>(m), static_cast<blas_int>(n), static_cast<blas_int>(k), alpha, a,
+              static_cast<blas_int>(lda), b, static_cast<blas_int>(ldb), beta, c, static_cast<blas_int>(ldc));
+}
+
+void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const double* a,
+          std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c, std::int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
+              static_cast<blas_int>(m), static_cast<blas_int>(n), static_cast<blas_int>(k), alpha, a,
+              static_cast<blas_int>(lda), b, static_cast<blas_int>(ldb), beta, c, static_cast<blas_int>(ldc));
+}
+
+}  // namespace
+
+template <typename Real>
+void matmul_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, std::int64_t rows,
+                    std::int64_t in_features, std::int64_t out_features, WeightLayout layout) {
+  Real beta = 0;
+  if (bias != nullptr) {
+#pragma omp parallel for schedule(static)
+    for (std::int64_t row = 0; row < rows; ++row) {
+      Real* destination = out + row * out_features;
+      for (std::int64_t o = 0; o < out_features; ++o) destination[o] = bias[o];
+    }
+    beta = 1;
+  }
+  if (layout == WeightLayout::in_out) {
+    gemm(false, false, rows, out_features, in_features, Real(1), inp, in_features, weight, out_features, beta, out, out_features);
+  } else {
+    gemm(false, true, rows, out_features, in_features, Real(1), inp, in_features, weight, in_features, beta, out, out_features);
+  }
+}
+
+template <typename Real>
+void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp, const Real* weight,
+                     std::int64_t rows, std::int64_t in_features, std::int64_t out_features, WeightLayout layout) {
+  const bool in_out = layout == WeightLayout::in_out;
+  if (dinp != nullptr) {
+    if (in_out) {
+      gemm(false, true, rows, in_features, out_features, Real(1), dout, out_features, weight, out_features, Real(0), dinp, in_features);
+    } else {
+      gemm(false, false, rows, in_features, out_features, Real(1), dout, out_features, weight, in_features, Real(0), dinp, in_features);
+    }
+  }
+  if (in_out) {
+    gemm(true, false, in_features, out_features, rows, Real(1), inp, in_features, dout, out_features, Real(1), dweight, out_features);
+  } else {
+    gemm(true, false, out_features, in_features, rows, Real(1), dout, out_features, inp, in_features, Real(1), dweight, in_features);
+  }
+  if (dbias != nullptr) {
+    // Columns split across threads; each sums its columns over rows in order (deterministic).
+    constexpr std::int64_t kColumnBlock = 64;
+    const std::int64_t blocks = (out_features + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t block = 0; block < blocks; ++block) {
+      const std::int64_t first = block * kColumnBlock;
+      const std::int64_t last = first + kColumnBlock < out_features ? first + kColumnBlock : out_features;
+      Real sums[kColumnBlock] = {};
+      for (std::int64_t row = 0; row < rows; ++row) {
+        const Real* source = dout + row * out_features;
+        for (std::int64_t o = first; o < last; ++o) sums[o - first] += source[o];
+      }
+      for (std::int64_t o = first; o < last; ++o) dbias[o] += sums[o - first];
+    }
+  }
+}
+
+#define FERRY_INSTANTIATE(Real)                                                                                     \
+  template void matmul_forward<Real>(Real*, const Real*, const Real*, const Real*, std::int64_t, std::int64_t,    \
+                                     std::int64_t, WeightLayout);                                                  \
+  template void matmul_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, std::int64_t,   \
+                                      std::int64_t, std::int64_t, WeightLayout);
+FERRY_INSTANTIATE(float)
+FERRY_INSTANTIATE(double)
+#undef FERRY_INSTANTIATE
+
+}  // namespace ferry::cpu

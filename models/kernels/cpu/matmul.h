@@ -1,0 +1,23 @@
+// Matrix multiply forward and backward on the host through OpenBLAS: out = inp x W (+ bias) for
+// Hugging Face Conv1D weights stored [in, out], or out = inp x W^T for weights stored [out, in]
+// (the tied LM head). Backward overwrites dinp and accumulates into dweight and dbias.
+#pragma once
+
+#include <cstdint>
+
+namespace ferry::cpu {
+
+enum class WeightLayout : std::uint8_t { in_out, out_in };
+
+// out[rows, out_features] = inp[rows, in_features] x W + bias (bias may be null).
+template <typename Real>
+void matmul_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, std::int64_t rows,
+                    std::int64_t in_features, std::int64_t out_features, WeightLayout layout);
+
+// dinp = dout x W^T (dinp may be null); dweight += inp^T x dout (in the weight's layout);
+// dbias += column sums of dout (dbias may be null).
+template <typename Real>
+void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp, const Real* weight,
+                     std::int64_t rows, std::int64_t in_features, std::int64_t out_features, WeightLayout layout);
+
+}  // namespace ferry::cpu

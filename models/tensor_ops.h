@@ -1,0 +1,58 @@
+// Tensor-level entry points to the kernels: each op reads shapes from its tensors, checks them, and
+// dispatches to the device's kernel twin (cpu now; meta allocates the same and computes nothing).
+// bf16 tensors are computed through f32 workspace copies (fp32 accumulation); gradients are f32.
+#pragma once
+
+#include <string_view>
+
+#include "engine/core/tensor.h"
+#include "models/kernels/cpu/counter_random.h"
+#include "models/kernels/cpu/matmul.h"
+
+namespace ferry::ops {
+
+using cpu::RandomKey;
+using cpu::WeightLayout;
+
+// `tensor` itself when f32, else an f32 workspace copy (tagged `tag`).
+Tensor as_f32(const Tensor& tensor, std::string_view tag);
+// Where an f32 result for `destination` is computed: itself when f32, else f32 workspace.
+Tensor f32_target(const Tensor& destination, std::string_view tag);
+// Writes the f32 result into destination (a no-op when they are the same tensor).
+void store(const Tensor& destination, const Tensor& result);
+
+void fill_zero(const Tensor& tensor);
+
+void encoder_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
+void encoder_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens);
+
+void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                       const Tensor& weight, const Tensor& bias);
+// dinp, dweight, dbias accumulate.
+void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                        const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd);
+
+// bias may be undefined. in_out: weight [in, out]; out_in: weight [out, in].
+void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, WeightLayout layout);
+// dinp (may be undefined) is overwritten; dweight and dbias (may be undefined) accumulate.
+void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                     const Tensor& inp, const Tensor& weight, WeightLayout layout);
+
+void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, std::int64_t heads, float dropout,
+                       RandomKey key);
+// dqkv is overwritten.
+void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                        std::int64_t heads, float dropout, RandomKey key);
+
+void gelu_forward(const Tensor& out, const Tensor& inp);
+void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout);  // dinp accumulates
+void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b);
+void dropout_forward(const Tensor& out, const Tensor& inp, float probability, RandomKey key);
+void dropout_backward(const Tensor& dinp, const Tensor& dout, float probability, RandomKey key);  // accumulates
+
+// Mean cross-entropy of logits [rows, vocab] against targets [rows] (i32); the sum of row losses in
+// double. The training variant replaces logits by their gradient scaled by dloss.
+double cross_entropy_sum(const Tensor& logits, const Tensor& targets);
+double cross_entropy_sum_and_gradient(const Tensor& logits, const Tensor& targets, float dloss);
+
+}  // namespace ferry::ops
