@@ -81,6 +81,7 @@ void initialize_gpt_parameters(const GptParameters& parameters, const GptConfig&
     const bool is_layernorm = each.name.find("ln_") != std::string::npos;
     const bool is_projection = each.name.ends_with("c_proj.weight");
     std::vector<float> values(static_cast<std::size_t>(tensor.numel()));
+#pragma omp parallel for schedule(static)
     for (std::size_t i = 0; i < values.size(); ++i) {
       if (is_layernorm) {
         values[i] = is_bias ? 0.0f : 1.0f;

@@ -10,7 +10,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libopenblas-dev
   nlohmann-json3-dev libcli11-dev
-  python3
+  python3 python3-torch python3-numpy
 )
 
 missing=()

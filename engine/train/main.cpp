@@ -1,14 +1,35 @@
 // The ferry command line: one subcommand per job. Errors print one clear line and exit non-zero.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "engine/train/replay_command.h"
 #include "engine/train/train_options.h"
 #include "engine/train/trainer.h"
+#include "models/kernels/cpu/compute_threads.h"
+
+namespace {
+
+// OpenBLAS picks its GEMM kernels when it loads, before main. When it fell back to pre-AVX2 kernels on
+// a CPU with AVX2 and FMA (CPUs it does not know, as in some VMs: 2-3x slower), run ferry again with
+// OPENBLAS_CORETYPE set. A user's own OPENBLAS_CORETYPE is always respected.
+void prefer_fast_blas_kernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  const std::string core = ferry::cpu::better_blas_core();
+  if (core.empty()) return;
+  ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  ::execv("/proc/self/exe", argv);  // returns only on failure: then go on with the slow kernels
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  prefer_fast_blas_kernels(argv);
   CLI::App app{"ferry: train models larger than GPU memory, and see where every byte went"};
   app.require_subcommand(1);
   ferry::ReplayCommandOptions replay;

@@ -170,10 +170,10 @@ nlohmann::json run_training(const TrainOptions& o) {
               static_cast<long long>(config.layers), static_cast<long long>(config.hidden), static_cast<long long>(config.heads),
               static_cast<long long>(config.vocab), std::to_string(config.parameter_count()).c_str(), o.precision.c_str(),
               device->name().c_str());
-  std::printf("  data %s (%s, %lld tokens), batch %lld x seq %lld x grad-accum %lld, steps %lld..%lld, %d threads\n",
+  std::printf("  data %s (%s, %lld tokens), batch %lld x seq %lld x grad-accum %lld, steps %lld..%lld, %d threads, BLAS kernels %s\n",
               data.name().c_str(), data.format().c_str(), static_cast<long long>(data.size()), static_cast<long long>(o.batch),
               static_cast<long long>(sequence), static_cast<long long>(o.grad_accum), static_cast<long long>(first_step + 1),
-              static_cast<long long>(o.steps), cpu::compute_threads());
+              static_cast<long long>(o.steps), cpu::compute_threads(), cpu::blas_core_name().c_str());
   std::fflush(stdout);
 
   ProgressPrinter progress(stdout, is_terminal(stdout), o.log_every);
@@ -195,6 +195,7 @@ nlohmann::json run_training(const TrainOptions& o) {
       loss += model.train_micro_batch(input_tokens, target_tokens, key, 1.0f / static_cast<float>(o.grad_accum));
     }
     loss /= static_cast<double>(o.grad_accum);
+    if (!device->has_storage()) loss = std::nan("");  // a dry run computes no values (null in the summary)
     if (device->has_storage() && !std::isfinite(loss)) {
       throw std::runtime_error("the loss became " + std::to_string(loss) + " at step " + std::to_string(step + 1) +
                                "; lower --lr or enable --grad-clip (nothing was saved from this step)");
@@ -229,7 +230,8 @@ nlohmann::json run_training(const TrainOptions& o) {
                {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum},
                {"steps", o.steps}, {"first_step", first_step + 1}, {"checkpointing", o.checkpointing},
                {"offload_optimizer", o.offload_optimizer}, {"data", data.name()}, {"shuffle", o.shuffle}, {"seed", o.seed},
-               {"lr", o.lr}, {"lr_schedule", o.lr_schedule}, {"threads", cpu::compute_threads()}}},
+               {"lr", o.lr}, {"lr_schedule", o.lr_schedule}, {"threads", cpu::compute_threads()}, {"blas_kernels", cpu::blas_core_name()},
+               {"dry_run", !device->has_storage()}}},
       {"steps", steps},
       {"final_loss", steps.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_loss)},
       {"tokens_per_second", median(throughputs.empty() ? std::vector<double>{} : throughputs)},

@@ -81,10 +81,10 @@ FINAL_LOSS_RTOL = 1e-6     # final_loss vs the last step's loss (same number, ma
 # error, 0.09, still fails wpe at 7.0e-4). PARAM_MAX_ABS = 1e-3 (one full Adam step; 2400x the
 # float32 gap here, 23x the worst on any seed) also fails a few elements updated wrongly, which
 # the L1 average would hide (4 never-updated elements of a matrix: 3.4e-3). Caveat: real rounding
-# error scales with each element's own terms; noise of a fixed 1e-7 (1e-6) * max|g| on every
-# nonzero gradient element, though no larger than the probe's float32 max error (2e-7..5e-7 of
-# max|g|) (a few times it), gives L1 1.1e-4 (1.1e-3). A failure here with passing losses and
-# gradients can therefore also mean gradients noisier than float32 on small elements.
+# error scales with each element's own terms. Noise of a fixed 1e-7 * max|g| on every nonzero
+# gradient element (below the 2e-7..5e-7 * max|g| float32 max error the probe table shows) gives
+# L1 1.1e-4; 1e-6 * max|g| gives 1.1e-3 and fails. So a failure here with passing gradients can
+# also mean gradients much noisier than float32 on their small elements.
 PARAM_L1_RTOL = 5e-4
 PARAM_MAX_ABS = 1e-3
 # The key third [C, 2C) of h.{i}.attn.c_attn.bias has an exactly zero gradient (it adds q.b_k to

@@ -3,7 +3,9 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <array>
 #include <stdexcept>
+#include <string_view>
 
 namespace ferry::cpu {
 
@@ -15,5 +17,24 @@ void set_compute_threads(int threads) {
 }
 
 int compute_threads() { return omp_get_max_threads(); }
+
+std::string blas_core_name() {
+  const char* name = openblas_get_corename();
+  return name != nullptr ? name : "unknown";
+}
+
+std::string better_blas_core() {
+  constexpr std::array<std::string_view, 8> kPreAvx2 = {"prescott", "core2", "penryn", "dunnington",
+                                                        "nehalem", "atom", "katmai", "sandybridge"};
+  const std::string name = blas_core_name();
+  std::string lower;
+  for (char c : name) lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  bool fallback = false;
+  for (std::string_view each : kPreAvx2) fallback = fallback || lower == each;
+#if defined(__x86_64__)
+  if (fallback && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+  return {};
+}
 
 }  // namespace ferry::cpu
