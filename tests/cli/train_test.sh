@@ -125,8 +125,7 @@ PY
 import json,sys; a=json.load(open(sys.argv[1]))['loss']; b=json.load(open(sys.argv[2]))['loss']
 assert abs(a - b) < 1e-2 * a, (a, b)" "$work/eval.json" "$work/eval_hf.json"
 sed 's/"n_embd": 32/"n_embd": 64/' "$work/straight/config.json" > "$work/hf/config.json"
-expect_error "tensor 'transformer.wte.weight' has shape \[96, 32\]\|tensor 'transformer.wte.weight' has shape" \
-  "$ferry" eval --init-from "$work/hf/model.safetensors" --batches 1
+expect_error "tensor .transformer.wte.weight. has shape" "$ferry" eval --init-from "$work/hf/model.safetensors" --batches 1
 rm "$work/hf/config.json"
 expect_error "pass --heads" "$ferry" eval --init-from "$work/hf/model.safetensors" --batches 1
 
