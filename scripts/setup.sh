@@ -8,7 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwloc-dev liburing-dev
   libopenmpi-dev openmpi-bin
-  libopenblas-dev
+  libopenblas-dev libopenblas-openmp-dev
   nlohmann-json3-dev libcli11-dev
   python3 python3-torch python3-numpy
 )

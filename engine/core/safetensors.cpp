@@ -16,6 +16,7 @@ namespace ferry {
 namespace {
 
 constexpr std::uint64_t kMaxHeaderBytes = 100ull << 20;  // the format's limit
+constexpr std::uint64_t kMaxExtent = 1ull << 56;           // elements of one tensor: far beyond any file
 
 void read_exactly(int fd, void* destination, std::uint64_t bytes, std::uint64_t offset, const std::string& path) {
   auto* cursor = static_cast<char*>(destination);
@@ -95,9 +96,14 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
       SafetensorsEntry entry;
       entry.name = name;
       entry.dtype = parse_safetensors_dtype(value["dtype"].get<std::string>(), context);
+      std::uint64_t elements = 1;
       for (const auto& extent : value["shape"]) {
         if (!extent.is_number_unsigned()) throw SafetensorsError(context + ": shape entries must be non-negative integers");
-        entry.shape.push_back(extent.get<std::int64_t>());
+        const auto size = extent.get<std::uint64_t>();
+        if (size > kMaxExtent || __builtin_mul_overflow(elements, size, &elements) || elements > kMaxExtent) {
+          throw SafetensorsError(context + ": shape " + value["shape"].dump() + " is too large");
+        }
+        entry.shape.push_back(static_cast<std::int64_t>(size));
       }
       if (!value["data_offsets"][0].is_number_unsigned() || !value["data_offsets"][1].is_number_unsigned()) {
         throw SafetensorsError(context + ": data_offsets must be non-negative integers");
@@ -119,10 +125,13 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
     std::vector<const SafetensorsEntry*> by_offset;
     for (const auto& entry : entries_) by_offset.push_back(&entry);
     std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
-    for (std::size_t i = 1; i < by_offset.size(); ++i) {
-      if (by_offset[i]->begin < by_offset[i - 1]->end && by_offset[i]->begin != by_offset[i]->end) {
-        throw SafetensorsError("'" + path_ + "': tensors '" + by_offset[i - 1]->name + "' and '" + by_offset[i]->name + "' overlap");
+    const SafetensorsEntry* furthest = nullptr;  // the non-empty range reaching furthest so far
+    for (const SafetensorsEntry* entry : by_offset) {
+      if (entry->begin == entry->end) continue;
+      if (furthest != nullptr && entry->begin < furthest->end) {
+        throw SafetensorsError("'" + path_ + "': tensors '" + furthest->name + "' and '" + entry->name + "' overlap");
       }
+      if (furthest == nullptr || entry->end > furthest->end) furthest = entry;
     }
   } catch (...) {
     ::close(fd_);
