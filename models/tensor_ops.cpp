@@ -126,7 +126,10 @@ void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, 
   const Tensor qkv32 = as_f32(qkv, "attention.qkv.f32");
   const Tensor att32 = f32_target(att, "attention.att.f32");
   const Tensor out32 = f32_target(out, "attention.out.f32");
-  if (computes(out)) cpu::attention_forward(f32(out32), f32(att32), f32(qkv32), shape, dropout, key);
+  const Tensor scratch = dropout > 0 ? Tensor::empty(out.device(), att.shape(), DType::f32, MemoryCategory::workspace,
+                                                     "attention.dropped")
+                                     : Tensor();
+  if (computes(out)) cpu::attention_forward(f32(out32), f32(att32), f32(scratch), f32(qkv32), shape, dropout, key);
   store(att, att32);
   store(out, out32);
 }
@@ -136,8 +139,7 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
   const cpu::AttentionShape shape{qkv.size(0), qkv.size(1), qkv.size(2) / 3, heads};
   const Tensor qkv32 = as_f32(qkv, "attention.qkv.f32");
   const Tensor att32 = as_f32(att, "attention.att.f32");
-  const Tensor scratch = Tensor::empty(dqkv.device(), {shape.batch, heads, shape.sequence}, DType::f32, MemoryCategory::workspace,
-                                       "attention.scratch");
+  const Tensor scratch = Tensor::empty(dqkv.device(), att.shape(), DType::f32, MemoryCategory::workspace, "attention.scratch");
   if (computes(dqkv)) cpu::attention_backward(f32(dqkv), f32(scratch), f32(dout), f32(qkv32), f32(att32), shape, dropout, key);
 }
 

@@ -311,18 +311,19 @@ constexpr AttentionShape kAttention{2, 5, 8, 2};
 constexpr std::int64_t kQkvCount = 2 * 5 * 3 * 8;
 constexpr std::int64_t kAttentionOutCount = 2 * 5 * 8;
 constexpr std::int64_t kAttCount = 2 * 2 * 5 * 5;
-constexpr std::int64_t kScratchCount = 2 * 2 * 5;
+constexpr std::int64_t kScratchCount = 2 * 2 * 5 * 5;  // B * NH * T * T
 
 struct AttentionCase {
   Vec qkv = random_normal(kQkvCount, 41);
   Vec R = random_normal(kAttentionOutCount, 42);
   Vec out = Vec(size_of(kAttentionOutCount));
   Vec att = Vec(size_of(kAttCount));
+  Vec forward_scratch = Vec(size_of(kScratchCount));
   float dropout = 0.0f;
   RandomKey key{0x1234};
 
   double loss() {
-    attention_forward(out.data(), att.data(), qkv.data(), kAttention, dropout, key);
+    attention_forward(out.data(), att.data(), forward_scratch.data(), qkv.data(), kAttention, dropout, key);
     return weighted_sum(out, R);
   }
   Vec backward(RandomKey backward_key) {
@@ -409,7 +410,7 @@ TEST(AttentionKernel, FloatTwinMatchesDouble) {
     const Vec dqkv = c.backward(c.key);
     const FVec qkv = to_float(c.qkv), R = to_float(c.R);
     FVec out(c.out.size()), att(c.att.size()), dqkv32(dqkv.size()), scratch(size_of(kScratchCount));
-    attention_forward(out.data(), att.data(), qkv.data(), kAttention, dropout, c.key);
+    attention_forward(out.data(), att.data(), scratch.data(), qkv.data(), kAttention, dropout, c.key);
     attention_backward(dqkv32.data(), scratch.data(), R.data(), qkv.data(), att.data(), kAttention, dropout, c.key);
     expect_twins("out", out, c.out);
     expect_twins("att", att, c.att);
@@ -781,8 +782,8 @@ std::vector<std::pair<std::string, FVec>> run_every_kernel() {
   {
     const AttentionShape shape{2, 16, 32, 4};
     const FVec qkv = to_float(random_normal(2 * 16 * 96, 321)), dout = to_float(random_normal(2 * 16 * 32, 322));
-    FVec y(dout.size()), att(size_of(2 * 4 * 16 * 16)), dqkv(qkv.size()), scratch(size_of(2 * 4 * 16));
-    attention_forward(y.data(), att.data(), qkv.data(), shape, 0.2f, RandomKey{3});
+    FVec y(dout.size()), att(size_of(2 * 4 * 16 * 16)), dqkv(qkv.size()), scratch(size_of(2 * 4 * 16 * 16));
+    attention_forward(y.data(), att.data(), scratch.data(), qkv.data(), shape, 0.2f, RandomKey{3});
     attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), shape, 0.2f, RandomKey{3});
     results.push_back({"attention out", y});
     results.push_back({"attention att", att});

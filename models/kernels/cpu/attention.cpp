@@ -3,59 +3,74 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/kernels/cpu/blas.h"
+
 namespace ferry::cpu {
 namespace {
 
+// One (batch, head): pointers into the shared tensors and the geometry to walk them.
 template <typename Real>
-Real dot(const Real* a, const Real* b, std::int64_t count) {
-  Real sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (std::int64_t i = 0; i < count; ++i) sum += a[i] * b[i];
-  return sum;
-}
+struct Head {
+  std::int64_t T, C, hs;
+  std::int64_t qkv_offset;    // of q for this head in qkv (k at + C, v at + 2C); rows of 3C
+  std::int64_t out_offset;    // of this head in out / dout; rows of C
+  std::int64_t square_offset; // of this head's T x T block in att / scratch
+  std::uint64_t mask_offset;  // first dropout index of this head
+};
 
 template <typename Real>
-void add_scaled(Real* destination, const Real* source, Real scale, std::int64_t count) {
-#pragma omp simd
-  for (std::int64_t i = 0; i < count; ++i) destination[i] += scale * source[i];
+Head<Real> head(const AttentionShape& shape, std::int64_t b, std::int64_t h) {
+  const auto [B, T, C, NH] = shape;
+  const std::int64_t hs = C / NH;
+  return {T, C, hs, b * T * 3 * C + h * hs, b * T * C + h * hs, (b * NH + h) * T * T,
+          static_cast<std::uint64_t>((b * NH + h) * T * T)};
+}
+
+// destination = probabilities with the dropout mask applied (kept entries scaled by 1/(1-p)).
+template <typename Real>
+void apply_dropout(Real* destination, const Real* probabilities, std::int64_t count, float dropout, RandomKey key,
+                   std::uint64_t offset) {
+  const Real keep_scale = Real(1) / (Real(1) - static_cast<Real>(dropout));
+  for (std::int64_t i = 0; i < count; ++i) {
+    destination[i] = dropout_keeps(key, offset + static_cast<std::uint64_t>(i), dropout) ? probabilities[i] * keep_scale : Real(0);
+  }
 }
 
 }  // namespace
 
 template <typename Real>
-void attention_forward(Real* out, Real* att, const Real* qkv, AttentionShape shape, float dropout, RandomKey key) {
-  const auto [B, T, C, NH] = shape;
-  const std::int64_t hs = C / NH;
-  const Real scale = Real(1) / std::sqrt(static_cast<Real>(hs));
-  const Real keep_scale = dropout > 0 ? Real(1) / (Real(1) - static_cast<Real>(dropout)) : Real(1);
+void attention_forward(Real* out, Real* att, Real* scratch, const Real* qkv, AttentionShape shape, float dropout,
+                       RandomKey key) {
+  const Real scale = Real(1) / std::sqrt(static_cast<Real>(shape.channels / shape.heads));
 #pragma omp parallel for collapse(2) schedule(static)
-  for (std::int64_t b = 0; b < B; ++b) {
-    for (std::int64_t h = 0; h < NH; ++h) {
+  for (std::int64_t b = 0; b < shape.batch; ++b) {
+    for (std::int64_t h = 0; h < shape.heads; ++h) {
+      const Head<Real> at = head<Real>(shape, b, h);
+      const std::int64_t T = at.T, C = at.C;
+      const Real* q = qkv + at.qkv_offset;
+      Real* probabilities = att + at.square_offset;
+      // Scores for every (t, t2); the causal softmax below reads only t2 <= t.
+      gemm(false, true, T, T, at.hs, scale, q, 3 * C, q + C, 3 * C, Real(0), probabilities, T);
       for (std::int64_t t = 0; t < T; ++t) {
-        const Real* q = qkv + (b * T + t) * 3 * C + h * hs;
-        Real* probabilities = att + ((b * NH + h) * T + t) * T;
-        Real maximum = -INFINITY;
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          const Real* k = qkv + (b * T + t2) * 3 * C + C + h * hs;
-          probabilities[t2] = dot(q, k, hs) * scale;
-          maximum = std::max(maximum, probabilities[t2]);
-        }
+        Real* row = probabilities + t * T;
+        Real maximum = row[0];
+        for (std::int64_t t2 = 1; t2 <= t; ++t2) maximum = std::max(maximum, row[t2]);
         Real sum = 0;
         for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          probabilities[t2] = std::exp(probabilities[t2] - maximum);
-          sum += probabilities[t2];
+          row[t2] = std::exp(row[t2] - maximum);
+          sum += row[t2];
         }
         const Real inverse = Real(1) / sum;
-        for (std::int64_t t2 = 0; t2 < T; ++t2) probabilities[t2] = t2 <= t ? probabilities[t2] * inverse : Real(0);
-        Real* o = out + (b * T + t) * C + h * hs;
-        std::fill(o, o + hs, Real(0));
-        const std::uint64_t row_index = static_cast<std::uint64_t>(((b * NH + h) * T + t) * T);
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          Real p = probabilities[t2];
-          if (dropout > 0) p = dropout_keeps(key, row_index + static_cast<std::uint64_t>(t2), dropout) ? p * keep_scale : Real(0);
-          add_scaled(o, qkv + (b * T + t2) * 3 * C + 2 * C + h * hs, p, hs);
-        }
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) row[t2] *= inverse;
+        std::fill(row + t + 1, row + T, Real(0));
       }
+      const Real* weights = probabilities;
+      if (dropout > 0) {
+        Real* dropped = scratch + at.square_offset;
+        apply_dropout(dropped, probabilities, T * T, dropout, key, at.mask_offset);
+        weights = dropped;
+      }
+      gemm(false, false, T, at.hs, T, Real(1), weights, T, q + 2 * C, 3 * C, Real(0), out + at.out_offset, C);
     }
   }
 }
@@ -63,48 +78,51 @@ void attention_forward(Real* out, Real* att, const Real* qkv, AttentionShape sha
 template <typename Real>
 void attention_backward(Real* dqkv, Real* scratch, const Real* dout, const Real* qkv, const Real* att,
                         AttentionShape shape, float dropout, RandomKey key) {
-  const auto [B, T, C, NH] = shape;
-  const std::int64_t hs = C / NH;
-  const Real scale = Real(1) / std::sqrt(static_cast<Real>(hs));
+  const Real scale = Real(1) / std::sqrt(static_cast<Real>(shape.channels / shape.heads));
   const Real keep_scale = dropout > 0 ? Real(1) / (Real(1) - static_cast<Real>(dropout)) : Real(1);
 #pragma omp parallel for collapse(2) schedule(static)
-  for (std::int64_t b = 0; b < B; ++b) {
-    for (std::int64_t h = 0; h < NH; ++h) {
-      Real* datt = scratch + (b * NH + h) * T;
-      for (std::int64_t t = 0; t < T; ++t) {
-        Real* row = dqkv + (b * T + t) * 3 * C + h * hs;
-        std::fill(row, row + hs, Real(0));
-        std::fill(row + C, row + C + hs, Real(0));
-        std::fill(row + 2 * C, row + 2 * C + hs, Real(0));
+  for (std::int64_t b = 0; b < shape.batch; ++b) {
+    for (std::int64_t h = 0; h < shape.heads; ++h) {
+      const Head<Real> at = head<Real>(shape, b, h);
+      const std::int64_t T = at.T, C = at.C, hs = at.hs;
+      const Real* q = qkv + at.qkv_offset;
+      const Real* probabilities = att + at.square_offset;
+      const Real* dy = dout + at.out_offset;
+      Real* dq = dqkv + at.qkv_offset;
+      Real* square = scratch + at.square_offset;
+      // dV = P_dropped^T dY.
+      const Real* weights = probabilities;
+      if (dropout > 0) {
+        apply_dropout(square, probabilities, T * T, dropout, key, at.mask_offset);
+        weights = square;
       }
+      gemm(true, false, T, hs, T, Real(1), weights, T, dy, C, Real(0), dq + 2 * C, 3 * C);
+      // dP = dY V^T (through the dropout mask), then the softmax backward row by row.
+      gemm(false, true, T, T, hs, Real(1), dy, C, q + 2 * C, 3 * C, Real(0), square, T);
       for (std::int64_t t = 0; t < T; ++t) {
-        const Real* probabilities = att + ((b * NH + h) * T + t) * T;
-        const Real* dy = dout + (b * T + t) * C + h * hs;
-        const std::uint64_t row_index = static_cast<std::uint64_t>(((b * NH + h) * T + t) * T);
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          Real mask = 1;
-          if (dropout > 0) mask = dropout_keeps(key, row_index + static_cast<std::uint64_t>(t2), dropout) ? keep_scale : Real(0);
-          const Real* v = qkv + (b * T + t2) * 3 * C + 2 * C + h * hs;
-          datt[t2] = dot(dy, v, hs) * mask;
-          add_scaled(dqkv + (b * T + t2) * 3 * C + 2 * C + h * hs, dy, probabilities[t2] * mask, hs);
+        Real* row = square + t * T;
+        const Real* p = probabilities + t * T;
+        if (dropout > 0) {
+          for (std::int64_t t2 = 0; t2 <= t; ++t2) {
+            if (!dropout_keeps(key, at.mask_offset + static_cast<std::uint64_t>(t * T + t2), dropout)) row[t2] = 0;
+            else row[t2] *= keep_scale;
+          }
         }
         Real weighted = 0;
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) weighted += probabilities[t2] * datt[t2];
-        const Real* q = qkv + (b * T + t) * 3 * C + h * hs;
-        Real* dq = dqkv + (b * T + t) * 3 * C + h * hs;
-        for (std::int64_t t2 = 0; t2 <= t; ++t2) {
-          const Real dscore = probabilities[t2] * (datt[t2] - weighted) * scale;
-          add_scaled(dq, qkv + (b * T + t2) * 3 * C + C + h * hs, dscore, hs);
-          add_scaled(dqkv + (b * T + t2) * 3 * C + C + h * hs, q, dscore, hs);
-        }
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) weighted += p[t2] * row[t2];
+        for (std::int64_t t2 = 0; t2 <= t; ++t2) row[t2] = p[t2] * (row[t2] - weighted) * scale;
+        std::fill(row + t + 1, row + T, Real(0));
       }
+      // dQ = dS K, dK = dS^T Q.
+      gemm(false, false, T, hs, T, Real(1), square, T, q + C, 3 * C, Real(0), dq, 3 * C);
+      gemm(true, false, T, hs, T, Real(1), square, T, q, 3 * C, Real(0), dq + C, 3 * C);
     }
   }
 }
 
-#define FERRY_INSTANTIATE(Real)                                                                            \
-  template void attention_forward<Real>(Real*, Real*, const Real*, AttentionShape, float, RandomKey);     \
-  template void attention_backward<Real>(Real*, Real*, const Real*, const Real*, const Real*, AttentionShape, \
+#define FERRY_INSTANTIATE(Real)                                                                                 \
+  template void attention_forward<Real>(Real*, Real*, Real*, const Real*, AttentionShape, float, RandomKey);   \
+  template void attention_backward<Real>(Real*, Real*, const Real*, const Real*, const Real*, AttentionShape,  \
                                          float, RandomKey);
 FERRY_INSTANTIATE(float)
 FERRY_INSTANTIATE(double)

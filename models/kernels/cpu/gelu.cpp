@@ -1,6 +1,6 @@
 #include "models/kernels/cpu/gelu.h"
 
-#include <cmath>
+#include "models/kernels/cpu/fast_math.h"
 
 namespace ferry::cpu {
 namespace {
@@ -15,7 +15,7 @@ void gelu_forward(Real* out, const Real* inp, std::int64_t count) {
 #pragma omp parallel for simd schedule(static)
   for (std::int64_t i = 0; i < count; ++i) {
     const Real x = inp[i];
-    out[i] = Real(0.5) * x * (Real(1) + std::tanh(a * (x + c * x * x * x)));
+    out[i] = Real(0.5) * x * (Real(1) + tanh_vectorizable(a * (x + c * x * x * x)));
   }
 }
 
@@ -26,7 +26,7 @@ void gelu_backward(Real* dinp, const Real* inp, const Real* dout, std::int64_t c
 #pragma omp parallel for simd schedule(static)
   for (std::int64_t i = 0; i < count; ++i) {
     const Real x = inp[i];
-    const Real tanh_out = std::tanh(a * (x + c * x * x * x));
+    const Real tanh_out = tanh_vectorizable(a * (x + c * x * x * x));
     const Real sech_squared = Real(1) - tanh_out * tanh_out;
     const Real local = Real(0.5) * (Real(1) + tanh_out) + Real(0.5) * x * sech_squared * a * (Real(1) + Real(3) * c * x * x);
     dinp[i] += local * dout[i];

@@ -1,27 +1,8 @@
 #include "models/kernels/cpu/matmul.h"
 
-#include <cblas.h>
+#include "models/kernels/cpu/blas.h"
 
 namespace ferry::cpu {
-namespace {
-
-using blas_int = blasint;
-
-void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const float* a,
-          std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
-              static_cast<blas_int>(m), static_cast<blas_int>(n), static_cast<blas_int>(k), alpha, a,
-              static_cast<blas_int>(lda), b, static_cast<blas_int>(ldb), beta, c, static_cast<blas_int>(ldc));
-}
-
-void gemm(bool transpose_a, bool transpose_b, std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const double* a,
-          std::int64_t lda, const double* b, std::int64_t ldb, double beta, double* c, std::int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans,
-              static_cast<blas_int>(m), static_cast<blas_int>(n), static_cast<blas_int>(k), alpha, a,
-              static_cast<blas_int>(lda), b, static_cast<blas_int>(ldb), beta, c, static_cast<blas_int>(ldc));
-}
-
-}  // namespace
 
 template <typename Real>
 void matmul_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, std::int64_t rows,
