@@ -91,13 +91,7 @@ void initialize_gpt_parameters(const GptParameters& parameters, const GptConfig&
         values[i] = static_cast<float>(key.normal(i) * (is_projection ? residual_std : 0.02));
       }
     }
-    if (tensor.dtype() == DType::f32) {
-      tensor.copy_from_host(values.data());
-    } else {
-      std::vector<std::uint16_t> bits(values.size());
-      convert_f32_to_bf16(values.data(), bits.data(), values.size());
-      tensor.copy_from_host(bits.data());
-    }
+    copy_from_host_f32(tensor, values.data());
   }
 }
 

@@ -20,18 +20,6 @@ std::string strip_prefix(std::string_view name) {
   return std::string(name.starts_with(kPrefix) ? name.substr(kPrefix.size()) : name);
 }
 
-std::vector<float> tensor_as_f32(const Tensor& tensor) {
-  std::vector<float> values(static_cast<std::size_t>(tensor.numel()));
-  if (tensor.dtype() == DType::f32) {
-    tensor.copy_to_host(values.data());
-  } else {
-    std::vector<std::uint16_t> bits(values.size());
-    tensor.copy_to_host(bits.data());
-    convert_bf16_to_f32(bits.data(), values.data(), values.size());
-  }
-  return values;
-}
-
 }  // namespace
 
 GptConfig read_hf_gpt_config(const std::string& path) {
@@ -118,28 +106,25 @@ void load_gpt_parameters(const SafetensorsFile& file, const GptParameters& param
                              " (the model's shape comes from config.json beside the file, --model or the shape flags)");
     }
     if (!tensor.device().has_storage()) continue;
-    std::vector<float> values = file.read_f32(*entry);
-    if (tensor.dtype() == DType::f32) {
-      tensor.copy_from_host(values.data());
-    } else {
-      std::vector<std::uint16_t> bits(values.size());
-      convert_f32_to_bf16(values.data(), bits.data(), values.size());
-      tensor.copy_from_host(bits.data());
-    }
+    copy_from_host_f32(tensor, file.read_f32(*entry).data());
   }
 }
 
-void save_gpt_parameters(const std::string& path, const GptParameters& parameters) {
-  const std::vector<NamedTensor> named = parameters.named();
+void write_safetensors_f32(const std::string& path, const std::vector<NamedTensor>& tensors,
+                           const std::map<std::string, std::string>& metadata) {
   std::vector<std::vector<float>> host;
-  host.reserve(named.size());
+  host.reserve(tensors.size());
   SafetensorsWriter writer;
-  for (const NamedTensor& each : named) {
-    host.push_back(tensor_as_f32(*each.tensor));
+  for (const NamedTensor& each : tensors) {
+    host.push_back(copy_to_host_f32(*each.tensor));
     writer.add(each.name, DType::f32, each.tensor->shape(), host.back().data());
   }
-  writer.set_metadata("format", "pt");
+  for (const auto& [key, value] : metadata) writer.set_metadata(key, value);
   writer.write(path);
+}
+
+void save_gpt_parameters(const std::string& path, const GptParameters& parameters) {
+  write_safetensors_f32(path, parameters.named(), {{"format", "pt"}});
 }
 
 }  // namespace ferry

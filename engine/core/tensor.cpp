@@ -167,4 +167,40 @@ void Tensor::copy_from(const Tensor& source, Stream stream) const {
   device().copy(data(), source.data(), nbytes(), CopyKind::device_to_device, stream);
 }
 
+void copy_from_host_f32(const Tensor& tensor, const float* values) {
+  const auto count = static_cast<std::size_t>(tensor.numel());
+  if (tensor.dtype() == DType::f32) {
+    tensor.copy_from_host(values);
+    return;
+  }
+  std::vector<std::uint16_t> bits(count);
+  if (tensor.dtype() == DType::bf16) {
+    convert_f32_to_bf16(values, bits.data(), count);
+  } else if (tensor.dtype() == DType::f16) {
+    convert_f32_to_f16(values, bits.data(), count);
+  } else {
+    throw std::invalid_argument("copy_from_host_f32: tensor dtype " + std::string(dtype_name(tensor.dtype())) + " is not floating point");
+  }
+  tensor.copy_from_host(bits.data());
+}
+
+std::vector<float> copy_to_host_f32(const Tensor& tensor) {
+  const auto count = static_cast<std::size_t>(tensor.numel());
+  std::vector<float> values(count);
+  if (tensor.dtype() == DType::f32) {
+    tensor.copy_to_host(values.data());
+    return values;
+  }
+  std::vector<std::uint16_t> bits(count);
+  tensor.copy_to_host(bits.data());
+  if (tensor.dtype() == DType::bf16) {
+    convert_bf16_to_f32(bits.data(), values.data(), count);
+  } else if (tensor.dtype() == DType::f16) {
+    convert_f16_to_f32(bits.data(), values.data(), count);
+  } else {
+    throw std::invalid_argument("copy_to_host_f32: tensor dtype " + std::string(dtype_name(tensor.dtype())) + " is not floating point");
+  }
+  return values;
+}
+
 }  // namespace ferry

@@ -97,4 +97,8 @@ class Tensor {
   DType dtype_ = DType::f32;
 };
 
+// Host f32 values into and out of a floating tensor (f32, bf16 or f16), converting on the host.
+void copy_from_host_f32(const Tensor& tensor, const float* values);
+std::vector<float> copy_to_host_f32(const Tensor& tensor);
+
 }  // namespace ferry

@@ -36,12 +36,6 @@ void require_complete(const std::string& directory) {
   }
 }
 
-std::vector<float> host_f32(const Tensor& tensor) {
-  std::vector<float> values(static_cast<std::size_t>(tensor.numel()));
-  tensor.copy_to_host(values.data());
-  return values;
-}
-
 void load_f32(const SafetensorsFile& file, const std::string& name, const Tensor& tensor) {
   const SafetensorsEntry* entry = file.find(name);
   if (entry == nullptr) throw CheckpointError("checkpoint file '" + file.path() + "' is corrupt: tensor '" + name + "' is missing");
@@ -68,34 +62,16 @@ void save_checkpoint(const std::string& directory, const GptModel& model, const 
     fs::remove(in(directory, kDoneFile));
     sync_directory(directory);
   }
-  {
-    // Master weights (f32) under HF names: what --init-from and eval read back.
-    const std::vector<NamedTensor> masters = optimizer.master_weights();
-    std::vector<std::vector<float>> host;
-    host.reserve(masters.size());
-    SafetensorsWriter writer;
-    for (const NamedTensor& each : masters) {
-      host.push_back(host_f32(*each.tensor));
-      writer.add(each.name, DType::f32, each.tensor->shape(), host.back().data());
-    }
-    writer.set_metadata("format", "pt");
-    writer.write(in(directory, kModelFile));
-  }
+  // Master weights (f32) under HF names: what --init-from and eval read back.
+  write_safetensors_f32(in(directory, kModelFile), optimizer.master_weights(), {{"format", "pt"}});
   write_hf_gpt_config(in(directory, kConfigFile), model.config());
-  {
-    std::vector<std::vector<float>> host;
-    host.reserve(2 * optimizer.states().size());
-    SafetensorsWriter writer;
-    for (const OptimizerState& each : optimizer.states()) {
-      host.push_back(host_f32(each.first_moment));
-      writer.add("exp_avg." + each.name, DType::f32, each.first_moment.shape(), host.back().data());
-      host.push_back(host_f32(each.second_moment));
-      writer.add("exp_avg_sq." + each.name, DType::f32, each.second_moment.shape(), host.back().data());
-    }
-    writer.set_metadata("optimizer", "AdamW");
-    writer.set_metadata("steps", std::to_string(optimizer.steps_taken()));
-    writer.write(in(directory, kOptimizerFile));
+  std::vector<NamedTensor> moments;
+  for (const OptimizerState& each : optimizer.states()) {
+    moments.push_back({"exp_avg." + each.name, &each.first_moment});
+    moments.push_back({"exp_avg_sq." + each.name, &each.second_moment});
   }
+  write_safetensors_f32(in(directory, kOptimizerFile), moments,
+                        {{"optimizer", "AdamW"}, {"steps", std::to_string(optimizer.steps_taken())}});
   const nlohmann::json trainer = {{"format_version", kFormatVersion}, {"step", state.step}, {"data_position", state.data_position},
                                   {"seed", state.seed}, {"optimizer_steps", optimizer.steps_taken()}, {"run", state.run}};
   write_file_atomically(in(directory, kStateFile), trainer.dump(2) + "\n");

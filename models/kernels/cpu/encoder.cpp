@@ -1,5 +1,7 @@
 #include "models/kernels/cpu/encoder.h"
 
+#include "models/kernels/cpu/column_blocks.h"
+
 namespace ferry::cpu {
 
 template <typename Real>
@@ -19,12 +21,7 @@ void encoder_forward(Real* out, const std::int32_t* tokens, const Real* wte, con
 template <typename Real>
 void encoder_backward(Real* dwte, Real* dwpe, const Real* dout, const std::int32_t* tokens, std::int64_t batch,
                       std::int64_t sequence, std::int64_t channels) {
-  constexpr std::int64_t kBlock = 32;
-  const std::int64_t blocks = (channels + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
-  for (std::int64_t block = 0; block < blocks; ++block) {
-    const std::int64_t first = block * kBlock;
-    const std::int64_t last = first + kBlock < channels ? first + kBlock : channels;
+  for_each_column_block(channels, [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t position = 0; position < batch * sequence; ++position) {
       const std::int64_t t = position % sequence;
       const Real* source = dout + position * channels;
@@ -35,7 +32,7 @@ void encoder_backward(Real* dwte, Real* dwpe, const Real* dout, const std::int32
         position_row[c] += source[c];
       }
     }
-  }
+  });
 }
 
 template void encoder_forward<float>(float*, const std::int32_t*, const float*, const float*, std::int64_t, std::int64_t, std::int64_t);

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "models/kernels/cpu/column_blocks.h"
+
 namespace ferry::cpu {
 
 template <typename Real>
@@ -54,15 +56,10 @@ void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout
       dx[c] += (weight[c] * dy[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
     }
   }
-  // Channel blocks in parallel for dweight and dbias; each sums over rows in order (deterministic).
-  constexpr std::int64_t kBlock = 64;
-  const std::int64_t blocks = (channels + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
-  for (std::int64_t block = 0; block < blocks; ++block) {
-    const std::int64_t first = block * kBlock;
-    const std::int64_t last = first + kBlock < channels ? first + kBlock : channels;
-    Real weight_sums[kBlock] = {};
-    Real bias_sums[kBlock] = {};
+  // Channel blocks in parallel for dweight and dbias.
+  for_each_column_block(channels, [&](std::int64_t first, std::int64_t last) {
+    Real weight_sums[kColumnBlock] = {};
+    Real bias_sums[kColumnBlock] = {};
     for (std::int64_t row = 0; row < rows; ++row) {
       const Real* dy = dout + row * channels;
       const Real* x = inp + row * channels;
@@ -77,7 +74,7 @@ void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout
       dweight[c] += weight_sums[c - first];
       dbias[c] += bias_sums[c - first];
     }
-  }
+  });
 }
 
 #define FERRY_INSTANTIATE(Real)                                                                                        \

@@ -1,6 +1,7 @@
 #include "models/kernels/cpu/matmul.h"
 
 #include "models/kernels/cpu/blas.h"
+#include "models/kernels/cpu/column_blocks.h"
 
 namespace ferry::cpu {
 
@@ -40,20 +41,14 @@ void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, c
     gemm(true, false, out_features, in_features, rows, Real(1), dout, out_features, inp, in_features, Real(1), dweight, in_features);
   }
   if (dbias != nullptr) {
-    // Columns split across threads; each sums its columns over rows in order (deterministic).
-    constexpr std::int64_t kColumnBlock = 64;
-    const std::int64_t blocks = (out_features + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static)
-    for (std::int64_t block = 0; block < blocks; ++block) {
-      const std::int64_t first = block * kColumnBlock;
-      const std::int64_t last = first + kColumnBlock < out_features ? first + kColumnBlock : out_features;
+    for_each_column_block(out_features, [&](std::int64_t first, std::int64_t last) {
       Real sums[kColumnBlock] = {};
       for (std::int64_t row = 0; row < rows; ++row) {
         const Real* source = dout + row * out_features;
         for (std::int64_t o = first; o < last; ++o) sums[o - first] += source[o];
       }
       for (std::int64_t o = first; o < last; ++o) dbias[o] += sums[o - first];
-    }
+    });
   }
 }
 
