@@ -47,14 +47,18 @@ GptConfig read_hf_gpt_config(const std::string& path) {
   return config;
 }
 
-void write_hf_gpt_config(const std::string& path, const GptConfig& config) {
+std::string hf_gpt_config_json(const GptConfig& config) {
   const nlohmann::json json = {{"model_type", "gpt2"},          {"architectures", {"GPT2LMHeadModel"}},
                                {"_name_or_path", config.name},  {"n_layer", config.layers},
                                {"n_embd", config.hidden},       {"n_head", config.heads},
                                {"n_positions", config.max_sequence}, {"n_ctx", config.max_sequence},
                                {"vocab_size", config.vocab},    {"activation_function", "gelu_new"},
                                {"layer_norm_epsilon", 1e-5},    {"tie_word_embeddings", true}};
-  write_file_atomically(path, json.dump(2) + "\n");
+  return json.dump(2) + "\n";
+}
+
+void write_hf_gpt_config(const std::string& path, const GptConfig& config) {
+  write_file_atomically(path, hf_gpt_config_json(config));
 }
 
 std::optional<GptConfig> read_hf_gpt_config_beside(const std::string& weights_path) {
@@ -110,7 +114,7 @@ void load_gpt_parameters(const SafetensorsFile& file, const GptParameters& param
   }
 }
 
-void write_safetensors_f32(const std::string& path, const std::vector<NamedTensor>& tensors,
+void write_safetensors_f32(AtomicFileWriter& destination, const std::vector<NamedTensor>& tensors,
                            const std::map<std::string, std::string>& metadata) {
   std::vector<std::vector<float>> host;
   host.reserve(tensors.size());
@@ -120,11 +124,13 @@ void write_safetensors_f32(const std::string& path, const std::vector<NamedTenso
     writer.add(each.name, DType::f32, each.tensor->shape(), host.back().data());
   }
   for (const auto& [key, value] : metadata) writer.set_metadata(key, value);
-  writer.write(path);
+  writer.write(destination);
 }
 
 void save_gpt_parameters(const std::string& path, const GptParameters& parameters) {
-  write_safetensors_f32(path, parameters.named(), {{"format", "pt"}});
+  AtomicFileWriter writer(path);
+  write_safetensors_f32(writer, parameters.named(), {{"format", "pt"}});
+  writer.commit();
 }
 
 }  // namespace ferry

@@ -16,6 +16,7 @@ namespace ferry {
 // The shape in an HF config.json; throws naming the file and the missing or bad key.
 GptConfig read_hf_gpt_config(const std::string& path);
 void write_hf_gpt_config(const std::string& path, const GptConfig& config);
+std::string hf_gpt_config_json(const GptConfig& config);
 
 // config.json beside a weights file, when present.
 std::optional<GptConfig> read_hf_gpt_config_beside(const std::string& weights_path);
@@ -27,8 +28,8 @@ GptConfig infer_gpt_config(const SafetensorsFile& file, std::int64_t heads);
 // tensors and shapes that disagree are SafetensorsErrors naming the tensor.
 void load_gpt_parameters(const SafetensorsFile& file, const GptParameters& parameters);
 
-// Writes named tensors as F32 safetensors (bf16 widened), atomically, with string metadata.
-void write_safetensors_f32(const std::string& path, const std::vector<NamedTensor>& tensors,
+// Streams named tensors as F32 safetensors (bf16 widened) with string metadata; the caller commits.
+void write_safetensors_f32(AtomicFileWriter& writer, const std::vector<NamedTensor>& tensors,
                            const std::map<std::string, std::string>& metadata);
 
 // Writes the parameters with HF names as F32 (bf16 parameters are widened) to `path`, atomically.

@@ -52,6 +52,11 @@ void AtomicFileWriter::write(const void* data, std::size_t bytes) {
   }
 }
 
+void AtomicFileWriter::sync() {
+  if (fd_ < 0) throw FileError(temporary_path_, offset_, "sync after commit");
+  if (::fsync(fd_) != 0) throw FileError(temporary_path_, offset_, "fsync failed: " + describe_errno(errno));
+}
+
 void AtomicFileWriter::commit() {
   if (fd_ < 0) throw FileError(temporary_path_, offset_, "commit twice");
   if (::fsync(fd_) != 0) throw FileError(temporary_path_, offset_, "fsync failed: " + describe_errno(errno));

@@ -32,6 +32,8 @@ class AtomicFileWriter {
 
   void write(const void* data, std::size_t bytes);
   void write(std::string_view text) { write(text.data(), text.size()); }
+  // Makes the temporary file durable (fsync) without publishing it.
+  void sync();
   // Makes the file durable and visible under its final name.
   void commit();
   std::uint64_t bytes_written() const { return offset_; }

@@ -186,7 +186,7 @@ void SafetensorsWriter::add(std::string name, DType dtype, Shape shape, const vo
   items_.push_back(Item{std::move(name), dtype, std::move(shape), data});
 }
 
-void SafetensorsWriter::write(const std::string& path) const {
+void SafetensorsWriter::write(AtomicFileWriter& writer) const {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   std::uint64_t offset = 0;
@@ -199,12 +199,16 @@ void SafetensorsWriter::write(const std::string& path) const {
   text.append((8 - text.size() % 8) % 8, ' ');
   unsigned char length_bytes[8];
   for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>((text.size() >> (8 * i)) & 0xff);
-  AtomicFileWriter writer(path);
   writer.write(length_bytes, 8);
   writer.write(text);
   for (const auto& item : items_) {
     writer.write(item.data, static_cast<std::size_t>(shape_numel(item.shape)) * dtype_size(item.dtype));
   }
+}
+
+void SafetensorsWriter::write(const std::string& path) const {
+  AtomicFileWriter writer(path);
+  write(writer);
   writer.commit();
 }
 

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/core/atomic_file.h"
 #include "engine/core/dtype.h"
 #include "engine/core/tensor.h"
 
@@ -63,7 +64,10 @@ class SafetensorsWriter {
  public:
   void add(std::string name, DType dtype, Shape shape, const void* data);
   void set_metadata(std::string key, std::string value) { metadata_[std::move(key)] = std::move(value); }
+  // Writes `path` atomically.
   void write(const std::string& path) const;
+  // Streams into an open writer; the caller commits it (to publish several files together).
+  void write(AtomicFileWriter& writer) const;
 
  private:
   struct Item {

@@ -1,5 +1,6 @@
 #include "engine/train/checkpoint.h"
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -57,24 +58,32 @@ void save_checkpoint(const std::string& directory, const GptModel& model, const 
   std::error_code error;
   fs::create_directories(directory, error);
   if (error) throw CheckpointError("cannot create checkpoint directory '" + directory + "': " + error.message());
-  // The marker goes first, so a crash from here on leaves a checkpoint that says it is partial.
-  if (fs::exists(in(directory, kDoneFile))) {
-    fs::remove(in(directory, kDoneFile));
-    sync_directory(directory);
-  }
-  // Master weights (f32) under HF names: what --init-from and eval read back.
-  write_safetensors_f32(in(directory, kModelFile), optimizer.master_weights(), {{"format", "pt"}});
-  write_hf_gpt_config(in(directory, kConfigFile), model.config());
+  // Every file is written and fsynced under a temporary name first; only then does the old
+  // checkpoint lose its DONE marker and the new files take their names, DONE last. A crash while
+  // writing leaves the previous checkpoint intact; one during the renames leaves no DONE (partial).
+  AtomicFileWriter model_file(in(directory, kModelFile));
+  write_safetensors_f32(model_file, optimizer.master_weights(), {{"format", "pt"}});  // f32 master weights
+  AtomicFileWriter config_file(in(directory, kConfigFile));
+  config_file.write(hf_gpt_config_json(model.config()));
   std::vector<NamedTensor> moments;
   for (const OptimizerState& each : optimizer.states()) {
     moments.push_back({"exp_avg." + each.name, &each.first_moment});
     moments.push_back({"exp_avg_sq." + each.name, &each.second_moment});
   }
-  write_safetensors_f32(in(directory, kOptimizerFile), moments,
-                        {{"optimizer", "AdamW"}, {"steps", std::to_string(optimizer.steps_taken())}});
+  AtomicFileWriter optimizer_file(in(directory, kOptimizerFile));
+  write_safetensors_f32(optimizer_file, moments, {{"optimizer", "AdamW"}, {"steps", std::to_string(optimizer.steps_taken())}});
   const nlohmann::json trainer = {{"format_version", kFormatVersion}, {"step", state.step}, {"data_position", state.data_position},
                                   {"seed", state.seed}, {"optimizer_steps", optimizer.steps_taken()}, {"run", state.run}};
-  write_file_atomically(in(directory, kStateFile), trainer.dump(2) + "\n");
+  AtomicFileWriter state_file(in(directory, kStateFile));
+  state_file.write(trainer.dump(2) + "\n");
+  const std::array<AtomicFileWriter*, 4> files = {&model_file, &config_file, &optimizer_file, &state_file};
+  for (AtomicFileWriter* file : files) file->sync();
+
+  if (fs::exists(in(directory, kDoneFile))) {
+    fs::remove(in(directory, kDoneFile));
+    sync_directory(directory);
+  }
+  for (AtomicFileWriter* file : files) file->commit();
   write_file_atomically(in(directory, kDoneFile), "step " + std::to_string(state.step) + "\n");
 }
 

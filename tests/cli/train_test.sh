@@ -52,6 +52,13 @@ assert [s["loss"] for s in a["steps"][3:]] == [s["loss"] for s in b["steps"]], "
 assert b["steps"][0]["step"] == 4
 PY
 
+# The same for bf16 (bf16 parameters are the rounded f32 master weights the checkpoint holds).
+"${run[@]}" --precision bf16 --steps 4 --save "$work/bf16_straight" > /dev/null
+"${run[@]}" --precision bf16 --steps 2 --save "$work/bf16_resumed" > /dev/null
+"${run[@]}" --precision bf16 --steps 4 --resume "$work/bf16_resumed" --save "$work/bf16_resumed" > /dev/null
+cmp "$work/bf16_straight/model.safetensors" "$work/bf16_resumed/model.safetensors"
+cmp "$work/bf16_straight/optimizer.safetensors" "$work/bf16_resumed/optimizer.safetensors"
+
 # 3. Broken checkpoints and bad resumes are clear errors.
 cp -r "$work/resumed" "$work/partial" && rm "$work/partial/DONE"
 expect_error "partial" "${run[@]}" --steps 8 --resume "$work/partial"
