@@ -75,7 +75,7 @@ Tensor GptModel::embedding_forward(const Tensor& tokens, cpu::RandomKey key) {
   return out;
 }
 
-BlockActivations GptModel::block_forward(std::int64_t layer, const Tensor& input, cpu::RandomKey key) {
+BlockActivations GptModel::block_forward(std::int64_t layer, const Tensor& input, cpu::RandomKey key, ActivationKeep keep) {
   const GptBlockParameters& p = parameters_.blocks.at(static_cast<std::size_t>(layer));
   const std::int64_t B = input.size(0), T = input.size(1), C = config_.hidden, NH = config_.heads;
   const cpu::RandomKey keys = layer_key(key, layer);
@@ -114,7 +114,37 @@ BlockActivations GptModel::block_forward(std::int64_t layer, const Tensor& input
     a.output = activation({B, T, C}, layer_tag(layer, "output"));
     ops::residual_forward(a.output, a.residual, projection);
   }
+  if (keep == ActivationKeep::input_only) {
+    BlockActivations kept;
+    kept.input = std::move(a.input);
+    kept.output = std::move(a.output);
+    return kept;
+  }
+  if (keep == ActivationKeep::selective) {
+    a.att = Tensor();
+    a.gelu = Tensor();
+  }
   return a;
+}
+
+void GptModel::block_recompute(std::int64_t layer, BlockActivations& a, cpu::RandomKey key) {
+  if (!a.ln_1.defined()) {  // kept its input only: the whole forward again
+    const Tensor input = a.input;
+    a = block_forward(layer, input, key, ActivationKeep::all);
+    a.output = Tensor();  // the next block's input, not needed by this backward
+    return;
+  }
+  const std::int64_t B = a.input.size(0), T = a.input.size(1), C = config_.hidden, NH = config_.heads;
+  if (!a.att.defined()) {
+    a.att = activation({B, NH, T, T}, layer_tag(layer, "attn.att"));
+    const Tensor discarded = activation({B, T, C}, layer_tag(layer, "attn.out.recompute"));
+    const float attention_dropout = training_ ? dropout_.attention : 0.0f;
+    ops::attention_forward(discarded, a.att, a.qkv, NH, attention_dropout, layer_key(key, layer).derive(kAttentionDropout));
+  }
+  if (!a.gelu.defined()) {
+    a.gelu = activation({B, T, 4 * C}, layer_tag(layer, "mlp.gelu"));
+    ops::gelu_forward(a.gelu, a.fc);
+  }
 }
 
 double GptModel::head_forward(const Tensor& input, const Tensor& targets, float dloss, const Tensor& input_gradient) {
@@ -154,6 +184,7 @@ double GptModel::head_forward(const Tensor& input, const Tensor& targets, float 
 }
 
 Tensor GptModel::block_backward(std::int64_t layer, BlockActivations a, Tensor output_gradient, cpu::RandomKey key) {
+  block_recompute(layer, a, key);
   const GptBlockParameters& p = parameters_.blocks.at(static_cast<std::size_t>(layer));
   const GptBlockParameters& g = gradients_.blocks.at(static_cast<std::size_t>(layer));
   const std::int64_t B = a.input.size(0), T = a.input.size(1), C = config_.hidden, NH = config_.heads;
@@ -213,14 +244,19 @@ void GptModel::embedding_backward(const Tensor& tokens, const Tensor& output_gra
   ops::encoder_backward(gradients_.wte, gradients_.wpe, gradient, tokens);
 }
 
-double GptModel::train_micro_batch(const Tensor& tokens, const Tensor& targets, const MicroBatchKey& micro_batch, float dloss) {
+double GptModel::train_micro_batch(const Tensor& tokens, const Tensor& targets, const MicroBatchKey& micro_batch, float dloss,
+                                   const std::vector<ActivationKeep>& keep) {
+  if (!keep.empty() && static_cast<std::int64_t>(keep.size()) != config_.layers) {
+    throw std::invalid_argument("a recompute policy for " + std::to_string(keep.size()) + " blocks given to a model of " +
+                                std::to_string(config_.layers));
+  }
   const cpu::RandomKey key = micro_batch.key();
   const std::int64_t tokens_count = tokens.numel();
   std::vector<BlockActivations> saved;
   saved.reserve(static_cast<std::size_t>(config_.layers));
   Tensor x = embedding_forward(tokens, key);
   for (std::int64_t layer = 0; layer < config_.layers; ++layer) {
-    saved.push_back(block_forward(layer, x, key));
+    saved.push_back(block_forward(layer, x, key, keep.empty() ? ActivationKeep::all : keep[static_cast<std::size_t>(layer)]));
     x = saved.back().output;
   }
   Tensor gradient = Tensor::empty(*device_, x.shape(), DType::f32, MemoryCategory::workspace, "residual.grad");

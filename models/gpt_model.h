@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/core/tensor.h"
 #include "models/gpt_config.h"
@@ -18,7 +19,12 @@ struct GptDropout {
   float residual = 0.0f;
 };
 
-// What a block's backward needs from its forward.
+// What a block's forward keeps for its backward (the recompute mechanism; schedule/ decides per block):
+// all; selective (drops the attention probabilities att and the GELU output, recomputed from qkv and
+// the GELU input); input_only (full recompute: the block's forward runs again in backward).
+enum class ActivationKeep : std::uint8_t { all, selective, input_only };
+
+// What a block's backward needs from its forward (fields a policy dropped are undefined).
 struct BlockActivations {
   Tensor input;                       // [B, T, C], the previous block's output
   Tensor ln_1, ln_1_mean, ln_1_rstd;  // [B, T, C], [B, T], [B, T]
@@ -54,7 +60,11 @@ class GptModel {
 
   // Layers, one at a time. tokens and targets are i32 [B, T] on the device.
   Tensor embedding_forward(const Tensor& tokens, cpu::RandomKey key);
-  BlockActivations block_forward(std::int64_t layer, const Tensor& input, cpu::RandomKey key);
+  BlockActivations block_forward(std::int64_t layer, const Tensor& input, cpu::RandomKey key,
+                                 ActivationKeep keep = ActivationKeep::all);
+  // Recomputes what block_forward dropped, with the same key (so the same dropout masks): the
+  // activations become exactly those of keep = all.
+  void block_recompute(std::int64_t layer, BlockActivations& activations, cpu::RandomKey key);
   // Final LayerNorm, tied LM head and cross-entropy over [B, T]. Returns the sum of token losses; when
   // `input_gradient` is defined ([B, T, C] f32) it receives d(sum loss * dloss)/d input and the head's
   // parameter gradients accumulate. Logits are computed in row chunks and never held whole.
@@ -64,8 +74,9 @@ class GptModel {
   void embedding_backward(const Tensor& tokens, const Tensor& output_gradient, cpu::RandomKey key);
 
   // A whole micro-batch: forward, loss, backward with gradients scaled by dloss (accumulating).
-  // Returns the mean token loss.
-  double train_micro_batch(const Tensor& tokens, const Tensor& targets, const MicroBatchKey& key, float dloss);
+  // keep[layer] says what each block keeps (empty: all). Returns the mean token loss.
+  double train_micro_batch(const Tensor& tokens, const Tensor& targets, const MicroBatchKey& key, float dloss,
+                           const std::vector<ActivationKeep>& keep = {});
   // Mean token loss, no gradients, no dropout.
   double evaluate(const Tensor& tokens, const Tensor& targets);
 

@@ -124,7 +124,7 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--dropout", o.dropout, "Dropout probability for embeddings, attention and residuals (default 0)");
   train->add_option("--threads", o.threads, "Compute threads (0: all cores)");
   train->add_option("--log-every", o.log_every, "Print a progress line every N steps when not on a terminal");
-  train->add_option("--checkpointing", o.checkpointing, "Activation recompute: none (recompute arrives with its own issue)");
+  train->add_option("--checkpointing", o.checkpointing, "Activation recompute: none | full | selective | every:K | auto (least recompute that fits --device-memory)");
   train->add_option("--offload-optimizer", o.offload_optimizer, "Optimizer offload: none (offload arrives with its own issue)");
   return train;
 }

@@ -13,6 +13,7 @@
 #include "engine/train/progress.h"
 #include "engine/train/summary_file.h"
 #include "engine/train/token_data.h"
+#include "engine/train/training_step.h"
 #include "models/adamw_optimizer.h"
 #include "models/gpt_model.h"
 #include "models/gpt_weights.h"
@@ -54,9 +55,6 @@ void validate(const TrainOptions& o) {
   if (!(o.grad_clip >= 0)) throw std::invalid_argument("--grad-clip must be >= 0 (0 disables clipping)");
   if (!(o.weight_decay >= 0)) throw std::invalid_argument("--weight-decay must be >= 0");
   if (!(o.eps > 0)) throw std::invalid_argument("--eps must be positive");
-  if (o.checkpointing != "none") {
-    throw std::invalid_argument("--checkpointing " + o.checkpointing + " is not available yet (activation recompute has its own issue); use none");
-  }
   if (o.offload_optimizer != "none") {
     throw std::invalid_argument("--offload-optimizer " + o.offload_optimizer + " is not available yet (ZeRO-Offload has its own issue); use none");
   }
@@ -140,7 +138,24 @@ nlohmann::json run_training(const TrainOptions& o) {
   check_vocabulary(data, config);
   DataLoader loader(data, o.batch, sequence, o.shuffle, o.seed);
 
-  GptModel model(*device, config, dtype, GptDropout{o.dropout, o.dropout, o.dropout});
+  const GptDropout dropout{o.dropout, o.dropout, o.dropout};
+  const StepSettings settings{o.batch, sequence, o.grad_accum, o.seed, o.grad_clip};
+  RecomputePolicy policy = RecomputePolicy::parse(o.checkpointing);
+  if (policy.kind == RecomputeKind::automatic) {
+    const PolicyChoice choice = choose_recompute_policy(config, dtype, dropout, data, settings,
+                                                        AllocatorConfig::from_environment(), device->memory_limit());
+    if (!choice.fits) {
+      throw std::invalid_argument("--checkpointing auto: no recompute policy fits --device-memory " + format_bytes(device->memory_limit()) +
+                                  "; the smallest, " + choice.policy.name() + ", needs " +
+                                  format_bytes(static_cast<std::size_t>(choice.dry_run.peak_reserved)) +
+                                  " (raise --device-memory, lower --batch or --seq)");
+    }
+    policy = choice.policy;
+    std::printf("  checkpointing auto: %s (dry run: peak reserved %s of %s)\n", policy.name().c_str(),
+                format_bytes(static_cast<std::size_t>(choice.dry_run.peak_reserved)).c_str(), format_bytes(device->memory_limit()).c_str());
+  }
+  const std::vector<ActivationKeep> keeps = activation_keeps(policy, config.layers);
+  GptModel model(*device, config, dtype, dropout);
   if (!o.init_from.empty() && o.resume.empty()) {
     load_gpt_parameters(SafetensorsFile(o.init_from), model.parameters());
   } else {
@@ -180,29 +195,14 @@ nlohmann::json run_training(const TrainOptions& o) {
   nlohmann::json steps = nlohmann::json::array();
   std::vector<double> throughputs;
   std::vector<double> step_seconds;
-  std::vector<std::int32_t> inputs, targets;
   const double tokens_per_step = static_cast<double>(o.batch * sequence * o.grad_accum);
   double last_loss = std::nan("");
   for (std::int64_t step = first_step; step < o.steps; ++step) {
     const auto start = Clock::now();
-    model.zero_gradients();
-    double loss = 0;
-    for (std::int64_t micro = 0; micro < o.grad_accum; ++micro) {
-      loader.next(inputs, targets);
-      const Tensor input_tokens = device_tokens(*device, inputs, o.batch, sequence, "tokens");
-      const Tensor target_tokens = device_tokens(*device, targets, o.batch, sequence, "targets");
-      const MicroBatchKey key{o.seed, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(micro)};
-      loss += model.train_micro_batch(input_tokens, target_tokens, key, 1.0f / static_cast<float>(o.grad_accum));
-    }
-    loss /= static_cast<double>(o.grad_accum);
-    if (!device->has_storage()) loss = std::nan("");  // a dry run computes no values (null in the summary)
-    if (device->has_storage() && !std::isfinite(loss)) {
-      throw std::runtime_error("the loss became " + std::to_string(loss) + " at step " + std::to_string(step + 1) +
-                               "; lower --lr or enable --grad-clip (nothing was saved from this step)");
-    }
-    const double norm = optimizer.gradient_norm();
     const double learning_rate = schedule.at(step);
-    optimizer.step(static_cast<float>(learning_rate), clip_scale(norm, o.grad_clip));
+    const StepResult result = run_training_step(*device, model, optimizer, loader, settings, step, learning_rate, keeps);
+    const double loss = result.loss;
+    const double norm = result.gradient_norm;
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     const double throughput = tokens_per_step / seconds;
     step_seconds.push_back(seconds);
@@ -228,7 +228,7 @@ nlohmann::json run_training(const TrainOptions& o) {
                  {"heads", config.heads}, {"vocab", config.vocab}, {"max_sequence", config.max_sequence}}},
       {"run", {{"device", std::string(device_kind_name(device->kind()))}, {"device_memory_limit", device->memory_limit()},
                {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum},
-               {"steps", o.steps}, {"first_step", first_step + 1}, {"checkpointing", o.checkpointing},
+               {"steps", o.steps}, {"first_step", first_step + 1}, {"checkpointing", policy.name()}, {"checkpointing_requested", o.checkpointing},
                {"offload_optimizer", o.offload_optimizer}, {"data", data.name()}, {"shuffle", o.shuffle}, {"seed", o.seed},
                {"lr", o.lr}, {"lr_schedule", o.lr_schedule}, {"threads", cpu::compute_threads()}, {"blas_kernels", cpu::blas_core_name()},
                {"dry_run", !device->has_storage()}}},

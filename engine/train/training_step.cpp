@@ -1,0 +1,88 @@
+#include "engine/train/training_step.h"
+
+#include <cmath>
+#include <limits>
+
+namespace ferry {
+namespace {
+
+Tensor device_tokens(Device& device, const std::vector<std::int32_t>& values, std::int64_t batch, std::int64_t sequence,
+                     const char* tag) {
+  Tensor tensor = Tensor::empty(device, {batch, sequence}, DType::i32, MemoryCategory::activations, tag);
+  tensor.copy_from_host(values.data());
+  return tensor;
+}
+
+// Far beyond any model: a dry run measures, it does not enforce a limit.
+constexpr std::size_t kDryRunCapacity = std::size_t{1} << 52;
+
+}  // namespace
+
+std::vector<ActivationKeep> activation_keeps(const RecomputePolicy& policy, std::int64_t layers) {
+  std::vector<ActivationKeep> keeps;
+  for (BlockRecompute block : policy.plan(layers)) {
+    keeps.push_back(block == BlockRecompute::full        ? ActivationKeep::input_only
+                    : block == BlockRecompute::selective ? ActivationKeep::selective
+                                                         : ActivationKeep::all);
+  }
+  return keeps;
+}
+
+StepResult run_training_step(Device& device, GptModel& model, AdamWOptimizer& optimizer, DataLoader& loader,
+                             const StepSettings& settings, std::int64_t step, double learning_rate,
+                             const std::vector<ActivationKeep>& keeps) {
+  model.zero_gradients();
+  std::vector<std::int32_t> inputs, targets;
+  StepResult result;
+  for (std::int64_t micro = 0; micro < settings.grad_accum; ++micro) {
+    loader.next(inputs, targets);
+    const Tensor input_tokens = device_tokens(device, inputs, settings.batch, settings.sequence, "tokens");
+    const Tensor target_tokens = device_tokens(device, targets, settings.batch, settings.sequence, "targets");
+    const MicroBatchKey key{settings.seed, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(micro)};
+    result.loss += model.train_micro_batch(input_tokens, target_tokens, key, 1.0f / static_cast<float>(settings.grad_accum), keeps);
+  }
+  result.loss /= static_cast<double>(settings.grad_accum);
+  if (!device.has_storage()) result.loss = std::nan("");  // a dry run computes no values
+  if (device.has_storage() && !std::isfinite(result.loss)) {
+    throw std::runtime_error("the loss became " + std::to_string(result.loss) + " at step " + std::to_string(step + 1) +
+                             "; lower --lr or enable --grad-clip (nothing was saved from this step)");
+  }
+  result.gradient_norm = optimizer.gradient_norm();
+  optimizer.step(static_cast<float>(learning_rate), clip_scale(result.gradient_norm, settings.grad_clip));
+  return result;
+}
+
+DryRun dry_run_step(const GptConfig& config, DType dtype, const GptDropout& dropout, const TokenDataset& data,
+                    const StepSettings& settings, const RecomputePolicy& policy, const AllocatorConfig& allocator_config) {
+  DeviceOptions options;
+  options.kind = DeviceKind::meta;
+  options.memory_limit = kDryRunCapacity;
+  options.allocator_config = allocator_config;
+  const std::unique_ptr<Device> device = create_device(options);
+  {
+    GptModel model(*device, config, dtype, dropout);
+    AdamWOptimizer optimizer(model.parameters(), model.gradients(), {});
+    DataLoader loader(data, settings.batch, settings.sequence, false, settings.seed);
+    run_training_step(*device, model, optimizer, loader, settings, 0, 1e-3, activation_keeps(policy, config.layers));
+  }
+  DryRun result;
+  result.statistics = device->allocator().statistics();
+  result.peak_allocated = result.statistics.allocated_bytes.all().peak;
+  result.peak_reserved = result.statistics.reserved_bytes.all().peak;
+  return result;
+}
+
+PolicyChoice choose_recompute_policy(const GptConfig& config, DType dtype, const GptDropout& dropout, const TokenDataset& data,
+                                     const StepSettings& settings, const AllocatorConfig& allocator_config,
+                                     std::size_t memory_limit) {
+  PolicyChoice smallest;
+  smallest.dry_run.peak_reserved = std::numeric_limits<std::int64_t>::max();
+  for (const RecomputePolicy& candidate : recompute_candidates(config.layers)) {
+    const DryRun dry_run = dry_run_step(config, dtype, dropout, data, settings, candidate, allocator_config);
+    if (dry_run.peak_reserved <= static_cast<std::int64_t>(memory_limit)) return {candidate, dry_run, true};
+    if (dry_run.peak_reserved < smallest.dry_run.peak_reserved) smallest = {candidate, dry_run, false};
+  }
+  return smallest;
+}
+
+}  // namespace ferry

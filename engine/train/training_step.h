@@ -1,0 +1,59 @@
+// One optimizer step (grad-accum micro-batches through the model with a recompute plan, global-norm
+// clipping, AdamW) and the dry run built on it: the same step on a meta device, which makes the same
+// allocations without memory or compute. The auto recompute policy is chosen by dry runs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/core/device.h"
+#include "engine/train/token_data.h"
+#include "models/adamw_optimizer.h"
+#include "models/gpt_model.h"
+#include "schedule/recompute_policy.h"
+
+namespace ferry {
+
+struct StepSettings {
+  std::int64_t batch = 1;
+  std::int64_t sequence = 1;
+  std::int64_t grad_accum = 1;
+  std::uint64_t seed = 0;
+  double grad_clip = 0;
+};
+
+struct StepResult {
+  double loss = 0;  // mean over the step's micro-batches (NaN on meta)
+  double gradient_norm = 0;
+};
+
+// The model's per-block keep list for a recompute plan.
+std::vector<ActivationKeep> activation_keeps(const RecomputePolicy& policy, std::int64_t layers);
+
+StepResult run_training_step(Device& device, GptModel& model, AdamWOptimizer& optimizer, DataLoader& loader,
+                             const StepSettings& settings, std::int64_t step, double learning_rate,
+                             const std::vector<ActivationKeep>& keeps);
+
+struct DryRun {
+  std::int64_t peak_allocated = 0;
+  std::int64_t peak_reserved = 0;
+  AllocatorStatistics statistics;
+};
+
+// One training step of `config` under `policy` on a meta device with `allocator_config`.
+DryRun dry_run_step(const GptConfig& config, DType dtype, const GptDropout& dropout, const TokenDataset& data,
+                    const StepSettings& settings, const RecomputePolicy& policy, const AllocatorConfig& allocator_config);
+
+struct PolicyChoice {
+  RecomputePolicy policy;
+  DryRun dry_run;
+  bool fits = false;
+};
+
+// The candidate with the least recompute whose dry-run peak reserved fits `memory_limit`; when none
+// fits, the one with the smallest peak and fits = false.
+PolicyChoice choose_recompute_policy(const GptConfig& config, DType dtype, const GptDropout& dropout, const TokenDataset& data,
+                                     const StepSettings& settings, const AllocatorConfig& allocator_config,
+                                     std::size_t memory_limit);
+
+}  // namespace ferry

@@ -1,0 +1,32 @@
+// Activation recompute policies: which blocks keep everything, which drop the attention probabilities
+// and the GELU output (selective), and which keep only their input (full). A policy is a per-block
+// plan; the trainer hands it to the model, which does the keeping and the recomputing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ferry {
+
+enum class RecomputeKind : std::uint8_t { none, full, selective, every, automatic };
+// What one block recomputes in backward.
+enum class BlockRecompute : std::uint8_t { none, selective, full };
+
+struct RecomputePolicy {
+  RecomputeKind kind = RecomputeKind::none;
+  std::int64_t every = 0;  // every:K: full recompute on every K-th block (blocks K-1, 2K-1, ...)
+
+  // "none", "full", "selective", "every:K", "auto"; throws std::invalid_argument naming the choices.
+  static RecomputePolicy parse(std::string_view text);
+  std::string name() const;
+  // The plan for `layers` blocks (auto must be resolved to another policy first).
+  std::vector<BlockRecompute> plan(std::int64_t layers) const;
+};
+
+// The policies auto chooses among, least recompute first: none, selective, every:K (K from layers
+// down to 2), full.
+std::vector<RecomputePolicy> recompute_candidates(std::int64_t layers);
+
+}  // namespace ferry
