@@ -44,7 +44,13 @@ std::vector<BlockRecompute> RecomputePolicy::plan(std::int64_t layers) const {
 
 std::vector<RecomputePolicy> recompute_candidates(std::int64_t layers) {
   std::vector<RecomputePolicy> candidates{{RecomputeKind::none, 0}, {RecomputeKind::selective, 0}};
-  for (std::int64_t every = layers; every >= 2; --every) candidates.push_back({RecomputeKind::every, every});
+  // every:K recomputes layers / K blocks; of the K giving the same count only the largest is tried.
+  std::int64_t previous_count = 0;
+  for (std::int64_t every = layers; every >= 2; --every) {
+    if (layers / every == previous_count) continue;
+    previous_count = layers / every;
+    candidates.push_back({RecomputeKind::every, every});
+  }
   candidates.push_back({RecomputeKind::full, 0});
   return candidates;
 }

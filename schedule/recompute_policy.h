@@ -26,7 +26,7 @@ struct RecomputePolicy {
 };
 
 // The policies auto chooses among, least recompute first: none, selective, every:K (K from layers
-// down to 2), full.
+// down to 2, one K per number of recomputed blocks), full.
 std::vector<RecomputePolicy> recompute_candidates(std::int64_t layers);
 
 }  // namespace ferry

@@ -1,0 +1,152 @@
+// Activation recompute: every policy gives bitwise the gradients of no recompute (dropout on), a
+// recompute with another RNG key does not (so the equality can fail), each block keeps exactly the
+// bytes models/activation_memory.h says, and the meta device predicts the cpu peaks under every policy.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "models/activation_memory.h"
+#include "models/gpt_model.h"
+#include "schedule/recompute_policy.h"
+
+namespace ferry {
+namespace {
+
+constexpr std::int64_t B = 2, T = 6;
+
+GptConfig config() { return GptConfig{"recompute-test", 3, 16, 2, 13, 8}; }
+
+Tensor tokens(Device& device, std::uint64_t seed) {
+  std::mt19937_64 generator(seed);
+  std::vector<std::int32_t> values(B * T);
+  for (auto& value : values) value = static_cast<std::int32_t>(generator() % 13);
+  Tensor tensor = Tensor::empty(device, {B, T}, DType::i32, MemoryCategory::activations, "tokens");
+  tensor.copy_from_host(values.data());
+  return tensor;
+}
+
+std::vector<ActivationKeep> keeps_of(const RecomputePolicy& policy, std::int64_t layers) {
+  std::vector<ActivationKeep> keeps;
+  for (BlockRecompute block : policy.plan(layers)) {
+    keeps.push_back(block == BlockRecompute::full ? ActivationKeep::input_only
+                    : block == BlockRecompute::selective ? ActivationKeep::selective : ActivationKeep::all);
+  }
+  return keeps;
+}
+
+struct TrainingRun {
+  double loss;
+  std::vector<float> gradients;
+};
+
+TrainingRun train(const std::vector<ActivationKeep>& keeps, DType dtype = DType::f32) {
+  auto device = create_device(DeviceOptions{});
+  GptModel model(*device, config(), dtype, GptDropout{0.1f, 0.2f, 0.1f});
+  initialize_gpt_parameters(model.parameters(), config(), 3);
+  model.zero_gradients();
+  TrainingRun run;
+  run.loss = model.train_micro_batch(tokens(*device, 1), tokens(*device, 2), MicroBatchKey{9, 4, 1}, 1.0f, keeps);
+  for (const NamedTensor& each : model.gradients().named()) {
+    const std::vector<float> values = copy_to_host_f32(*each.tensor);
+    run.gradients.insert(run.gradients.end(), values.begin(), values.end());
+  }
+  return run;
+}
+
+TEST(Recompute, EveryPolicyGivesBitwiseTheGradientsOfNone) {
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    const TrainingRun reference = train({}, dtype);
+    for (const char* name : {"full", "selective", "every:2", "every:1", "every:3", "none"}) {
+      const TrainingRun run = train(keeps_of(RecomputePolicy::parse(name), config().layers), dtype);
+      EXPECT_EQ(run.loss, reference.loss) << name;
+      EXPECT_EQ(run.gradients, reference.gradients) << name << " " << dtype_name(dtype);
+    }
+  }
+}
+
+TEST(Recompute, ARecomputeWithAnotherKeyGivesOtherGradients) {
+  // The oracle above can fail: recompute a block under a different RNG key and the dropout masks differ.
+  auto device = create_device(DeviceOptions{});
+  GptModel model(*device, config(), DType::f32, GptDropout{0.0f, 0.3f, 0.3f});
+  initialize_gpt_parameters(model.parameters(), config(), 3);
+  const Tensor input = model.embedding_forward(tokens(*device, 1), cpu::RandomKey{1});
+  auto gradient_of_input = [&](cpu::RandomKey forward_key, cpu::RandomKey backward_key, ActivationKeep keep) {
+    model.zero_gradients();
+    BlockActivations activations = model.block_forward(0, input, forward_key, keep);
+    Tensor output_gradient = Tensor::empty(*device, input.shape(), DType::f32, MemoryCategory::workspace);
+    std::vector<float> ones(static_cast<std::size_t>(input.numel()), 1.0f);
+    output_gradient.copy_from_host(ones.data());
+    return copy_to_host_f32(model.block_backward(0, std::move(activations), output_gradient, backward_key));
+  };
+  const cpu::RandomKey key{77}, other{78};
+  EXPECT_EQ(gradient_of_input(key, key, ActivationKeep::input_only), gradient_of_input(key, key, ActivationKeep::all));
+  EXPECT_NE(gradient_of_input(key, other, ActivationKeep::input_only), gradient_of_input(key, key, ActivationKeep::all));
+  EXPECT_NE(gradient_of_input(key, other, ActivationKeep::selective), gradient_of_input(key, key, ActivationKeep::all));
+}
+
+TEST(Recompute, EachBlockKeepsExactlyTheBytesOfTheFormula) {
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (ActivationKeep keep : {ActivationKeep::all, ActivationKeep::selective, ActivationKeep::input_only}) {
+      auto device = create_device(DeviceOptions{});
+      GptModel model(*device, config(), dtype);
+      const Tensor input = model.embedding_forward(tokens(*device, 1), cpu::RandomKey{});
+      auto activation_bytes = [&] {
+        return device->allocator().statistics().category_requested_bytes[category_index(MemoryCategory::activations)].current;
+      };
+      const std::int64_t before = activation_bytes();
+      const BlockActivations kept = model.block_forward(1, input, cpu::RandomKey{}, keep);
+      EXPECT_EQ(activation_bytes() - before,
+                block_activation_bytes(config(), B, T, static_cast<std::int64_t>(dtype_size(dtype)), keep))
+          << dtype_name(dtype) << " keep " << static_cast<int>(keep);
+    }
+  }
+}
+
+TEST(Recompute, MetaPredictsTheCpuPeaksUnderEveryPolicy) {
+  for (const char* name : {"none", "full", "selective", "every:2"}) {
+    std::int64_t peaks[2][2] = {};
+    int index = 0;
+    for (DeviceKind kind : {DeviceKind::cpu, DeviceKind::meta}) {
+      DeviceOptions options;
+      options.kind = kind;
+      options.memory_limit = std::size_t{1} << 30;
+      auto device = create_device(options);
+      GptModel model(*device, config(), DType::f32, GptDropout{0.1f, 0.1f, 0.1f});
+      model.zero_gradients();
+      model.train_micro_batch(tokens(*device, 1), tokens(*device, 2), MicroBatchKey{}, 1.0f,
+                              keeps_of(RecomputePolicy::parse(name), config().layers));
+      const AllocatorStatistics stats = device->allocator().statistics();
+      peaks[index][0] = stats.allocated_bytes.all().peak;
+      peaks[index][1] = stats.reserved_bytes.all().peak;
+      ++index;
+    }
+    EXPECT_EQ(peaks[0][0], peaks[1][0]) << name;
+    EXPECT_EQ(peaks[0][1], peaks[1][1]) << name;
+  }
+}
+
+TEST(Recompute, PoliciesParseAndPlan) {
+  EXPECT_EQ(RecomputePolicy::parse("every:2").plan(5),
+            (std::vector<BlockRecompute>{BlockRecompute::none, BlockRecompute::full, BlockRecompute::none, BlockRecompute::full,
+                                         BlockRecompute::none}));
+  EXPECT_EQ(RecomputePolicy::parse("selective").name(), "selective");
+  EXPECT_THROW(RecomputePolicy::parse("every:0"), std::invalid_argument);
+  EXPECT_THROW(RecomputePolicy::parse("partial"), std::invalid_argument);
+  EXPECT_THROW(RecomputePolicy::parse("auto").plan(2), std::logic_error);
+  const auto candidates = recompute_candidates(4);
+  EXPECT_EQ(candidates.front().name(), "none");
+  EXPECT_EQ(candidates[1].name(), "selective");
+  EXPECT_EQ(candidates[2].name(), "every:4");
+  EXPECT_EQ(candidates.back().name(), "full");
+  // Recompute cost grows along the candidate list.
+  double previous = -1;
+  for (const RecomputePolicy& candidate : candidates) {
+    double flops = 0;
+    for (ActivationKeep keep : keeps_of(candidate, 4)) flops += block_recompute_flops(config(), B, T, keep);
+    EXPECT_GT(flops, previous) << candidate.name();
+    previous = flops;
+  }
+}
+
+}  // namespace
+}  // namespace ferry
