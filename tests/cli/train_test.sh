@@ -59,6 +59,21 @@ PY
 cmp "$work/bf16_straight/model.safetensors" "$work/bf16_resumed/model.safetensors"
 cmp "$work/bf16_straight/optimizer.safetensors" "$work/bf16_resumed/optimizer.safetensors"
 
+# Recompute policies give the same losses as none (dropout on); auto picks the least recompute that fits.
+for policy in full selective every:2; do
+  "${run[@]}" --steps 2 --checkpointing "$policy" --summary "$work/policy.json" > /dev/null
+  /usr/bin/python3 - "$work/straight.json" "$work/policy.json" "$policy" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert [s["loss"] for s in a["steps"][:2]] == [s["loss"] for s in b["steps"]], sys.argv[3]
+assert b["run"]["checkpointing"] == sys.argv[3]
+PY
+done
+"$ferry" train "${tiny[@]}" --steps 1 --checkpointing auto --device-memory 1GiB > "$work/auto.txt"
+grep -q "checkpointing auto: none" "$work/auto.txt"
+expect_error "no recompute policy fits --device-memory" "$ferry" train "${tiny[@]}" --steps 1 --checkpointing auto --device-memory 1MiB
+expect_error "not one of none, full, selective" "$ferry" train "${tiny[@]}" --steps 1 --checkpointing some
+
 # 3. Broken checkpoints and bad resumes are clear errors.
 cp -r "$work/resumed" "$work/partial" && rm "$work/partial/DONE"
 expect_error "partial" "${run[@]}" --steps 8 --resume "$work/partial"
