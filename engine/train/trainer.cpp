@@ -72,12 +72,6 @@ void check_vocabulary(const TokenDataset& data, const GptConfig& config) {
   }
 }
 
-Tensor device_tokens(Device& device, const std::vector<std::int32_t>& values, std::int64_t batch, std::int64_t sequence, const char* tag) {
-  Tensor tensor = Tensor::empty(device, {batch, sequence}, DType::i32, MemoryCategory::activations, tag);
-  tensor.copy_from_host(values.data());
-  return tensor;
-}
-
 double median(std::vector<double> values) {
   if (values.empty()) return 0.0;
   std::sort(values.begin(), values.end());
@@ -234,7 +228,7 @@ nlohmann::json run_training(const TrainOptions& o) {
                {"dry_run", !device->has_storage()}}},
       {"steps", steps},
       {"final_loss", steps.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_loss)},
-      {"tokens_per_second", median(throughputs.empty() ? std::vector<double>{} : throughputs)},
+      {"tokens_per_second", median(throughputs)},
       {"memory", memory_summary(*device)},
   };
   if (throughputs.empty() && !step_seconds.empty()) summary["tokens_per_second"] = tokens_per_step / step_seconds.front();

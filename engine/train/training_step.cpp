@@ -6,17 +6,17 @@
 namespace ferry {
 namespace {
 
+// Far beyond any model: a dry run measures, it does not enforce a limit.
+constexpr std::size_t kDryRunCapacity = std::size_t{1} << 52;
+
+}  // namespace
+
 Tensor device_tokens(Device& device, const std::vector<std::int32_t>& values, std::int64_t batch, std::int64_t sequence,
                      const char* tag) {
   Tensor tensor = Tensor::empty(device, {batch, sequence}, DType::i32, MemoryCategory::activations, tag);
   tensor.copy_from_host(values.data());
   return tensor;
 }
-
-// Far beyond any model: a dry run measures, it does not enforce a limit.
-constexpr std::size_t kDryRunCapacity = std::size_t{1} << 52;
-
-}  // namespace
 
 std::vector<ActivationKeep> activation_keeps(const RecomputePolicy& policy, std::int64_t layers) {
   std::vector<ActivationKeep> keeps;

@@ -27,6 +27,10 @@ struct StepResult {
   double gradient_norm = 0;
 };
 
+// Token ids [batch, sequence] as an i32 tensor on the device (category activations).
+Tensor device_tokens(Device& device, const std::vector<std::int32_t>& values, std::int64_t batch, std::int64_t sequence,
+                     const char* tag);
+
 // The model's per-block keep list for a recompute plan.
 std::vector<ActivationKeep> activation_keeps(const RecomputePolicy& policy, std::int64_t layers);
 

@@ -7,6 +7,7 @@
 
 #include "models/activation_memory.h"
 #include "models/gpt_model.h"
+#include "engine/train/training_step.h"
 #include "schedule/recompute_policy.h"
 
 namespace ferry {
@@ -23,15 +24,6 @@ Tensor tokens(Device& device, std::uint64_t seed) {
   Tensor tensor = Tensor::empty(device, {B, T}, DType::i32, MemoryCategory::activations, "tokens");
   tensor.copy_from_host(values.data());
   return tensor;
-}
-
-std::vector<ActivationKeep> keeps_of(const RecomputePolicy& policy, std::int64_t layers) {
-  std::vector<ActivationKeep> keeps;
-  for (BlockRecompute block : policy.plan(layers)) {
-    keeps.push_back(block == BlockRecompute::full ? ActivationKeep::input_only
-                    : block == BlockRecompute::selective ? ActivationKeep::selective : ActivationKeep::all);
-  }
-  return keeps;
 }
 
 struct TrainingRun {
@@ -57,7 +49,7 @@ TEST(Recompute, EveryPolicyGivesBitwiseTheGradientsOfNone) {
   for (DType dtype : {DType::f32, DType::bf16}) {
     const TrainingRun reference = train({}, dtype);
     for (const char* name : {"full", "selective", "every:2", "every:1", "every:3", "none"}) {
-      const TrainingRun run = train(keeps_of(RecomputePolicy::parse(name), config().layers), dtype);
+      const TrainingRun run = train(activation_keeps(RecomputePolicy::parse(name), config().layers), dtype);
       EXPECT_EQ(run.loss, reference.loss) << name;
       EXPECT_EQ(run.gradients, reference.gradients) << name << " " << dtype_name(dtype);
     }
@@ -114,7 +106,7 @@ TEST(Recompute, MetaPredictsTheCpuPeaksUnderEveryPolicy) {
       GptModel model(*device, config(), DType::f32, GptDropout{0.1f, 0.1f, 0.1f});
       model.zero_gradients();
       model.train_micro_batch(tokens(*device, 1), tokens(*device, 2), MicroBatchKey{}, 1.0f,
-                              keeps_of(RecomputePolicy::parse(name), config().layers));
+                              activation_keeps(RecomputePolicy::parse(name), config().layers));
       const AllocatorStatistics stats = device->allocator().statistics();
       peaks[index][0] = stats.allocated_bytes.all().peak;
       peaks[index][1] = stats.reserved_bytes.all().peak;
@@ -142,7 +134,7 @@ TEST(Recompute, PoliciesParseAndPlan) {
   double previous = -1;
   for (const RecomputePolicy& candidate : candidates) {
     double flops = 0;
-    for (ActivationKeep keep : keeps_of(candidate, 4)) flops += block_recompute_flops(config(), B, T, keep);
+    for (ActivationKeep keep : activation_keeps(candidate, 4)) flops += block_recompute_flops(config(), B, T, keep);
     EXPECT_GT(flops, previous) << candidate.name();
     previous = flops;
   }

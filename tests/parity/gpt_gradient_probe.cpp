@@ -7,6 +7,7 @@
 
 #include "engine/core/safetensors.h"
 #include "engine/train/token_data.h"
+#include "engine/train/training_step.h"
 #include "models/gpt_model.h"
 #include "models/gpt_weights.h"
 
@@ -30,13 +31,9 @@ int main(int argc, char** argv) {
     ferry::DataLoader loader(dataset, batch, sequence, false, 0);
     std::vector<std::int32_t> inputs, targets;
     loader.next(inputs, targets);
-    auto tokens = [&](const std::vector<std::int32_t>& values) {
-      ferry::Tensor tensor = ferry::Tensor::empty(*device, {batch, sequence}, ferry::DType::i32, ferry::MemoryCategory::activations);
-      tensor.copy_from_host(values.data());
-      return tensor;
-    };
     model.zero_gradients();
-    const float loss = static_cast<float>(model.train_micro_batch(tokens(inputs), tokens(targets), ferry::MicroBatchKey{}, 1.0f));
+    const float loss = static_cast<float>(model.train_micro_batch(ferry::device_tokens(*device, inputs, batch, sequence, "tokens"),
+                                                              ferry::device_tokens(*device, targets, batch, sequence, "targets"), ferry::MicroBatchKey{}, 1.0f));
     ferry::SafetensorsWriter writer;
     writer.add("loss", ferry::DType::f32, {1}, &loss);
     std::vector<std::vector<float>> host;
