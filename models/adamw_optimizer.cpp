@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "engine/core/op_recorder.h"
+
 namespace ferry {
 
 AdamWOptimizer::AdamWOptimizer(const GptParameters& parameters, const GptParameters& gradients,
@@ -25,6 +27,8 @@ AdamWOptimizer::AdamWOptimizer(const GptParameters& parameters, const GptParamet
 }
 
 double AdamWOptimizer::gradient_norm() const {
+  if (gradients_.empty()) return 0.0;
+  const OpScope op(gradients_.front().tensor->device(), "optimizer", "gradient_norm");
   double sum = 0;
   for (const NamedTensor& each : gradients_) {
     if (!each.tensor->device().has_storage()) return 0.0;
@@ -35,6 +39,8 @@ double AdamWOptimizer::gradient_norm() const {
 
 std::int64_t AdamWOptimizer::step(float learning_rate, float gradient_scale) {
   ++steps_;
+  if (parameters_.empty()) return steps_;
+  const OpScope op(parameters_.front().tensor->device(), "optimizer", "adamw");
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     const Tensor& parameter = *parameters_[i].tensor;
     if (!parameter.device().has_storage()) continue;

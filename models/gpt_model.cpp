@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "engine/core/op_recorder.h"
 #include "models/tensor_ops.h"
 
 namespace ferry {
@@ -15,10 +16,9 @@ constexpr std::uint64_t kAttentionDropout = 1;
 constexpr std::uint64_t kAttentionResidualDropout = 2;
 constexpr std::uint64_t kMlpResidualDropout = 3;
 constexpr std::uint64_t kEmbeddingDropout = 4;
-// The head computes logits for at most this many elements at once (32 MiB in f32).
-constexpr std::int64_t kLogitsChunkElements = std::int64_t{8} << 20;
 
-std::string layer_tag(std::int64_t layer, const char* what) { return "h." + std::to_string(layer) + "." + what; }
+std::string layer_name(std::int64_t layer) { return "h." + std::to_string(layer); }
+std::string layer_tag(std::int64_t layer, const char* what) { return layer_name(layer) + "." + what; }
 
 cpu::RandomKey layer_key(cpu::RandomKey key, std::int64_t layer) { return key.derive(static_cast<std::uint64_t>(layer) + 1); }
 
@@ -54,6 +54,16 @@ void GptModel::zero_gradients() {
   for (const NamedTensor& each : gradients_.named()) ops::fill_zero(*each.tensor);
 }
 
+void GptModel::set_loss_chunk(std::int64_t tokens) {
+  if (tokens < 0) throw std::invalid_argument("the loss chunk must be >= 0 tokens (0: automatic), got " + std::to_string(tokens));
+  loss_chunk_ = tokens;
+}
+
+std::int64_t GptModel::loss_chunk(std::int64_t tokens) const {
+  const std::int64_t automatic = kLogitsChunkBytes / static_cast<std::int64_t>(sizeof(float)) / config_.vocab;
+  return std::clamp<std::int64_t>(loss_chunk_ > 0 ? loss_chunk_ : automatic, 1, std::max<std::int64_t>(tokens, 1));
+}
+
 Tensor GptModel::activation(const Shape& shape, const std::string& tag) const {
   return Tensor::empty(*device_, shape, parameter_dtype_, MemoryCategory::activations, tag);
 }
@@ -68,6 +78,7 @@ Tensor GptModel::embedding_forward(const Tensor& tokens, cpu::RandomKey key) {
     throw std::invalid_argument("sequence length " + std::to_string(T) + " exceeds the model's " +
                                 std::to_string(config_.max_sequence) + " positions; lower --seq");
   }
+  const OpScope op(*device_, "forward", "embedding");
   Tensor out = activation({B, T, C}, "embedding");
   ops::encoder_forward(out, tokens, parameters_.wte, parameters_.wpe);
   const float p = training_ ? dropout_.embedding : 0.0f;
@@ -81,6 +92,7 @@ BlockActivations GptModel::block_forward(std::int64_t layer, const Tensor& input
   const cpu::RandomKey keys = layer_key(key, layer);
   const float attention_dropout = training_ ? dropout_.attention : 0.0f;
   const float residual_dropout = training_ ? dropout_.residual : 0.0f;
+  const OpScope op(*device_, "forward", layer_name(layer));
   BlockActivations a;
   a.input = input;
   a.ln_1 = activation({B, T, C}, layer_tag(layer, "ln_1"));
@@ -128,6 +140,8 @@ BlockActivations GptModel::block_forward(std::int64_t layer, const Tensor& input
 }
 
 void GptModel::block_recompute(std::int64_t layer, BlockActivations& a, cpu::RandomKey key) {
+  if (a.ln_1.defined() && a.att.defined() && a.gelu.defined()) return;  // kept everything
+  const OpScope op(*device_, "recompute", layer_name(layer));
   if (!a.ln_1.defined()) {  // kept its input only: the whole forward again
     const Tensor input = a.input;
     a = block_forward(layer, input, key, ActivationKeep::all);
@@ -151,6 +165,7 @@ double GptModel::head_forward(const Tensor& input, const Tensor& targets, float 
   const std::int64_t B = input.size(0), T = input.size(1), C = config_.hidden, V = config_.vocab;
   const std::int64_t rows = B * T;
   const bool training = input_gradient.defined();
+  const OpScope op(*device_, "loss", "lm_head");
   const Tensor ln_f = activation({B, T, C}, "ln_f");
   const Tensor mean = Tensor::empty(*device_, {B, T}, DType::f32, MemoryCategory::activations, "ln_f.mean");
   const Tensor rstd = Tensor::empty(*device_, {B, T}, DType::f32, MemoryCategory::activations, "ln_f.rstd");
@@ -160,7 +175,7 @@ double GptModel::head_forward(const Tensor& input, const Tensor& targets, float 
   const Tensor ln_f_rows = ln_f.reshape({rows, C});
   const Tensor target_rows = targets.reshape({rows});
   const Tensor ln_f_gradient = training ? workspace({rows, C}, "ln_f.grad") : Tensor();
-  const std::int64_t chunk = std::clamp<std::int64_t>(kLogitsChunkElements / V, 1, rows);
+  const std::int64_t chunk = loss_chunk(rows);
   double loss_sum = 0;
   for (std::int64_t start = 0; start < rows; start += chunk) {
     const std::int64_t length = std::min(chunk, rows - start);
@@ -185,6 +200,7 @@ double GptModel::head_forward(const Tensor& input, const Tensor& targets, float 
 
 Tensor GptModel::block_backward(std::int64_t layer, BlockActivations a, Tensor output_gradient, cpu::RandomKey key) {
   block_recompute(layer, a, key);
+  const OpScope op(*device_, "backward", layer_name(layer));
   const GptBlockParameters& p = parameters_.blocks.at(static_cast<std::size_t>(layer));
   const GptBlockParameters& g = gradients_.blocks.at(static_cast<std::size_t>(layer));
   const std::int64_t B = a.input.size(0), T = a.input.size(1), C = config_.hidden, NH = config_.heads;
@@ -236,6 +252,7 @@ Tensor GptModel::block_backward(std::int64_t layer, BlockActivations a, Tensor o
 }
 
 void GptModel::embedding_backward(const Tensor& tokens, const Tensor& output_gradient, cpu::RandomKey key) {
+  const OpScope op(*device_, "backward", "embedding");
   Tensor gradient = output_gradient;
   if (training_ && dropout_.embedding > 0) {
     gradient = Tensor::zeros(*device_, output_gradient.shape(), DType::f32, MemoryCategory::workspace, "embedding.grad");

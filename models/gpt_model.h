@@ -57,6 +57,11 @@ class GptModel {
   const GptParameters& parameters() const { return parameters_; }
   const GptParameters& gradients() const { return gradients_; }
   void zero_gradients();
+  // Tokens per chunk of the LM head and cross-entropy (0: as many as fit kLogitsChunkBytes of f32
+  // logits). Chunks change rounding only: the loss and gradients equal the unchunked ones within f32.
+  void set_loss_chunk(std::int64_t tokens);
+  std::int64_t loss_chunk(std::int64_t tokens) const;
+  static constexpr std::int64_t kLogitsChunkBytes = std::int64_t{32} << 20;
 
   // Layers, one at a time. tokens and targets are i32 [B, T] on the device.
   Tensor embedding_forward(const Tensor& tokens, cpu::RandomKey key);
@@ -90,6 +95,7 @@ class GptModel {
   GptDropout dropout_;
   GptParameters parameters_;
   GptParameters gradients_;
+  std::int64_t loss_chunk_ = 0;
   bool training_ = true;
 };
 

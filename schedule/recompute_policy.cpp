@@ -10,13 +10,16 @@ RecomputePolicy RecomputePolicy::parse(std::string_view text) {
   if (text == "full") return {RecomputeKind::full, 0};
   if (text == "selective") return {RecomputeKind::selective, 0};
   if (text == "auto") return {RecomputeKind::automatic, 0};
-  if (text.starts_with("every:")) {
-    std::int64_t every = 0;
-    const std::string_view digits = text.substr(6);
-    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), every);
-    if (error == std::errc() && end == digits.data() + digits.size() && every >= 1) return {RecomputeKind::every, every};
+  for (const auto& [prefix, kind] : {std::pair{std::string_view("every:"), RecomputeKind::every},
+                                     std::pair{std::string_view("first:"), RecomputeKind::first}}) {
+    if (!text.starts_with(prefix)) continue;
+    std::int64_t count = 0;
+    const std::string_view digits = text.substr(prefix.size());
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), count);
+    if (error == std::errc() && end == digits.data() + digits.size() && count >= 1) return {kind, count};
   }
-  throw std::invalid_argument("--checkpointing '" + std::string(text) + "' is not one of none, full, selective, every:K (K >= 1), auto");
+  throw std::invalid_argument("--checkpointing '" + std::string(text) +
+                              "' is not one of none, full, selective, every:K, first:N (K, N >= 1), auto");
 }
 
 std::string RecomputePolicy::name() const {
@@ -25,6 +28,7 @@ std::string RecomputePolicy::name() const {
     case RecomputeKind::full: return "full";
     case RecomputeKind::selective: return "selective";
     case RecomputeKind::every: return "every:" + std::to_string(every);
+    case RecomputeKind::first: return "first:" + std::to_string(every);
     case RecomputeKind::automatic: return "auto";
   }
   return "?";
@@ -38,6 +42,7 @@ std::vector<BlockRecompute> RecomputePolicy::plan(std::int64_t layers) const {
     if (kind == RecomputeKind::full) block = BlockRecompute::full;
     if (kind == RecomputeKind::selective) block = BlockRecompute::selective;
     if (kind == RecomputeKind::every && (layer + 1) % every == 0) block = BlockRecompute::full;
+    if (kind == RecomputeKind::first && layer < every) block = BlockRecompute::full;
   }
   return result;
 }

@@ -10,15 +10,17 @@
 
 namespace ferry {
 
-enum class RecomputeKind : std::uint8_t { none, full, selective, every, automatic };
+enum class RecomputeKind : std::uint8_t { none, full, selective, every, first, automatic };
 // What one block recomputes in backward.
 enum class BlockRecompute : std::uint8_t { none, selective, full };
 
 struct RecomputePolicy {
   RecomputeKind kind = RecomputeKind::none;
-  std::int64_t every = 0;  // every:K: full recompute on every K-th block (blocks K-1, 2K-1, ...)
+  // every:K: full recompute on every K-th block (blocks K-1, 2K-1, ...); first:N: on blocks 0..N-1
+  // (Megatron's recompute_method "block").
+  std::int64_t every = 0;
 
-  // "none", "full", "selective", "every:K", "auto"; throws std::invalid_argument naming the choices.
+  // "none", "full", "selective", "every:K", "first:N", "auto"; throws std::invalid_argument naming the choices.
   static RecomputePolicy parse(std::string_view text);
   std::string name() const;
   // The plan for `layers` blocks (auto must be resolved to another policy first).

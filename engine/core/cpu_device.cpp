@@ -28,7 +28,7 @@ HostDevice::HostDevice(const DeviceOptions& options) : kind_(options.kind) {
   initialize(std::make_unique<ImmediateEventSource>(), std::move(source), options.allocator_config);
 }
 
-void HostDevice::copy(void* destination, const void* source, std::size_t bytes, CopyKind, Stream) {
+void HostDevice::copy_on_stream(void* destination, const void* source, std::size_t bytes, CopyKind, Stream) {
   if (kind_ == DeviceKind::meta || bytes == 0) return;
   std::memmove(destination, source, bytes);
 }

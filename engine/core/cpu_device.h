@@ -16,8 +16,10 @@ class HostDevice final : public Device {
   void wait_event(Stream, Event) override {}
   void synchronize(Stream) override {}
   void synchronize() override {}
-  void copy(void* destination, const void* source, std::size_t bytes, CopyKind kind, Stream stream) override;
   void fill_zero(void* destination, std::size_t bytes, Stream stream) override;
+
+ protected:
+  void copy_on_stream(void* destination, const void* source, std::size_t bytes, CopyKind kind, Stream stream) override;
 
  private:
   DeviceKind kind_;

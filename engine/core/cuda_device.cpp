@@ -102,7 +102,7 @@ void CudaDevice::synchronize() {
   FERRY_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-void CudaDevice::copy(void* destination, const void* source, std::size_t bytes, CopyKind kind, Stream stream) {
+void CudaDevice::copy_on_stream(void* destination, const void* source, std::size_t bytes, CopyKind kind, Stream stream) {
   if (bytes == 0) return;
   const cudaMemcpyKind native = kind == CopyKind::host_to_device   ? cudaMemcpyHostToDevice
                                 : kind == CopyKind::device_to_host ? cudaMemcpyDeviceToHost

@@ -50,10 +50,12 @@ class CudaDevice final : public Device {
   void wait_event(Stream stream, Event event) override;
   void synchronize(Stream stream) override;
   void synchronize() override;
-  void copy(void* destination, const void* source, std::size_t bytes, CopyKind kind, Stream stream) override;
   void fill_zero(void* destination, std::size_t bytes, Stream stream) override;
   cudaStream_t native_stream(Stream stream) const { return streams_->stream(stream.id); }
   int ordinal() const { return ordinal_; }
+
+ protected:
+  void copy_on_stream(void* destination, const void* source, std::size_t bytes, CopyKind kind, Stream stream) override;
 
  private:
   int ordinal_;

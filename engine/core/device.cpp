@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "allocator/byte_size.h"
+
 #include "engine/core/cpu_device.h"
 #ifdef FERRY_HAVE_CUDA
 #include "allocator/cuda_check.h"
@@ -27,6 +29,21 @@ DeviceKind parse_device_kind(std::string_view name) {
 }
 
 Device::~Device() = default;
+
+std::string_view copy_kind_name(CopyKind kind) {
+  switch (kind) {
+    case CopyKind::host_to_device: return "host_to_device";
+    case CopyKind::device_to_host: return "device_to_host";
+    case CopyKind::device_to_device: return "device_to_device";
+  }
+  return "unknown";
+}
+
+void Device::copy(void* destination, const void* source, std::size_t bytes, CopyKind kind, Stream stream) {
+  const OpScope op(*this, "copy", op_recorder_.enabled() ? "copy " + std::string(copy_kind_name(kind)) + " " + format_bytes(bytes) : std::string(),
+                   stream.id);
+  copy_on_stream(destination, source, bytes, kind, stream);
+}
 
 std::string Device::name() const { return std::string(device_kind_name(kind())); }
 

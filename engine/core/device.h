@@ -13,6 +13,7 @@
 #include "allocator/caching_allocator.h"
 #include "allocator/event_source.h"
 #include "allocator/segment_source.h"
+#include "engine/core/op_recorder.h"
 
 namespace ferry {
 
@@ -66,12 +67,18 @@ class Device {
   virtual void synchronize(Stream stream) = 0;
   virtual void synchronize() = 0;
 
-  // Copies `bytes` on `stream`; the host side must stay valid until the stream reaches the copy.
-  virtual void copy(void* destination, const void* source, std::size_t bytes, CopyKind kind, Stream stream) = 0;
+  // Copies `bytes` on `stream` (an op in profiles); the host side must stay valid until the stream
+  // reaches the copy.
+  void copy(void* destination, const void* source, std::size_t bytes, CopyKind kind, Stream stream);
   virtual void fill_zero(void* destination, std::size_t bytes, Stream stream) = 0;
+
+  // Op markers for memory profiles (disabled unless a profile is recording).
+  OpRecorder& op_recorder() { return op_recorder_; }
+  const OpRecorder& op_recorder() const { return op_recorder_; }
 
  protected:
   Device() = default;
+  virtual void copy_on_stream(void* destination, const void* source, std::size_t bytes, CopyKind kind, Stream stream) = 0;
   // Called by each kind's constructor once its sources exist.
   void initialize(std::unique_ptr<EventSource> events, std::unique_ptr<SegmentSource> source,
                   const AllocatorConfig& config);
@@ -81,7 +88,10 @@ class Device {
   std::unique_ptr<EventSource> events_;
   std::unique_ptr<SegmentSource> source_;
   std::unique_ptr<CachingAllocator> allocator_;
+  OpRecorder op_recorder_;
 };
+
+std::string_view copy_kind_name(CopyKind kind);
 
 std::unique_ptr<Device> create_device(const DeviceOptions& options);
 

@@ -8,6 +8,7 @@
 #include <exception>
 #include <string>
 
+#include "engine/train/memory_report.h"
 #include "engine/train/replay_command.h"
 #include "engine/train/train_options.h"
 #include "engine/train/trainer.h"
@@ -38,6 +39,8 @@ int main(int argc, char** argv) {
   ferry::add_train_command(app, train);
   ferry::EvalOptions eval;
   ferry::add_eval_command(app, eval);
+  ferry::ReportOptions report;
+  ferry::add_report_command(app, report);
   try {
     // The config is applied first, so the flags parsed next override it.
     if (const auto config = ferry::find_config_path(argc, argv)) ferry::apply_config_file(*config, train);
@@ -54,6 +57,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("replay")) return ferry::run_replay_command(replay);
     if (app.got_subcommand("train")) return ferry::run_train_command(train);
     if (app.got_subcommand("eval")) return ferry::run_eval_command(eval);
+    if (app.got_subcommand("report")) return ferry::run_report_command(report);
   } catch (const std::exception& error) {
     std::fflush(stdout);
     std::fprintf(stderr, "ferry: error: %s\n", error.what());

@@ -38,7 +38,7 @@ void apply_ferry_section(const json& section, TrainOptions& options) {
   reject_unknown(section, "ferry",
                  {"model", "layers", "hidden", "heads", "vocab", "seq", "device", "device_memory", "precision", "steps",
                   "lr_schedule", "warmup_steps", "min_lr_ratio", "seed", "data", "shuffle", "init_from", "save", "save_every",
-                  "resume", "summary", "dropout", "threads", "log_every", "checkpointing", "offload_optimizer"});
+                  "resume", "summary", "dropout", "threads", "log_every", "checkpointing", "offload_optimizer", "loss_chunk", "profile", "profile_steps"});
   for (const auto& [key, value] : section.items()) {
     const std::string name = "ferry." + key;
     if (key == "model") options.model = value_of<std::string>(value, name);
@@ -67,6 +67,65 @@ void apply_ferry_section(const json& section, TrainOptions& options) {
     else if (key == "log_every") options.log_every = value_of<std::int64_t>(value, name);
     else if (key == "checkpointing") options.checkpointing = value_of<std::string>(value, name);
     else if (key == "offload_optimizer") options.offload_optimizer = value_of<std::string>(value, name);
+    else if (key == "loss_chunk") options.loss_chunk = value_of<std::int64_t>(value, name);
+    else if (key == "profile") options.profile = value_of<std::string>(value, name);
+    else if (key == "profile_steps") options.profile_steps = value_of<std::int64_t>(value, name);
+  }
+}
+
+// DeepSpeed's activation_checkpointing section: its models checkpoint every block's input, which is
+// ferry's full recompute. Options that need what ferry lacks are refused, not ignored.
+void apply_activation_checkpointing(const json& section, TrainOptions& options) {
+  reject_unknown(section, "activation_checkpointing",
+                 {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization", "number_checkpoints",
+                  "synchronize_checkpoint_boundary", "profile"});
+  const auto enabled = [&](const char* key) {
+    return section.contains(key) && value_of<bool>(section[key], std::string("activation_checkpointing.") + key);
+  };
+  if (enabled("partition_activations")) {
+    throw std::invalid_argument("activation_checkpointing.partition_activations splits checkpoints across tensor-parallel ranks; "
+                                "ferry has no tensor parallelism yet: set it to false");
+  }
+  if (enabled("cpu_checkpointing")) {
+    throw std::invalid_argument("activation_checkpointing.cpu_checkpointing (checkpoints in host memory) is not supported: set it to "
+                                "false; full recompute already keeps only one [batch, seq, hidden] input per block");
+  }
+  if (enabled("contiguous_memory_optimization")) {
+    throw std::invalid_argument("activation_checkpointing.contiguous_memory_optimization is not supported: set it to false "
+                                "(ferry's caching allocator places block inputs itself; see the fragmentation in `ferry report`)");
+  }
+  for (const char* key : {"number_checkpoints", "synchronize_checkpoint_boundary", "profile"}) {
+    if (section.contains(key)) options.notes.push_back(std::string("activation_checkpointing.") + key + " has no effect in ferry");
+  }
+  options.checkpointing = "full";
+}
+
+// Megatron's recompute_granularity / recompute_method / recompute_num_layers, as config keys.
+void apply_megatron_recompute(const json& config, TrainOptions& options) {
+  const std::string granularity = value_of<std::string>(config.value("recompute_granularity", json("full")), "recompute_granularity");
+  const std::string method = value_of<std::string>(config.value("recompute_method", json("uniform")), "recompute_method");
+  const auto layers = value_of<std::int64_t>(config.value("recompute_num_layers", json(1)), "recompute_num_layers");
+  if (layers < 1) throw std::invalid_argument("recompute_num_layers must be >= 1, got " + std::to_string(layers));
+  if (granularity == "selective") {
+    if (config.contains("recompute_method") || config.contains("recompute_num_layers")) {
+      throw std::invalid_argument("recompute_method and recompute_num_layers apply to recompute_granularity \"full\" only (as in Megatron)");
+    }
+    options.checkpointing = "selective";
+  } else if (granularity == "full") {
+    if (method == "uniform") {
+      if (layers != 1) {
+        throw std::invalid_argument("recompute_method \"uniform\" with recompute_num_layers " + std::to_string(layers) +
+                                    " keeps one input per group of layers; ferry recomputes per block: use recompute_num_layers 1, "
+                                    "or \"block\" to recompute the first N blocks");
+      }
+      options.checkpointing = "full";
+    } else if (method == "block") {
+      options.checkpointing = "first:" + std::to_string(layers);
+    } else {
+      throw std::invalid_argument("recompute_method '" + method + "' is not one of uniform, block");
+    }
+  } else {
+    throw std::invalid_argument("recompute_granularity '" + granularity + "' is not one of full, selective");
   }
 }
 
@@ -124,7 +183,11 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--dropout", o.dropout, "Dropout probability for embeddings, attention and residuals (default 0)");
   train->add_option("--threads", o.threads, "Compute threads (0: all cores)");
   train->add_option("--log-every", o.log_every, "Print a progress line every N steps when not on a terminal");
-  train->add_option("--checkpointing", o.checkpointing, "Activation recompute: none | full | selective | every:K | auto (least recompute that fits --device-memory)");
+  train->add_option("--checkpointing", o.checkpointing,
+                    "Activation recompute: none | full | selective | every:K | first:N | auto (least recompute that fits --device-memory)");
+  train->add_option("--loss-chunk", o.loss_chunk, "Tokens per LM-head + cross-entropy chunk (0: as many as fit 32 MiB of logits)");
+  train->add_option("--profile", o.profile, "Record a memory profile into DIR (see `ferry report DIR`)");
+  train->add_option("--profile-steps", o.profile_steps, "Steps the profile covers, from the first (default 3)");
   train->add_option("--offload-optimizer", o.offload_optimizer, "Optimizer offload: none (offload arrives with its own issue)");
   return train;
 }
@@ -165,7 +228,8 @@ void apply_config_file(const std::string& path, TrainOptions& options) {
     throw std::invalid_argument("config '" + path + "' is not valid JSON: " + error.what());
   }
   reject_unknown(config, "", {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
-                              "gradient_clipping", "bf16", "fp16", "scheduler", "steps_per_print", "ferry"});
+                              "gradient_clipping", "bf16", "fp16", "scheduler", "steps_per_print", "activation_checkpointing",
+                              "recompute_granularity", "recompute_method", "recompute_num_layers", "ferry"});
   if (config.contains("train_micro_batch_size_per_gpu")) options.batch = value_of<std::int64_t>(config["train_micro_batch_size_per_gpu"], "train_micro_batch_size_per_gpu");
   if (config.contains("gradient_accumulation_steps")) options.grad_accum = value_of<std::int64_t>(config["gradient_accumulation_steps"], "gradient_accumulation_steps");
   if (config.contains("train_batch_size")) {
@@ -207,6 +271,10 @@ void apply_config_file(const std::string& path, TrainOptions& options) {
   }
   if (config.contains("scheduler")) apply_scheduler(config["scheduler"], options);
   if (config.contains("steps_per_print")) options.log_every = value_of<std::int64_t>(config["steps_per_print"], "steps_per_print");
+  if (config.contains("activation_checkpointing")) apply_activation_checkpointing(config["activation_checkpointing"], options);
+  if (config.contains("recompute_granularity") || config.contains("recompute_method") || config.contains("recompute_num_layers")) {
+    apply_megatron_recompute(config, options);
+  }
   if (config.contains("ferry")) apply_ferry_section(config["ferry"], options);
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -44,6 +45,10 @@ struct TrainOptions {
   std::int64_t log_every = 10;
   std::string checkpointing = "none";
   std::string offload_optimizer = "none";
+  std::int64_t loss_chunk = 0;  // tokens per LM-head chunk; 0: as many as fit 32 MiB of logits
+  std::string profile;          // memory-profile directory
+  std::int64_t profile_steps = 3;
+  std::vector<std::string> notes;  // config keys accepted without effect, said once at the start
 };
 
 struct EvalOptions {

@@ -6,13 +6,16 @@
 #include <cstdio>
 #include <vector>
 
+#include "allocator/allocator_errors.h"
 #include "allocator/byte_size.h"
 #include "engine/core/safetensors.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/learning_rate.h"
+#include "engine/train/memory_advice.h"
 #include "engine/train/progress.h"
 #include "engine/train/summary_file.h"
 #include "engine/train/token_data.h"
+#include "engine/train/training_profile.h"
 #include "engine/train/training_step.h"
 #include "models/adamw_optimizer.h"
 #include "models/gpt_model.h"
@@ -55,6 +58,8 @@ void validate(const TrainOptions& o) {
   if (!(o.grad_clip >= 0)) throw std::invalid_argument("--grad-clip must be >= 0 (0 disables clipping)");
   if (!(o.weight_decay >= 0)) throw std::invalid_argument("--weight-decay must be >= 0");
   if (!(o.eps > 0)) throw std::invalid_argument("--eps must be positive");
+  if (o.loss_chunk < 0) throw std::invalid_argument("--loss-chunk must be >= 0 tokens (0: automatic)");
+  if (o.profile_steps < 1) throw std::invalid_argument("--profile-steps must be >= 1");
   if (o.offload_optimizer != "none") {
     throw std::invalid_argument("--offload-optimizer " + o.offload_optimizer + " is not available yet (ZeRO-Offload has its own issue); use none");
   }
@@ -135,9 +140,10 @@ nlohmann::json run_training(const TrainOptions& o) {
   const GptDropout dropout{o.dropout, o.dropout, o.dropout};
   const StepSettings settings{o.batch, sequence, o.grad_accum, o.seed, o.grad_clip};
   RecomputePolicy policy = RecomputePolicy::parse(o.checkpointing);
+  DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, AllocatorConfig::from_environment()};
+  for (const std::string& note : o.notes) std::printf("  note: %s\n", note.c_str());
   if (policy.kind == RecomputeKind::automatic) {
-    const PolicyChoice choice = choose_recompute_policy(config, dtype, dropout, data, settings,
-                                                        AllocatorConfig::from_environment(), device->memory_limit());
+    const PolicyChoice choice = choose_recompute_policy(dry_run_setup, device->memory_limit());
     if (!choice.fits) {
       throw std::invalid_argument("--checkpointing auto: no recompute policy fits --device-memory " + format_bytes(device->memory_limit()) +
                                   "; the smallest, " + choice.policy.name() + ", needs " +
@@ -148,72 +154,98 @@ nlohmann::json run_training(const TrainOptions& o) {
     std::printf("  checkpointing auto: %s (dry run: peak reserved %s of %s)\n", policy.name().c_str(),
                 format_bytes(static_cast<std::size_t>(choice.dry_run.peak_reserved)).c_str(), format_bytes(device->memory_limit()).c_str());
   }
+  dry_run_setup.policy = policy;
   const std::vector<ActivationKeep> keeps = activation_keeps(policy, config.layers);
-  GptModel model(*device, config, dtype, dropout);
-  if (!o.init_from.empty() && o.resume.empty()) {
-    load_gpt_parameters(SafetensorsFile(o.init_from), model.parameters());
-  } else {
-    initialize_gpt_parameters(model.parameters(), config, o.seed);
-  }
-  cpu::AdamWHyperparameters hyperparameters{static_cast<float>(o.lr), beta1, beta2, static_cast<float>(o.eps),
-                                            static_cast<float>(o.weight_decay)};
-  AdamWOptimizer optimizer(model.parameters(), model.gradients(), hyperparameters);
-
-  const nlohmann::json contract = resume_contract(o, sequence, data.name());
-  std::int64_t first_step = 0;
-  if (!o.resume.empty()) {
-    const TrainerState state = load_checkpoint(o.resume, model, optimizer);
-    check_resume_contract(state.run, contract, o.resume);
-    first_step = state.step;
-    loader.set_position(state.data_position);
-    if (first_step > o.steps) {
-      throw std::invalid_argument("--resume '" + o.resume + "' is at step " + std::to_string(first_step) + ", beyond --steps " +
-                                  std::to_string(o.steps) + " (--steps counts total steps)");
-    }
-  }
-  auto save = [&](std::int64_t steps_done) {
-    save_checkpoint(o.save, model, optimizer, TrainerState{steps_done, loader.position(), o.seed, contract});
-  };
-
-  std::printf("ferry train: %s (%lld layers, hidden %lld, %lld heads, vocab %lld), %s parameters, %s on %s\n", config.name.c_str(),
-              static_cast<long long>(config.layers), static_cast<long long>(config.hidden), static_cast<long long>(config.heads),
-              static_cast<long long>(config.vocab), std::to_string(config.parameter_count()).c_str(), o.precision.c_str(),
-              device->name().c_str());
-  std::printf("  data %s (%s, %lld tokens), batch %lld x seq %lld x grad-accum %lld, steps %lld..%lld, %d threads, BLAS kernels %s\n",
-              data.name().c_str(), data.format().c_str(), static_cast<long long>(data.size()), static_cast<long long>(o.batch),
-              static_cast<long long>(sequence), static_cast<long long>(o.grad_accum), static_cast<long long>(first_step + 1),
-              static_cast<long long>(o.steps), cpu::compute_threads(), cpu::blas_core_name().c_str());
-  std::fflush(stdout);
-
+  TrainingProfile profile(*device, o.profile, o.profile_steps,
+                          {{"command", "train"}, {"model", config.name}, {"parameters", config.parameter_count()},
+                           {"device", std::string(device_kind_name(device->kind()))}, {"precision", o.precision},
+                           {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum}, {"checkpointing", policy.name()}});
   ProgressPrinter progress(stdout, is_terminal(stdout), o.log_every);
   nlohmann::json steps = nlohmann::json::array();
   std::vector<double> throughputs;
   std::vector<double> step_seconds;
   const double tokens_per_step = static_cast<double>(o.batch * sequence * o.grad_accum);
   double last_loss = std::nan("");
-  for (std::int64_t step = first_step; step < o.steps; ++step) {
-    const auto start = Clock::now();
-    const double learning_rate = schedule.at(step);
-    const StepResult result = run_training_step(*device, model, optimizer, loader, settings, step, learning_rate, keeps);
-    const double loss = result.loss;
-    const double norm = result.gradient_norm;
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    const double throughput = tokens_per_step / seconds;
-    step_seconds.push_back(seconds);
-    if (step > first_step) throughputs.push_back(throughput);
-    last_loss = loss;
-    steps.push_back({{"step", step + 1}, {"loss", loss}, {"tokens_per_second", throughput}, {"lr", learning_rate},
-                     {"grad_norm", norm}, {"seconds", seconds}});
-    const double typical = median(step_seconds);
-    progress.update(StepProgress{step + 1, o.steps, loss, throughput, learning_rate, norm,
-                                 device->allocator().statistics().allocated_bytes.all().peak,
-                                 typical * static_cast<double>(o.steps - step - 1)});
-    if (o.save_every > 0 && (step + 1) % o.save_every == 0 && step + 1 < o.steps) save(step + 1);
-  }
-  progress.finish();
-  if (!o.save.empty()) {
-    save(std::max(first_step, o.steps));
-    std::printf("  saved checkpoint %s\n", o.save.c_str());
+  std::int64_t first_step = 0;
+  std::int64_t current_step = 0;  // 0 while the model is built
+  try {
+    GptModel model(*device, config, dtype, dropout);
+    model.set_loss_chunk(o.loss_chunk);
+    if (!o.init_from.empty() && o.resume.empty()) {
+      load_gpt_parameters(SafetensorsFile(o.init_from), model.parameters());
+    } else {
+      initialize_gpt_parameters(model.parameters(), config, o.seed);
+    }
+    cpu::AdamWHyperparameters hyperparameters{static_cast<float>(o.lr), beta1, beta2, static_cast<float>(o.eps),
+                                              static_cast<float>(o.weight_decay)};
+    AdamWOptimizer optimizer(model.parameters(), model.gradients(), hyperparameters);
+
+    const nlohmann::json contract = resume_contract(o, sequence, data.name());
+    if (!o.resume.empty()) {
+      const TrainerState state = load_checkpoint(o.resume, model, optimizer);
+      check_resume_contract(state.run, contract, o.resume);
+      first_step = state.step;
+      loader.set_position(state.data_position);
+      if (first_step > o.steps) {
+        throw std::invalid_argument("--resume '" + o.resume + "' is at step " + std::to_string(first_step) + ", beyond --steps " +
+                                    std::to_string(o.steps) + " (--steps counts total steps)");
+      }
+    }
+    auto save = [&](std::int64_t steps_done) {
+      save_checkpoint(o.save, model, optimizer, TrainerState{steps_done, loader.position(), o.seed, contract});
+    };
+
+    std::printf("ferry train: %s (%lld layers, hidden %lld, %lld heads, vocab %lld), %s parameters, %s on %s\n", config.name.c_str(),
+                static_cast<long long>(config.layers), static_cast<long long>(config.hidden), static_cast<long long>(config.heads),
+                static_cast<long long>(config.vocab), std::to_string(config.parameter_count()).c_str(), o.precision.c_str(),
+                device->name().c_str());
+    std::printf("  data %s (%s, %lld tokens), batch %lld x seq %lld x grad-accum %lld, steps %lld..%lld, %d threads, BLAS kernels %s\n",
+                data.name().c_str(), data.format().c_str(), static_cast<long long>(data.size()), static_cast<long long>(o.batch),
+                static_cast<long long>(sequence), static_cast<long long>(o.grad_accum), static_cast<long long>(first_step + 1),
+                static_cast<long long>(o.steps), cpu::compute_threads(), cpu::blas_core_name().c_str());
+    std::fflush(stdout);
+
+    for (std::int64_t step = first_step; step < o.steps; ++step) {
+      const auto start = Clock::now();
+      const double learning_rate = schedule.at(step);
+      current_step = step + 1;
+      profile.begin_step();
+      StepResult result;
+      {
+        const OpScope op(*device, "step", "step " + std::to_string(step + 1));
+        result = run_training_step(*device, model, optimizer, loader, settings, step, learning_rate, keeps);
+      }
+      profile.end_step(step + 1 - first_step);
+      const double loss = result.loss;
+      const double norm = result.gradient_norm;
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      const double throughput = tokens_per_step / seconds;
+      step_seconds.push_back(seconds);
+      if (step > first_step) throughputs.push_back(throughput);
+      last_loss = loss;
+      steps.push_back({{"step", step + 1}, {"loss", loss}, {"tokens_per_second", throughput}, {"lr", learning_rate},
+                       {"grad_norm", norm}, {"seconds", seconds}});
+      const double typical = median(step_seconds);
+      progress.update(StepProgress{step + 1, o.steps, loss, throughput, learning_rate, norm,
+                                   device->allocator().statistics().allocated_bytes.all().peak,
+                                   typical * static_cast<double>(o.steps - step - 1)});
+      if (o.save_every > 0 && (step + 1) % o.save_every == 0 && step + 1 < o.steps) save(step + 1);
+    }
+    progress.finish();
+    profile.finish();
+    if (!o.save.empty()) {
+      save(std::max(first_step, o.steps));
+      std::printf("  saved checkpoint %s\n", o.save.c_str());
+    }
+  } catch (const OutOfMemoryError& error) {
+    progress.finish();
+    const std::string directory = profile.save_failure(error.what());
+    const MemoryAdvice advice = advise_memory(dry_run_setup, device->memory_limit());
+    throw std::runtime_error("out of device memory " +
+                             (current_step == 0 ? std::string("while building the model and optimizer")
+                                                : "in step " + std::to_string(current_step)) +
+                             ": " + error.what() + "\n" + describe_memory_advice(advice, device->memory_limit()) +
+                             "\nthe memory profile up to the failure is in " + directory + ": run `ferry report " + directory + "`");
   }
 
   nlohmann::json summary = {
@@ -223,6 +255,7 @@ nlohmann::json run_training(const TrainOptions& o) {
       {"run", {{"device", std::string(device_kind_name(device->kind()))}, {"device_memory_limit", device->memory_limit()},
                {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum},
                {"steps", o.steps}, {"first_step", first_step + 1}, {"checkpointing", policy.name()}, {"checkpointing_requested", o.checkpointing},
+               {"loss_chunk", o.loss_chunk},
                {"offload_optimizer", o.offload_optimizer}, {"data", data.name()}, {"shuffle", o.shuffle}, {"seed", o.seed},
                {"lr", o.lr}, {"lr_schedule", o.lr_schedule}, {"threads", cpu::compute_threads()}, {"blas_kernels", cpu::blas_core_name()},
                {"dry_run", !device->has_storage()}}},
@@ -232,6 +265,10 @@ nlohmann::json run_training(const TrainOptions& o) {
       {"memory", memory_summary(*device)},
   };
   if (throughputs.empty() && !step_seconds.empty()) summary["tokens_per_second"] = tokens_per_step / step_seconds.front();
+  if (!profile.written().empty()) {
+    summary["profile"] = profile.written();
+    std::printf("  memory profile in %s: run `ferry report %s`\n", profile.written().c_str(), profile.written().c_str());
+  }
   const nlohmann::json& memory = summary["memory"];
   std::printf("  final loss %.4f | %.0f tok/s (median) | peak allocated %s | peak reserved %s\n", steps.empty() ? 0.0 : last_loss,
               summary["tokens_per_second"].get<double>(), format_bytes(memory["peak_allocated"].get<std::size_t>()).c_str(),

@@ -52,18 +52,18 @@ StepResult run_training_step(Device& device, GptModel& model, AdamWOptimizer& op
   return result;
 }
 
-DryRun dry_run_step(const GptConfig& config, DType dtype, const GptDropout& dropout, const TokenDataset& data,
-                    const StepSettings& settings, const RecomputePolicy& policy, const AllocatorConfig& allocator_config) {
+DryRun dry_run_step(const DryRunSetup& setup) {
   DeviceOptions options;
   options.kind = DeviceKind::meta;
   options.memory_limit = kDryRunCapacity;
-  options.allocator_config = allocator_config;
+  options.allocator_config = setup.allocator_config;
   const std::unique_ptr<Device> device = create_device(options);
   {
-    GptModel model(*device, config, dtype, dropout);
+    GptModel model(*device, setup.config, setup.dtype, setup.dropout);
+    model.set_loss_chunk(setup.loss_chunk);
     AdamWOptimizer optimizer(model.parameters(), model.gradients(), {});
-    DataLoader loader(data, settings.batch, settings.sequence, false, settings.seed);
-    run_training_step(*device, model, optimizer, loader, settings, 0, 1e-3, activation_keeps(policy, config.layers));
+    DataLoader loader(*setup.data, setup.settings.batch, setup.settings.sequence, false, setup.settings.seed);
+    run_training_step(*device, model, optimizer, loader, setup.settings, 0, 1e-3, activation_keeps(setup.policy, setup.config.layers));
   }
   DryRun result;
   result.statistics = device->allocator().statistics();
@@ -72,13 +72,13 @@ DryRun dry_run_step(const GptConfig& config, DType dtype, const GptDropout& drop
   return result;
 }
 
-PolicyChoice choose_recompute_policy(const GptConfig& config, DType dtype, const GptDropout& dropout, const TokenDataset& data,
-                                     const StepSettings& settings, const AllocatorConfig& allocator_config,
-                                     std::size_t memory_limit) {
+PolicyChoice choose_recompute_policy(const DryRunSetup& setup, std::size_t memory_limit) {
   PolicyChoice smallest;
   smallest.dry_run.peak_reserved = std::numeric_limits<std::int64_t>::max();
-  for (const RecomputePolicy& candidate : recompute_candidates(config.layers)) {
-    const DryRun dry_run = dry_run_step(config, dtype, dropout, data, settings, candidate, allocator_config);
+  DryRunSetup candidate_setup = setup;
+  for (const RecomputePolicy& candidate : recompute_candidates(setup.config.layers)) {
+    candidate_setup.policy = candidate;
+    const DryRun dry_run = dry_run_step(candidate_setup);
     if (dry_run.peak_reserved <= static_cast<std::int64_t>(memory_limit)) return {candidate, dry_run, true};
     if (dry_run.peak_reserved < smallest.dry_run.peak_reserved) smallest = {candidate, dry_run, false};
   }

@@ -44,9 +44,20 @@ struct DryRun {
   AllocatorStatistics statistics;
 };
 
-// One training step of `config` under `policy` on a meta device with `allocator_config`.
-DryRun dry_run_step(const GptConfig& config, DType dtype, const GptDropout& dropout, const TokenDataset& data,
-                    const StepSettings& settings, const RecomputePolicy& policy, const AllocatorConfig& allocator_config);
+// Everything a dry run of one training step depends on.
+struct DryRunSetup {
+  GptConfig config;
+  DType dtype = DType::f32;
+  GptDropout dropout;
+  const TokenDataset* data = nullptr;
+  StepSettings settings;
+  RecomputePolicy policy;
+  std::int64_t loss_chunk = 0;
+  AllocatorConfig allocator_config;
+};
+
+// One training step of the setup on a meta device: the allocations of a real step, no compute.
+DryRun dry_run_step(const DryRunSetup& setup);
 
 struct PolicyChoice {
   RecomputePolicy policy;
@@ -55,9 +66,7 @@ struct PolicyChoice {
 };
 
 // The candidate with the least recompute whose dry-run peak reserved fits `memory_limit`; when none
-// fits, the one with the smallest peak and fits = false.
-PolicyChoice choose_recompute_policy(const GptConfig& config, DType dtype, const GptDropout& dropout, const TokenDataset& data,
-                                     const StepSettings& settings, const AllocatorConfig& allocator_config,
-                                     std::size_t memory_limit);
+// fits, the one with the smallest peak and fits = false. (setup.policy is not used.)
+PolicyChoice choose_recompute_policy(const DryRunSetup& setup, std::size_t memory_limit);
 
 }  // namespace ferry

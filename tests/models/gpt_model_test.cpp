@@ -386,6 +386,45 @@ TEST(GptModel, ChunkedHeadGradientsMatchFiniteDifferences) {
   EXPECT_GT(std::abs(analytic), 0.05);
 }
 
+// --loss-chunk: one token per chunk up to all of them; the loss and every gradient equal the
+// unchunked ones within f32 rounding, and the largest logits buffer is chunk x vocab.
+TEST(GptModel, LossChunkChangesRoundingOnlyAndBoundsTheLogits) {
+  auto device = create_device(DeviceOptions{});
+  const GptConfig config = tiny_config();
+  GptModel model(*device, config, DType::f32);
+  initialize_for_gradient_checks(model, 21);
+  const Batch batch = make_batch(*device, 22, config.vocab);
+  const std::int64_t tokens = kBatch * kSequence;
+  auto run = [&](std::int64_t chunk) {
+    model.set_loss_chunk(chunk);
+    model.zero_gradients();
+    device->allocator().set_trace_entries(1 << 16);
+    const double loss = model.train_micro_batch(batch.tokens, batch.targets, MicroBatchKey{}, 1.0f);
+    const TagId logits = device->allocator().intern_tag("lm_head.logits");
+    std::vector<std::size_t> logits_sizes;
+    for (const TraceEvent& event : device->allocator().trace()) {
+      if (event.action == TraceAction::alloc && event.tag == logits) logits_sizes.push_back(event.size);
+    }
+    const std::int64_t chunk_tokens = std::min(chunk, tokens);
+    const auto chunk_bytes = static_cast<std::size_t>(chunk_tokens * config.vocab) * sizeof(float);
+    EXPECT_EQ(static_cast<std::int64_t>(logits_sizes.size()), (tokens + chunk_tokens - 1) / chunk_tokens) << chunk;
+    EXPECT_GE(*std::max_element(logits_sizes.begin(), logits_sizes.end()), chunk_bytes) << chunk;
+    EXPECT_LT(*std::max_element(logits_sizes.begin(), logits_sizes.end()), chunk_bytes + 512) << chunk;
+    return std::pair{loss, all_gradients(model)};
+  };
+  const auto [whole_loss, whole] = run(tokens);
+  for (std::int64_t chunk : {std::int64_t{1}, std::int64_t{3}, tokens - 1, tokens + 5}) {
+    const auto [loss, gradients] = run(chunk);
+    EXPECT_NEAR(loss, whole_loss, 1e-6 * std::abs(whole_loss)) << chunk;
+    ASSERT_EQ(gradients.size(), whole.size());
+    for (std::size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(gradients[i], whole[i], 1e-6f + 1e-5f * std::abs(whole[i])) << chunk << " " << i;
+    EXPECT_EQ(model.loss_chunk(tokens), std::min(chunk, tokens));
+  }
+  EXPECT_THROW(model.set_loss_chunk(-1), std::invalid_argument);
+  model.set_loss_chunk(0);
+  EXPECT_EQ(model.loss_chunk(tokens), tokens);  // 32 MiB of logits hold every token of this batch
+}
+
 // A step is deterministic on 2 threads (the other tests run on one), and agrees with the one-thread
 // step to rounding (OpenBLAS may order a GEMM's sums differently on another thread count).
 TEST(GptModelThreads, TwoThreadStepIsDeterministicAndMatchesOneThread) {

@@ -48,7 +48,7 @@ TrainingRun train(const std::vector<ActivationKeep>& keeps, DType dtype = DType:
 TEST(Recompute, EveryPolicyGivesBitwiseTheGradientsOfNone) {
   for (DType dtype : {DType::f32, DType::bf16}) {
     const TrainingRun reference = train({}, dtype);
-    for (const char* name : {"full", "selective", "every:2", "every:1", "every:3", "none"}) {
+    for (const char* name : {"full", "selective", "every:2", "every:1", "every:3", "first:1", "none"}) {
       const TrainingRun run = train(activation_keeps(RecomputePolicy::parse(name), config().layers), dtype);
       EXPECT_EQ(run.loss, reference.loss) << name;
       EXPECT_EQ(run.gradients, reference.gradients) << name << " " << dtype_name(dtype);
@@ -121,6 +121,10 @@ TEST(Recompute, PoliciesParseAndPlan) {
   EXPECT_EQ(RecomputePolicy::parse("every:2").plan(5),
             (std::vector<BlockRecompute>{BlockRecompute::none, BlockRecompute::full, BlockRecompute::none, BlockRecompute::full,
                                          BlockRecompute::none}));
+  EXPECT_EQ(RecomputePolicy::parse("first:2").plan(4),
+            (std::vector<BlockRecompute>{BlockRecompute::full, BlockRecompute::full, BlockRecompute::none, BlockRecompute::none}));
+  EXPECT_EQ(RecomputePolicy::parse("first:2").name(), "first:2");
+  EXPECT_THROW(RecomputePolicy::parse("first:0"), std::invalid_argument);
   EXPECT_EQ(RecomputePolicy::parse("selective").name(), "selective");
   EXPECT_THROW(RecomputePolicy::parse("every:0"), std::invalid_argument);
   EXPECT_THROW(RecomputePolicy::parse("partial"), std::invalid_argument);

@@ -1,0 +1,80 @@
+#include "engine/train/memory_advice.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "allocator/byte_size.h"
+
+namespace ferry {
+namespace {
+
+MemoryOption option_from(const std::string& flags, const DryRun& dry_run, const DryRun& current, std::size_t memory_limit) {
+  return MemoryOption{flags, dry_run.peak_reserved, current.peak_reserved - dry_run.peak_reserved,
+                      dry_run.peak_reserved <= static_cast<std::int64_t>(memory_limit), true, ""};
+}
+
+}  // namespace
+
+MemoryAdvice advise_memory(const DryRunSetup& setup, std::size_t memory_limit) {
+  MemoryAdvice advice;
+  advice.current = dry_run_step(setup);
+  const DryRun& current = advice.current;
+
+  DryRunSetup variant = setup;
+  for (const RecomputePolicy& policy : recompute_candidates(setup.config.layers)) {
+    if (policy.name() == setup.policy.name()) continue;
+    variant.policy = policy;
+    const DryRun dry_run = dry_run_step(variant);
+    if (dry_run.peak_reserved < current.peak_reserved) {
+      advice.options.push_back(option_from("--checkpointing " + policy.name(), dry_run, current, memory_limit));
+    }
+  }
+  // Smaller micro-batches, the same tokens per step; with full recompute too when that alone is short.
+  for (const bool with_full_recompute : {false, true}) {
+    variant = setup;
+    if (with_full_recompute) variant.policy = RecomputePolicy::parse("full");
+    for (std::int64_t batch = setup.settings.batch / 2; batch >= 1; batch /= 2) {
+      if (setup.settings.batch % batch != 0) continue;
+      variant.settings.batch = batch;
+      variant.settings.grad_accum = setup.settings.grad_accum * (setup.settings.batch / batch);
+      const DryRun dry_run = dry_run_step(variant);
+      const std::string flags = (with_full_recompute ? "--checkpointing full " : "") + std::string("--batch ") + std::to_string(batch) +
+                                " --grad-accum " + std::to_string(variant.settings.grad_accum);
+      advice.options.push_back(option_from(flags, dry_run, current, memory_limit));
+      if (advice.options.back().fits) break;  // the largest micro-batch that fits is the one to take
+    }
+    if (std::any_of(advice.options.begin(), advice.options.end(), [](const MemoryOption& o) { return o.fits; })) break;
+  }
+  const std::int64_t optimizer_bytes = current.statistics.category_allocated_at_peak[category_index(MemoryCategory::optimizer_states)];
+  if (optimizer_bytes > 0) {
+    MemoryOption offload{"--offload-optimizer cpu", current.peak_reserved - optimizer_bytes, optimizer_bytes,
+                         current.peak_reserved - optimizer_bytes <= static_cast<std::int64_t>(memory_limit), false,
+                         "moves the optimizer states held at the peak to host memory; ZeRO-Offload is not in this build yet"};
+    advice.options.push_back(offload);
+  }
+  std::stable_sort(advice.options.begin(), advice.options.end(), [](const MemoryOption& a, const MemoryOption& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (a.available != b.available) return a.available;
+    return a.saved > b.saved;
+  });
+  return advice;
+}
+
+std::string describe_memory_advice(const MemoryAdvice& advice, std::size_t memory_limit) {
+  std::string text = "a dry run of this configuration peaks at " + format_bytes(static_cast<std::size_t>(advice.current.peak_reserved)) +
+                     " reserved (" + format_bytes(static_cast<std::size_t>(advice.current.peak_allocated)) + " allocated) against the limit of " +
+                     format_bytes(memory_limit) + "; what would help, predicted by dry runs:";
+  for (const MemoryOption& option : advice.options) {
+    char line[256];
+    std::snprintf(line, sizeof line, "\n  %-42s peak reserved %10s, saves %10s%s", option.flags.c_str(),
+                  format_bytes(static_cast<std::size_t>(std::max<std::int64_t>(option.peak_reserved, 0))).c_str(),
+                  format_bytes(static_cast<std::size_t>(std::max<std::int64_t>(option.saved, 0))).c_str(),
+                  option.fits ? "  fits" : "  does not fit");
+    text += line;
+    if (!option.note.empty()) text += " (" + option.note + ")";
+  }
+  if (advice.options.empty()) text += "\n  nothing tried saves memory; raise --device-memory";
+  return text;
+}
+
+}  // namespace ferry

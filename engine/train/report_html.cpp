@@ -1,0 +1,172 @@
+// report.html: one self-contained page with an SVG stacked-area timeline of allocated memory by
+// category (reserved as a line, the peak marked), a lane of the ops that ran, the peak explained,
+// and the breakdown tables.
+#include <algorithm>
+#include <cstdio>
+
+#include "allocator/byte_size.h"
+#include "engine/train/html_page.h"
+#include "engine/train/memory_report.h"
+
+namespace ferry {
+namespace {
+
+constexpr double kWidth = 1040, kLeft = 72, kRight = 24, kTop = 34, kPlotHeight = 300, kLaneHeight = 16;
+
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", value);
+  return text;
+}
+
+std::string_view op_color(const std::string& kind) {
+  if (kind == "forward") return "#6b9bd1";
+  if (kind == "backward") return "#e39c5a";
+  if (kind == "recompute") return "#c7548a";
+  if (kind == "loss") return "#7a7a7a";
+  if (kind == "optimizer") return "#5aa469";
+  return "#bbbbbb";
+}
+
+struct Scale {
+  double duration;  // ns
+  double maximum;   // bytes
+  double x(double time_ns) const { return kLeft + (kWidth - kLeft - kRight) * (duration > 0 ? time_ns / duration : 0.0); }
+  double y(double bytes) const { return kTop + kPlotHeight * (1.0 - (maximum > 0 ? bytes / maximum : 0.0)); }
+};
+
+std::string timeline_svg(const MemoryProfile& profile, const MemoryTimeline& timeline) {
+  const std::vector<TimelinePoint> points = downsample_timeline(timeline, 1500);
+  const auto duration = static_cast<double>(profile.end_ns - profile.start_ns);
+  const double top = static_cast<double>(std::max(timeline.peak_reserved, timeline.peak_allocated));
+  const bool show_limit = profile.memory_limit > 0 && static_cast<double>(profile.memory_limit) < 1.6 * top;
+  const std::vector<double> ticks = html::axis_ticks(show_limit ? std::max(top, static_cast<double>(profile.memory_limit)) : top, 6, true);
+  const Scale scale{std::max(duration, 1.0), ticks.back()};
+  const double lanes_top = kTop + kPlotHeight + 26;
+  const double height = lanes_top + 2 * kLaneHeight + 12;
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + number(kWidth) + "\" height=\"" + number(height) +
+                    "\" viewBox=\"0 0 " + number(kWidth) + " " + number(height) + "\" role=\"img\" aria-label=\"memory timeline\">\n";
+  for (double tick : ticks) {
+    svg += "<line class=\"grid\" x1=\"" + number(kLeft) + "\" x2=\"" + number(kWidth - kRight) + "\" y1=\"" + number(scale.y(tick)) + "\" y2=\"" +
+           number(scale.y(tick)) + "\"/><text x=\"" + number(kLeft - 6) + "\" y=\"" + number(scale.y(tick) + 4) + "\" text-anchor=\"end\">" +
+           html::short_bytes(tick) + "</text>\n";
+  }
+  // Stacked areas, held flat between events (memory changes in steps).
+  std::vector<double> lower(points.size(), 0.0);
+  for (MemoryCategory category : kAllMemoryCategories) {
+    const std::size_t c = category_index(category);
+    if (timeline.category_peak[c] == 0) continue;
+    std::string upper_path, lower_path;
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const double x0 = scale.x(static_cast<double>(points[i].time_ns));
+      const double x1 = scale.x(i + 1 < points.size() ? static_cast<double>(points[i + 1].time_ns) : duration);
+      const double upper = lower[i] + static_cast<double>(points[i].allocated[c]);
+      upper_path += (i == 0 ? "M" : "L") + number(x0) + "," + number(scale.y(upper)) + "L" + number(x1) + "," + number(scale.y(upper));
+      lower_path = "L" + number(x1) + "," + number(scale.y(lower[i])) + "L" + number(x0) + "," + number(scale.y(lower[i])) + lower_path;
+      lower[i] = upper;
+    }
+    svg += "<path d=\"" + upper_path + lower_path + "Z\" fill=\"" + std::string(html::category_color(category)) +
+           "\" fill-opacity=\"0.85\"><title>" + std::string(category_name(category)) + ": peak " +
+           format_bytes(static_cast<std::size_t>(timeline.category_peak[c])) + "</title></path>\n";
+  }
+  std::string reserved_path;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const double x0 = scale.x(static_cast<double>(points[i].time_ns));
+    const double x1 = scale.x(i + 1 < points.size() ? static_cast<double>(points[i + 1].time_ns) : duration);
+    const double y = scale.y(static_cast<double>(points[i].reserved));
+    reserved_path += (i == 0 ? "M" : "L") + number(x0) + "," + number(y) + "L" + number(x1) + "," + number(y);
+  }
+  svg += "<path d=\"" + reserved_path + "\" fill=\"none\" stroke=\"#222\" stroke-width=\"1.2\" stroke-dasharray=\"4 3\"><title>reserved: peak " +
+         format_bytes(static_cast<std::size_t>(timeline.peak_reserved)) + "</title></path>\n";
+  if (show_limit) {
+    const double y = scale.y(static_cast<double>(profile.memory_limit));
+    svg += "<line x1=\"" + number(kLeft) + "\" x2=\"" + number(kWidth - kRight) + "\" y1=\"" + number(y) + "\" y2=\"" + number(y) +
+           "\" stroke=\"#c00\" stroke-dasharray=\"6 3\"/><text x=\"" + number(kWidth - kRight) + "\" y=\"" + number(y - 4) +
+           "\" text-anchor=\"end\" style=\"fill:#c00\">device memory limit " + format_bytes(profile.memory_limit) + "</text>\n";
+  }
+  // The peak.
+  const double peak_x = scale.x(static_cast<double>(timeline.peak().time_ns));
+  const double peak_y = scale.y(static_cast<double>(timeline.peak_allocated));
+  svg += "<line x1=\"" + number(peak_x) + "\" x2=\"" + number(peak_x) + "\" y1=\"" + number(kTop - 10) + "\" y2=\"" + number(kTop + kPlotHeight) +
+         "\" stroke=\"#e8a33d\" stroke-width=\"1.5\"/><circle cx=\"" + number(peak_x) + "\" cy=\"" + number(peak_y) +
+         "\" r=\"4\" fill=\"#e8a33d\" stroke=\"#000\"/><text x=\"" + number(std::min(peak_x + 6, kWidth - 260)) + "\" y=\"" + number(kTop - 14) +
+         "\" style=\"font-weight:600\">peak " + format_bytes(static_cast<std::size_t>(timeline.peak_allocated)) + " allocated</text>\n";
+  // Axes.
+  svg += "<line class=\"axis\" x1=\"" + number(kLeft) + "\" x2=\"" + number(kWidth - kRight) + "\" y1=\"" + number(kTop + kPlotHeight) +
+         "\" y2=\"" + number(kTop + kPlotHeight) + "\"/>\n";
+  const std::vector<double> time_ticks = html::axis_ticks(duration / 1e6, 8, false);  // milliseconds
+  for (double tick : time_ticks) {
+    if (tick * 1e6 > duration * 1.001) break;
+    const double x = scale.x(tick * 1e6);
+    svg += "<text x=\"" + number(x) + "\" y=\"" + number(kTop + kPlotHeight + 15) + "\" text-anchor=\"middle\">" + number(tick) +
+           " ms</text>\n";
+  }
+  // Lanes: steps, then the ops inside them.
+  svg += "<text x=\"" + number(kLeft - 6) + "\" y=\"" + number(lanes_top + 12) + "\" text-anchor=\"end\">steps</text><text x=\"" + number(kLeft - 6) +
+         "\" y=\"" + number(lanes_top + kLaneHeight + 12) + "\" text-anchor=\"end\">ops</text>\n";
+  for (const OpMarker& op : profile.ops) {
+    if (op.kind == "copy" || op.depth > 1) continue;
+    const bool step = op.kind == "step";
+    const double x0 = scale.x(static_cast<double>(op.start_ns - profile.start_ns));
+    const double x1 = scale.x(static_cast<double>((op.end_ns == 0 ? profile.end_ns : op.end_ns) - profile.start_ns));
+    const double y = lanes_top + (step ? 0 : kLaneHeight);
+    const std::string label = step ? op.name : op.kind + " " + op.name;
+    svg += "<rect x=\"" + number(x0) + "\" y=\"" + number(y) + "\" width=\"" + number(std::max(x1 - x0, 0.5)) + "\" height=\"" +
+           number(kLaneHeight - 2) + "\" fill=\"" + std::string(step ? "#d9d9d9" : op_color(op.kind)) + "\"><title>" + html::escape(label) + " (" +
+           format_duration_ns(op.end_ns - op.start_ns) + ")</title></rect>\n";
+    if (step && x1 - x0 > 40) svg += "<text x=\"" + number(x0 + 4) + "\" y=\"" + number(y + 11) + "\">" + html::escape(op.name) + "</text>\n";
+  }
+  return svg + "</svg>\n";
+}
+
+std::string breakdown_table(const MemoryTimeline& timeline) {
+  std::string table = "<table><tr><th>category</th><th>current</th><th>peak</th><th>at the peak</th><th>share at the peak</th></tr>\n";
+  for (MemoryCategory category : kAllMemoryCategories) {
+    const std::size_t c = category_index(category);
+    if (timeline.category_peak[c] == 0) continue;
+    char share[16];
+    std::snprintf(share, sizeof share, "%.1f%%", 100.0 * static_cast<double>(timeline.peak().allocated[c]) / static_cast<double>(std::max<std::int64_t>(timeline.peak_allocated, 1)));
+    table += "<tr><td><i style=\"display:inline-block;width:10px;height:10px;margin-right:6px;background:" +
+             std::string(html::category_color(category)) + "\"></i>" + std::string(category_name(category)) + "</td><td>" +
+             format_bytes(static_cast<std::size_t>(timeline.last().allocated[c])) + "</td><td>" +
+             format_bytes(static_cast<std::size_t>(timeline.category_peak[c])) + "</td><td>" +
+             format_bytes(static_cast<std::size_t>(timeline.peak().allocated[c])) + "</td><td>" + share + "</td></tr>\n";
+  }
+  table += "<tr><th>allocated</th><th>" + format_bytes(static_cast<std::size_t>(timeline.last().total())) + "</th><th>" +
+           format_bytes(static_cast<std::size_t>(timeline.peak_allocated)) + "</th><th>" +
+           format_bytes(static_cast<std::size_t>(timeline.peak_allocated)) + "</th><th>100%</th></tr>\n";
+  table += "<tr><td>reserved</td><td>" + format_bytes(static_cast<std::size_t>(timeline.last().reserved)) + "</td><td>" +
+           format_bytes(static_cast<std::size_t>(timeline.peak_reserved)) + "</td><td>" +
+           format_bytes(static_cast<std::size_t>(timeline.peak().reserved)) + "</td><td></td></tr>\n";
+  return table + "</table>\n";
+}
+
+}  // namespace
+
+std::string report_html(const MemoryProfile& profile, const MemoryTimeline& timeline, std::size_t largest) {
+  const nlohmann::json& run = profile.metadata;
+  std::string body = "<h1>ferry memory profile: " + html::escape(run.value("model", std::string("?"))) + "</h1>\n<p class=\"meta\">" +
+                     html::escape(describe_run(run)) +
+                     "<br>" + std::to_string(profile.events.size()) + " allocator events, " + std::to_string(profile.ops.size()) + " ops over " +
+                     format_duration_ns(profile.end_ns - profile.start_ns) + "; device memory limit " + format_bytes(profile.memory_limit) + "</p>\n";
+  if (!profile.failure.empty()) body += "<p class=\"peak\"><b>The run failed here:</b> " + html::escape(profile.failure) + "</p>\n";
+  body += "<div class=\"peak\"><b>Peak:</b> " + html::escape(describe_peak(timeline)) + ".</div>\n";
+  std::vector<MemoryCategory> shown;
+  for (MemoryCategory category : kAllMemoryCategories) {
+    if (timeline.category_peak[category_index(category)] > 0) shown.push_back(category);
+  }
+  body += html::category_legend(shown) + "\n" + timeline_svg(profile, timeline);
+  body += "<p class=\"meta\">Stacked: allocated bytes by category. Dashed: reserved bytes (segments held by the caching allocator). "
+          "Lanes: steps, and the forward, backward, recompute, loss and optimizer ops inside them.</p>\n";
+  body += "<h2>Breakdown</h2>\n" + breakdown_table(timeline);
+  body += "<h2>Largest live allocations at the peak</h2>\n<table><tr><th>tag</th><th>category</th><th>size</th></tr>\n";
+  for (std::size_t i = 0; i < std::min(largest, timeline.live_at_peak.size()); ++i) {
+    const LiveAllocation& each = timeline.live_at_peak[i];
+    body += "<tr><td class=\"tag\">" + html::escape(each.tag.empty() ? "(no tag)" : each.tag) + "</td><td>" +
+            std::string(category_name(each.category)) + "</td><td>" + format_bytes(each.size) + "</td></tr>\n";
+  }
+  body += "</table>\n";
+  return html::page("ferry memory profile: " + run.value("model", std::string("?")), body);
+}
+
+}  // namespace ferry
