@@ -9,7 +9,7 @@ std::int64_t block_activation_bytes(const GptConfig& config, std::int64_t batch,
   switch (keep) {
     case ActivationKeep::all:
       return 16 * btc * element_bytes + config.heads * batch * sequence * sequence * element_bytes + statistics;
-    case ActivationKeep::selective: return 12 * btc * element_bytes + statistics;
+    case ActivationKeep::selective: return 10 * btc * element_bytes + statistics;
     case ActivationKeep::input_only: return btc * element_bytes;
   }
   return 0;
@@ -23,7 +23,7 @@ double block_recompute_flops(const GptConfig& config, std::int64_t batch, std::i
   const double matmuls = 2.0 * tokens * 12.0 * C * C;      // qkv, attention projection, fc, mlp projection
   switch (keep) {
     case ActivationKeep::all: return 0.0;
-    case ActivationKeep::selective: return attention;
+    case ActivationKeep::selective: return attention;  // (LayerNorm and GELU are elementwise, not counted)
     case ActivationKeep::input_only: return matmuls + attention;
   }
   return 0.0;

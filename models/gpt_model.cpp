@@ -135,6 +135,8 @@ BlockActivations GptModel::block_forward(std::int64_t layer, const Tensor& input
   if (keep == ActivationKeep::selective) {
     a.att = Tensor();
     a.gelu = Tensor();
+    a.ln_1 = Tensor();
+    a.ln_2 = Tensor();
   }
   return a;
 }
@@ -142,13 +144,23 @@ BlockActivations GptModel::block_forward(std::int64_t layer, const Tensor& input
 void GptModel::block_recompute(std::int64_t layer, BlockActivations& a, cpu::RandomKey key) {
   if (a.ln_1.defined() && a.att.defined() && a.gelu.defined()) return;  // kept everything
   const OpScope op(*device_, "recompute", layer_name(layer));
-  if (!a.ln_1.defined()) {  // kept its input only: the whole forward again
+  if (!a.qkv.defined()) {  // kept its input only: the whole forward again
     const Tensor input = a.input;
     a = block_forward(layer, input, key, ActivationKeep::all);
     a.output = Tensor();  // the next block's input, not needed by this backward
     return;
   }
   const std::int64_t B = a.input.size(0), T = a.input.size(1), C = config_.hidden, NH = config_.heads;
+  const GptBlockParameters& p = parameters_.blocks.at(static_cast<std::size_t>(layer));
+  // LayerNorm outputs from their inputs; the kept mean and rstd are written again with the same values.
+  if (!a.ln_1.defined()) {
+    a.ln_1 = activation({B, T, C}, layer_tag(layer, "ln_1"));
+    ops::layernorm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, a.input, p.ln_1_weight, p.ln_1_bias);
+  }
+  if (!a.ln_2.defined()) {
+    a.ln_2 = activation({B, T, C}, layer_tag(layer, "ln_2"));
+    ops::layernorm_forward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.residual, p.ln_2_weight, p.ln_2_bias);
+  }
   if (!a.att.defined()) {
     a.att = activation({B, NH, T, T}, layer_tag(layer, "attn.att"));
     const Tensor discarded = activation({B, T, C}, layer_tag(layer, "attn.out.recompute"));

@@ -20,8 +20,10 @@ struct GptDropout {
 };
 
 // What a block's forward keeps for its backward (the recompute mechanism; schedule/ decides per block):
-// all; selective (drops the attention probabilities att and the GELU output, recomputed from qkv and
-// the GELU input); input_only (full recompute: the block's forward runs again in backward).
+// all; selective (drops the attention probabilities att, the GELU output and both LayerNorm outputs,
+// recomputed from qkv, the GELU input, and the LayerNorm inputs with their kept mean and rstd: Megatron's
+// selective recompute plus llm.c's GELU and LayerNorm levels); input_only (full recompute: the block's
+// forward runs again in backward).
 enum class ActivationKeep : std::uint8_t { all, selective, input_only };
 
 // What a block's backward needs from its forward (fields a policy dropped are undefined).

@@ -1,5 +1,6 @@
 #include "engine/core/memory_profile.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -73,6 +74,19 @@ MemoryProfile MemoryProfiler::stop() {
   profile_.ops = recorder.markers();
   recorder.clear();
   return std::move(profile_);
+}
+
+bool end_at_last_out_of_memory(MemoryProfile& profile) {
+  const auto last = std::find_if(profile.events.rbegin(), profile.events.rend(),
+                                 [](const TraceEvent& event) { return event.action == TraceAction::oom; });
+  if (last == profile.events.rend()) return false;
+  profile.end_ns = last->time_ns;
+  profile.events.erase(last.base(), profile.events.end());
+  std::erase_if(profile.ops, [&](const OpMarker& op) { return op.start_ns > profile.end_ns; });
+  for (OpMarker& op : profile.ops) {
+    if (op.end_ns == 0 || op.end_ns > profile.end_ns) op.end_ns = profile.end_ns;
+  }
+  return true;
 }
 
 void write_memory_profile(const std::string& directory, const MemoryProfile& profile) {

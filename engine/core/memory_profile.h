@@ -70,6 +70,10 @@ class MemoryProfiler {
   MemoryProfile profile_;
 };
 
+// Ends the profile at its last out-of-memory event, so it shows the moment of the failure and not the
+// frees of the unwinding after it. Returns false (and changes nothing) when it has none.
+bool end_at_last_out_of_memory(MemoryProfile& profile);
+
 // DIR/profile.json, written atomically (the directory is created when missing).
 void write_memory_profile(const std::string& directory, const MemoryProfile& profile);
 MemoryProfile read_memory_profile(const std::string& directory);

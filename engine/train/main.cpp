@@ -8,6 +8,7 @@
 #include <exception>
 #include <string>
 
+#include "engine/train/bench_memory.h"
 #include "engine/train/memory_report.h"
 #include "engine/train/replay_command.h"
 #include "engine/train/train_options.h"
@@ -41,6 +42,8 @@ int main(int argc, char** argv) {
   ferry::add_eval_command(app, eval);
   ferry::ReportOptions report;
   ferry::add_report_command(app, report);
+  ferry::BenchMemoryOptions bench_memory;
+  ferry::add_bench_command(app, bench_memory);
   try {
     // The config is applied first, so the flags parsed next override it.
     if (const auto config = ferry::find_config_path(argc, argv)) ferry::apply_config_file(*config, train);
@@ -58,6 +61,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("train")) return ferry::run_train_command(train);
     if (app.got_subcommand("eval")) return ferry::run_eval_command(eval);
     if (app.got_subcommand("report")) return ferry::run_report_command(report);
+    if (ferry::bench_memory_requested(app)) return ferry::run_bench_memory_command(bench_memory);
   } catch (const std::exception& error) {
     std::fflush(stdout);
     std::fprintf(stderr, "ferry: error: %s\n", error.what());

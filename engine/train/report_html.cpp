@@ -81,8 +81,8 @@ std::string timeline_svg(const MemoryProfile& profile, const MemoryTimeline& tim
   if (show_limit) {
     const double y = scale.y(static_cast<double>(profile.memory_limit));
     svg += "<line x1=\"" + number(kLeft) + "\" x2=\"" + number(kWidth - kRight) + "\" y1=\"" + number(y) + "\" y2=\"" + number(y) +
-           "\" stroke=\"#c00\" stroke-dasharray=\"6 3\"/><text x=\"" + number(kWidth - kRight) + "\" y=\"" + number(y - 4) +
-           "\" text-anchor=\"end\" style=\"fill:#c00\">device memory limit " + format_bytes(profile.memory_limit) + "</text>\n";
+           "\" stroke=\"#c00\" stroke-dasharray=\"6 3\"/><text x=\"" + number(kLeft + 4) + "\" y=\"" + number(y - 4) +
+           "\" style=\"fill:#c00\">device memory limit " + format_bytes(profile.memory_limit) + "</text>\n";
   }
   // The peak.
   const double peak_x = scale.x(static_cast<double>(timeline.peak().time_ns));

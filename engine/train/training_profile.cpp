@@ -46,6 +46,7 @@ void TrainingProfile::finish() {
 
 std::string TrainingProfile::save_failure(const std::string& failure) {
   MemoryProfile profile = profiler_.stop();
+  end_at_last_out_of_memory(profile);
   profile.failure = failure;
   const std::string directory = directory_.empty() ? kFailureDirectory : directory_;
   write(std::move(profile), directory);
