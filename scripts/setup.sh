@@ -11,6 +11,7 @@ packages=(
   libopenblas-dev libopenblas-openmp-dev
   nlohmann-json3-dev libcli11-dev
   python3 python3-torch python3-numpy
+  chromium
 )
 
 missing=()

@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
 # `ferry replay` on the bundled trace: prints the report, writes the summary JSON with the contract's
 # keys, finds a minimum capacity, and turns malformed input into one clear error with a line number.
-set -euo pipefail
 root=$1
-ferry=${FERRY:?FERRY must name the ferry binary}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/common.sh"
 
 "$ferry" replay "$root/data/traces/gpt2-tiny-train.csv" --find-min-capacity --summary "$work/summary.json" | tee "$work/out.txt"
 grep -q "peak reserved" "$work/out.txt"

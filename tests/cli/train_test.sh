@@ -2,19 +2,10 @@
 # `ferry train` and `ferry eval` end to end on tiny shapes: the loss falls on the embedded corpus, the
 # summary holds the contract's keys, a checkpoint resumes byte-identically, broken checkpoints and
 # configs are clear errors, a meta dry run needs no memory, and eval reads what train saved.
-set -euo pipefail
 root=$1
-ferry=${FERRY:?FERRY must name the ferry binary}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/common.sh"
 shape=(--layers 2 --hidden 32 --heads 2 --seq 32 --threads 2 --log-every 100)
 tiny=("${shape[@]}" --batch 2)
-
-expect_error() {  # expect_error PATTERN COMMAND...: the command fails and stderr names the problem
-  local pattern=$1; shift
-  if "$@" > "$work/out.txt" 2> "$work/err.txt"; then echo "accepted: $*"; exit 1; fi
-  if ! grep -q -- "$pattern" "$work/err.txt"; then echo "error for '$*' lacks '$pattern':"; cat "$work/err.txt"; exit 1; fi
-}
 
 # 1. The loss falls on the embedded corpus (byte tokens: it starts near ln 256 = 5.55).
 "$ferry" train --batch 4 --seq 64 --steps 40 --lr 3e-3 --threads 2 --log-every 10 --summary "$work/demo.json"

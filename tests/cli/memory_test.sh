@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Dry runs and baselines end to end: `ferry train --device meta` reports exactly the peaks a cpu run
+# measures, for several shapes and every recompute policy; `ferry bench memory` writes its table, CSV,
+# JSON and chart, and its baseline row is the dry run's peak; the recompute config keys of DeepSpeed
+# and Megatron select the policies they name.
+root=$1
+source "$(dirname "$0")/common.sh"
+
+# 1. meta == cpu: peak allocated, peak reserved and the breakdown at the peak, exactly.
+shapes=("--layers 2 --hidden 32 --heads 2 --seq 32 --batch 2"
+        "--layers 3 --hidden 48 --heads 3 --vocab 300 --seq 24 --batch 3 --grad-accum 2 --precision bf16 --dropout 0.1"
+        "--layers 2 --hidden 64 --heads 4 --seq 64 --batch 1 --loss-chunk 7")
+for shape in "${shapes[@]}"; do
+  for policy in none selective full every:2 first:1; do
+    for device in cpu meta; do
+      # shellcheck disable=SC2086
+      "$ferry" train $shape --steps 2 --threads 2 --log-every 100 --checkpointing "$policy" --device "$device" \
+        --summary "$work/$device.json" > /dev/null
+    done
+    /usr/bin/python3 - "$work/cpu.json" "$work/meta.json" "$shape $policy" <<'PY'
+import json, sys
+cpu, meta = (json.load(open(p))["memory"] for p in sys.argv[1:3])
+for key in ["peak_allocated", "peak_reserved", "at_peak", "max_by_category"]:
+    assert cpu[key] == meta[key], (sys.argv[3], key, cpu[key], meta[key])
+PY
+  done
+done
+
+# 2. ferry bench memory on gpt2-tiny.
+"$ferry" bench memory --model gpt2-tiny --batch 4 --seq 64 --output "$work/bench" --summary "$work/bench.json" > "$work/bench.txt"
+grep -q "checkpointing selective" "$work/bench.txt"
+grep -q "theory none: ZeRO 16 B/param + Korthikanti" "$work/bench.txt"
+"$ferry" train --model gpt2-tiny --batch 4 --seq 64 --steps 1 --device meta --summary "$work/dry.json" > /dev/null
+/usr/bin/python3 - "$work/bench" "$work/bench.json" "$work/dry.json" <<'PY'
+import csv, json, sys
+directory, summary, dry = sys.argv[1], json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+assert json.load(open(directory + "/memory.json")) == summary
+rows = {r["checkpointing"] + "/" + r["kind"]: r for r in summary["rows"]}
+# gpt2-tiny has 4 blocks: none, selective, every:4, every:2, full; then three theory rows.
+assert [r["name"] for r in summary["rows"]][:5] == ["checkpointing " + p for p in ["none", "selective", "every:4", "every:2", "full"]]
+assert len(summary["rows"]) == 8
+base = rows["none/measured"]
+assert base["peak_allocated"] == dry["memory"]["peak_allocated"] and base["peak_reserved"] == dry["memory"]["peak_reserved"]
+assert base["ratio_to_baseline"] == 1.0 and base["recompute_flops"] == 0
+full, selective = rows["full/measured"], rows["selective/measured"]
+assert full["peak_allocated"] < selective["peak_allocated"] < base["peak_allocated"]
+assert full["activation_reduction"] > selective["activation_reduction"] > 1
+assert full["recompute_flops"] > selective["recompute_flops"] > 0
+params = summary["model"]["parameters"]
+assert rows["none/theory"]["model_states"] == 16 * params
+# fp32 model states measured: 4 (parameters) + 4 (gradients) + 8 (Adam moments) bytes per parameter.
+at_peak = base["at_peak"]
+states = at_peak["parameters"] + at_peak["gradients"] + at_peak["optimizer_states"]
+assert 16 * params <= states < 16 * params + 512 * 3 * 4 * 40, (states, 16 * params)
+with open(directory + "/memory.csv") as f:
+    table = list(csv.DictReader(f))
+assert len(table) == 8 and int(table[0]["peak_allocated"]) == base["peak_allocated"]
+PY
+grep -q "<svg" "$work/bench/memory.html"
+expect_error "unknown --model" "$ferry" bench memory --model gpt9 --output "$work/bench"
+
+# 3. Recompute config keys: DeepSpeed's activation_checkpointing and Megatron's recompute_* keys.
+check_policy() {  # check_policy CONFIG_JSON EXPECTED_POLICY
+  printf '%s' "$1" > "$work/config.json"
+  "$ferry" train --config "$work/config.json" --layers 2 --hidden 32 --heads 2 --seq 16 --batch 1 --steps 1 --device meta \
+    --summary "$work/policy.json" > /dev/null
+  /usr/bin/python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['run']['checkpointing']; assert p == sys.argv[2], (p, sys.argv[2])" \
+    "$work/policy.json" "$2"
+}
+check_policy '{"activation_checkpointing": {"partition_activations": false, "cpu_checkpointing": false}}' full
+check_policy '{"recompute_granularity": "selective"}' selective
+check_policy '{"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}' full
+check_policy '{"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 1}' first:1
+check_policy '{"recompute_granularity": "full", "ferry": {"checkpointing": "every:2"}}' every:2
+printf '{"activation_checkpointing": {"partition_activations": true}}' > "$work/bad.json"
+expect_error "ferry has no tensor parallelism yet" "$ferry" train --config "$work/bad.json" --steps 1 --device meta
+printf '{"activation_checkpointing": {"cpu_checkpointing": true}}' > "$work/bad.json"
+expect_error "cpu_checkpointing" "$ferry" train --config "$work/bad.json" --steps 1 --device meta
+printf '{"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 2}' > "$work/bad.json"
+expect_error "ferry recomputes per block" "$ferry" train --config "$work/bad.json" --steps 1 --device meta
+printf '{"recompute_granularity": "some"}' > "$work/bad.json"
+expect_error "is not one of full, selective" "$ferry" train --config "$work/bad.json" --steps 1 --device meta
+printf '{"activation_checkpointing": {"number_checkpoints": 4}}' > "$work/noted.json"
+"$ferry" train --config "$work/noted.json" --steps 1 --device meta --layers 2 --hidden 32 --heads 2 --seq 16 --batch 1 > "$work/noted.txt"
+grep -q "note: activation_checkpointing.number_checkpoints has no effect in ferry" "$work/noted.txt"
+echo "memory tests passed"
