@@ -4,7 +4,10 @@ same model ferry trains (tests/parity/gpt2_reference.py, imported, not copied) a
 line.
 
   pytorch_train_step.py --layers 12 --hidden 768 --heads 12 --vocab 50257 --seq 1024 --batch 4
-                        [--steps 5] [--threads N] [--lr 6e-4] [--seed 0]
+                        [--steps 5] [--threads N] [--lr 6e-4] [--seed 0] [--checkpoint-blocks]
+
+--checkpoint-blocks wraps every block in torch.utils.checkpoint.checkpoint (use_reentrant=False,
+the RNG state preserved): full activation recompute, PyTorch's way.
 
 Each step: forward, backward, clip_grad_norm_(1.0), AdamW step (fused=False, foreach left at its
 default), zero_grad(set_to_none=True), on a fresh random batch from a seeded generator. Output:
@@ -57,6 +60,7 @@ def main():
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     parser.add_argument("--lr", type=float, default=6e-4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoint-blocks", action="store_true", help="torch.utils.checkpoint around every block")
     args = parser.parse_args()
     if args.steps < 1:
         parser.error("--steps must be at least 1")
@@ -70,6 +74,10 @@ def main():
     config = ref.GPT2Config(n_layer=args.layers, n_embd=args.hidden, n_head=args.heads,
                             n_positions=args.seq, vocab_size=args.vocab)
     model = ref.build_model(config, seed=args.seed)
+    if args.checkpoint_blocks:
+        from torch.utils.checkpoint import checkpoint
+        for block in model.h:
+            block.forward = lambda x, forward=block.forward: checkpoint(forward, x, use_reentrant=False)
     extra = {}
     if "fused" in inspect.signature(torch.optim.AdamW).parameters:  # AdamW has it from torch 2.0
         extra["fused"] = False
@@ -100,6 +108,7 @@ def main():
         "rss_before_bytes": rss_before,
         "peak_rss_bytes": peak_rss,
         "parameters": ref.count_parameters(model),
+        "checkpoint_blocks": args.checkpoint_blocks,
     }))
 
 

@@ -69,7 +69,9 @@ void apply_ferry_section(const json& section, TrainOptions& options) {
     else if (key == "offload_optimizer") options.offload_optimizer = value_of<std::string>(value, name);
     else if (key == "loss_chunk") options.loss_chunk = value_of<std::int64_t>(value, name);
     else if (key == "profile") options.profile = value_of<std::string>(value, name);
-    else if (key == "profile_steps") options.profile_steps = value_of<std::int64_t>(value, name);
+    else if (key == "profile_steps") {
+      options.profile_steps = value.is_number_integer() ? std::to_string(value.get<std::int64_t>()) : value_of<std::string>(value, name);
+    }
   }
 }
 
@@ -187,7 +189,7 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                     "Activation recompute: none | full | selective | every:K | first:N | auto (least recompute that fits --device-memory)");
   train->add_option("--loss-chunk", o.loss_chunk, "Tokens per LM-head + cross-entropy chunk (0: as many as fit 32 MiB of logits)");
   train->add_option("--profile", o.profile, "Record a memory profile into DIR (see `ferry report DIR`)");
-  train->add_option("--profile-steps", o.profile_steps, "Steps the profile covers, from the first (default 3)");
+  train->add_option("--profile-steps", o.profile_steps, "Steps the profile covers: N (the first N, default 3) or A-B");
   train->add_option("--offload-optimizer", o.offload_optimizer, "Optimizer offload: none (offload arrives with its own issue)");
   return train;
 }

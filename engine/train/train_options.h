@@ -47,7 +47,7 @@ struct TrainOptions {
   std::string offload_optimizer = "none";
   std::int64_t loss_chunk = 0;  // tokens per LM-head chunk; 0: as many as fit 32 MiB of logits
   std::string profile;          // memory-profile directory
-  std::int64_t profile_steps = 3;
+  std::string profile_steps = "3";  // N (the first N steps) or A-B
   std::vector<std::string> notes;  // config keys accepted without effect, said once at the start
 };
 

@@ -59,7 +59,6 @@ void validate(const TrainOptions& o) {
   if (!(o.weight_decay >= 0)) throw std::invalid_argument("--weight-decay must be >= 0");
   if (!(o.eps > 0)) throw std::invalid_argument("--eps must be positive");
   if (o.loss_chunk < 0) throw std::invalid_argument("--loss-chunk must be >= 0 tokens (0: automatic)");
-  if (o.profile_steps < 1) throw std::invalid_argument("--profile-steps must be >= 1");
   if (o.offload_optimizer != "none") {
     throw std::invalid_argument("--offload-optimizer " + o.offload_optimizer + " is not available yet (ZeRO-Offload has its own issue); use none");
   }
@@ -156,7 +155,7 @@ nlohmann::json run_training(const TrainOptions& o) {
   }
   dry_run_setup.policy = policy;
   const std::vector<ActivationKeep> keeps = activation_keeps(policy, config.layers);
-  TrainingProfile profile(*device, o.profile, o.profile_steps,
+  TrainingProfile profile(*device, o.profile, ProfileSteps::parse(o.profile_steps),
                           {{"command", "train"}, {"model", config.name}, {"parameters", config.parameter_count()},
                            {"device", std::string(device_kind_name(device->kind()))}, {"precision", o.precision},
                            {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum}, {"checkpointing", policy.name()}});
@@ -209,13 +208,13 @@ nlohmann::json run_training(const TrainOptions& o) {
       const auto start = Clock::now();
       const double learning_rate = schedule.at(step);
       current_step = step + 1;
-      profile.begin_step();
+      profile.begin_step(step + 1);
       StepResult result;
       {
         const OpScope op(*device, "step", "step " + std::to_string(step + 1));
         result = run_training_step(*device, model, optimizer, loader, settings, step, learning_rate, keeps);
       }
-      profile.end_step(step + 1 - first_step);
+      profile.end_step(step + 1);
       const double loss = result.loss;
       const double norm = result.gradient_norm;
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();

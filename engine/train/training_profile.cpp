@@ -1,55 +1,86 @@
 #include "engine/train/training_profile.h"
 
 #include <algorithm>
+#include <charconv>
+#include <stdexcept>
 
 namespace ferry {
+namespace {
 
-TrainingProfile::TrainingProfile(Device& device, std::string directory, std::int64_t window_steps, nlohmann::json metadata)
-    : profiler_(device), directory_(std::move(directory)), window_steps_(window_steps), metadata_(std::move(metadata)) {
-  if (window_steps < 0) throw std::invalid_argument("--profile-steps must be >= 0, got " + std::to_string(window_steps));
-  profiler_.start();
-}
-
-void TrainingProfile::write(MemoryProfile profile, const std::string& directory) {
-  profile.metadata = metadata_;
-  write_memory_profile(directory, profile);
-}
-
-void TrainingProfile::begin_step() {
-  if (!profiler_.recording()) profiler_.start(step_capacity_);
-}
-
-void TrainingProfile::end_step(std::int64_t steps_done) {
-  if (window_open_ && steps_done < window_steps_) return;
-  MemoryProfile profile = profiler_.stop();
-  // The next step's buffer: room for four times this one's events.
-  step_capacity_ = std::max<std::size_t>(step_capacity_, 4 * profile.events.size() / static_cast<std::size_t>(window_open_ ? std::max<std::int64_t>(window_steps_, 1) : 1));
-  if (window_open_) {
-    window_open_ = false;
-    metadata_["profiled_steps"] = steps_done;
-    if (!directory_.empty()) {
-      write(std::move(profile), directory_);
-      written_ = directory_;
-    }
+std::int64_t parse_step_number(std::string_view digits, const std::string& text) {
+  std::int64_t value = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (error != std::errc() || end != digits.data() + digits.size() || value < 1) {
+    throw std::invalid_argument("--profile-steps '" + text + "' is not N (the first N steps) or A-B (steps A to B), with N, A, B >= 1");
   }
+  return value;
+}
+
+}  // namespace
+
+ProfileSteps ProfileSteps::parse(const std::string& text) {
+  const auto dash = text.find('-');
+  if (dash == std::string::npos) return {1, parse_step_number(text, text), true};
+  ProfileSteps steps{parse_step_number(std::string_view(text).substr(0, dash), text),
+                     parse_step_number(std::string_view(text).substr(dash + 1), text), false};
+  if (steps.last < steps.first) throw std::invalid_argument("--profile-steps '" + text + "' ends before it starts");
+  return steps;
+}
+
+TrainingProfile::TrainingProfile(Device& device, std::string directory, ProfileSteps steps, nlohmann::json metadata)
+    : profiler_(device), directory_(std::move(directory)), steps_(steps), metadata_(std::move(metadata)) {
+  profiler_.start();  // building the model belongs to a window that opens at the run's first step
+}
+
+void TrainingProfile::begin_step(std::int64_t step) {
+  if (!any_step_ && steps_.from_run_start) {
+    steps_.last = step + steps_.last - steps_.first;
+    steps_.first = step;
+  }
+  const bool first_of_run = !any_step_;
+  any_step_ = true;
+  if (!window_done_ && step == steps_.first) {
+    if (!first_of_run && profiler_.recording()) profiler_.stop();
+    if (!profiler_.recording()) profiler_.start();
+    window_open_ = true;
+    return;
+  }
+  if (window_open_) return;
+  // Outside the window: this step alone, for a failure.
+  if (profiler_.recording()) {
+    const MemoryProfile previous = profiler_.stop();
+    step_capacity_ = std::max(step_capacity_, 4 * previous.events.size());
+  }
+  profiler_.start(step_capacity_);
+}
+
+void TrainingProfile::end_step(std::int64_t step) {
+  if (window_open_ && step >= steps_.last) close_window();
+}
+
+void TrainingProfile::close_window() {
+  MemoryProfile profile = profiler_.stop();
+  window_open_ = false;
+  window_done_ = true;
+  step_capacity_ = std::max(step_capacity_, 4 * profile.events.size() / static_cast<std::size_t>(steps_.last - steps_.first + 1));
+  if (directory_.empty()) return;
+  profile.metadata = metadata_;
+  profile.metadata["profiled_steps"] = {steps_.first, steps_.last};
+  write_memory_profile(directory_, profile);
+  written_ = directory_;
 }
 
 void TrainingProfile::finish() {
-  if (!window_open_ || !profiler_.recording()) return;
-  window_open_ = false;
-  MemoryProfile profile = profiler_.stop();
-  if (!directory_.empty()) {
-    write(std::move(profile), directory_);
-    written_ = directory_;
-  }
+  if (window_open_) close_window();
 }
 
 std::string TrainingProfile::save_failure(const std::string& failure) {
   MemoryProfile profile = profiler_.stop();
   end_at_last_out_of_memory(profile);
   profile.failure = failure;
+  profile.metadata = metadata_;
   const std::string directory = directory_.empty() ? kFailureDirectory : directory_;
-  write(std::move(profile), directory);
+  write_memory_profile(directory, profile);
   return directory;
 }
 

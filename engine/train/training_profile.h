@@ -1,6 +1,7 @@
-// The trainer's memory profile: the window --profile asks for (the first N steps, and the model's
-// construction before them), written when it closes; after it, each step is recorded on its own, so
-// an out-of-memory failure at any step saves the profile up to the failure.
+// The trainer's memory profile: the window of steps --profile asks for (written when it closes; a
+// window that starts at the run's first step also covers building the model), and outside the window
+// each step is recorded on its own, so an out-of-memory failure at any step saves the profile up to
+// the failure.
 #pragma once
 
 #include <cstdint>
@@ -12,34 +13,44 @@
 
 namespace ferry {
 
+// --profile-steps: "N" (the first N steps this run takes) or "A-B" (steps A to B, as numbered in the
+// progress lines). Throws std::invalid_argument naming the text.
+struct ProfileSteps {
+  std::int64_t first = 1, last = 3;
+  bool from_run_start = true;  // "N": first and last count from the run's first step
+  static ProfileSteps parse(const std::string& text);
+};
+
 class TrainingProfile {
  public:
   // Where a failure's profile goes when --profile was not given.
   static constexpr const char* kFailureDirectory = "ferry-oom-profile";
 
   // Starts recording at once. `directory` empty: the window is recorded but only written on failure.
-  TrainingProfile(Device& device, std::string directory, std::int64_t window_steps, nlohmann::json metadata);
+  TrainingProfile(Device& device, std::string directory, ProfileSteps steps, nlohmann::json metadata);
 
-  void begin_step();
-  // `steps_done`: steps this run has finished.
-  void end_step(std::int64_t steps_done);
-  // Closes the window if it is still open (a run shorter than it).
+  // `step`: the step's number (1-based, as printed).
+  void begin_step(std::int64_t step);
+  void end_step(std::int64_t step);
+  // Closes the window if it is still open (a run that ended inside it).
   void finish();
-  // Stops recording, notes `failure` in the profile and writes it; returns the directory.
+  // Stops recording, ends the profile at the failure, notes it and writes it; returns the directory.
   std::string save_failure(const std::string& failure);
 
   // The directory the window was written to, empty if not (yet).
   const std::string& written() const { return written_; }
 
  private:
-  void write(MemoryProfile profile, const std::string& directory);
+  void close_window();
 
   MemoryProfiler profiler_;
   std::string directory_;
-  std::int64_t window_steps_;
+  ProfileSteps steps_;
   nlohmann::json metadata_;
-  bool window_open_ = true;
-  std::size_t step_capacity_ = 4096;
+  bool any_step_ = false;     // a step has begun
+  bool window_open_ = false;  // recording the asked-for window
+  bool window_done_ = false;
+  std::size_t step_capacity_ = 4096;  // events buffer for one step outside the window
   std::string written_;
 };
 

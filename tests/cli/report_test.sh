@@ -30,7 +30,7 @@ done
 import json, sys
 directory, summary = sys.argv[1], json.load(open(sys.argv[2]))
 profile = json.load(open(directory + "/profile.json"))
-assert profile["metadata"]["profiled_steps"] == 3, profile["metadata"]
+assert profile["metadata"]["profiled_steps"] == [1, 3], profile["metadata"]
 trace = json.load(open(directory + "/trace.json"))
 events = trace["traceEvents"]
 counters = [e for e in events if e["ph"] == "C"]
@@ -94,5 +94,18 @@ PY
 expect_error "does not exist; record a profile with" "$ferry" report "$work/nothing"
 mkdir -p "$work/corrupt" && printf '{"format": "ferry-memory-profile", "version": 1, "events": [' > "$work/corrupt/profile.json"
 expect_error "is not valid JSON" "$ferry" report "$work/corrupt"
-expect_error "--profile-steps must be >= 1" "$ferry" train "${shape[@]}" --steps 1 --profile "$work/p" --profile-steps 0
+expect_error "--profile-steps '0' is not N" "$ferry" train "${shape[@]}" --steps 1 --profile "$work/p" --profile-steps 0
+expect_error "ends before it starts" "$ferry" train "${shape[@]}" --steps 1 --profile "$work/p" --profile-steps 3-2
+
+# 4. A window later in the run: steps 2-3 of 4 start from what step 1 left live.
+"$ferry" train "${shape[@]}" --steps 4 --profile "$work/later" --profile-steps 2-3 --summary "$work/later.json" > /dev/null
+"$ferry" report "$work/later" > /dev/null
+/usr/bin/python3 - "$work/later" <<'PY'
+import json, sys
+profile = json.load(open(sys.argv[1] + "/profile.json"))
+assert profile["metadata"]["profiled_steps"] == [2, 3], profile["metadata"]
+assert len(profile["initial_allocations"]) > 0  # parameters, gradients, optimizer states
+steps = [op[1] for op in profile["ops"] if op[0] == "step"]
+assert steps == ["step 2", "step 3"], steps
+PY
 echo "report tests passed"
