@@ -12,12 +12,6 @@ namespace {
 
 constexpr double kWidth = 1040, kLabel = 330, kRight = 30, kBar = 22, kGap = 10, kTop = 20;
 
-std::string number(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f", value);
-  return text;
-}
-
 }  // namespace
 
 std::string bench_memory_html(const nlohmann::json& result) {
@@ -29,24 +23,24 @@ std::string bench_memory_html(const nlohmann::json& result) {
   const std::vector<double> ticks = html::axis_ticks(maximum, 8, true);
   const double scale = (kWidth - kLabel - kRight) / ticks.back();
   const double height = kTop + static_cast<double>(rows.size()) * (kBar + kGap) + 30;
-  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + number(kWidth) + "\" height=\"" + number(height) + "\" viewBox=\"0 0 " +
-                    number(kWidth) + " " + number(height) + "\" role=\"img\" aria-label=\"peak memory per configuration\">\n";
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + html::number(kWidth) + "\" height=\"" + html::number(height) + "\" viewBox=\"0 0 " +
+                    html::number(kWidth) + " " + html::number(height) + "\" role=\"img\" aria-label=\"peak memory per configuration\">\n";
   const double bottom = kTop + static_cast<double>(rows.size()) * (kBar + kGap);
   for (double tick : ticks) {
     const double x = kLabel + tick * scale;
-    svg += "<line class=\"grid\" x1=\"" + number(x) + "\" x2=\"" + number(x) + "\" y1=\"" + number(kTop - 6) + "\" y2=\"" + number(bottom) +
-           "\"/><text x=\"" + number(x) + "\" y=\"" + number(bottom + 14) + "\" text-anchor=\"middle\">" + html::short_bytes(tick) + "</text>\n";
+    svg += "<line class=\"grid\" x1=\"" + html::number(x) + "\" x2=\"" + html::number(x) + "\" y1=\"" + html::number(kTop - 6) + "\" y2=\"" + html::number(bottom) +
+           "\"/><text x=\"" + html::number(x) + "\" y=\"" + html::number(bottom + 14) + "\" text-anchor=\"middle\">" + html::short_bytes(tick) + "</text>\n";
   }
   double y = kTop;
   for (const nlohmann::json& row : rows) {
     const bool theory = row["kind"] == "theory";
-    svg += "<text x=\"" + number(kLabel - 8) + "\" y=\"" + number(y + kBar * 0.7) + "\" text-anchor=\"end\"" +
+    svg += "<text x=\"" + html::number(kLabel - 8) + "\" y=\"" + html::number(y + kBar * 0.7) + "\" text-anchor=\"end\"" +
            (theory ? " style=\"font-style:italic\"" : "") + ">" + html::escape(row["name"].get<std::string>()) + "</text>\n";
     double x = kLabel;
     for (MemoryCategory category : kAllMemoryCategories) {
       const double bytes = row["at_peak"][std::string(category_name(category))].get<double>();
       if (bytes <= 0) continue;
-      svg += "<rect x=\"" + number(x) + "\" y=\"" + number(y) + "\" width=\"" + number(bytes * scale) + "\" height=\"" + number(kBar) +
+      svg += "<rect x=\"" + html::number(x) + "\" y=\"" + html::number(y) + "\" width=\"" + html::number(bytes * scale) + "\" height=\"" + html::number(kBar) +
              "\" fill=\"" + std::string(html::category_color(category)) + "\"" + (theory ? " fill-opacity=\"0.45\"" : "") + "><title>" +
              html::escape(row["name"].get<std::string>()) + ": " +
              (theory && category == MemoryCategory::optimizer_states ? std::string("model states") : std::string(category_name(category))) + " " +
@@ -54,11 +48,11 @@ std::string bench_memory_html(const nlohmann::json& result) {
       x += bytes * scale;
     }
     const double label_x = std::max(x, kLabel + row.value("peak_reserved", 0.0) * scale) + 6;
-    svg += "<text x=\"" + number(label_x) + "\" y=\"" + number(y + kBar * 0.7) + "\">" +
+    svg += "<text x=\"" + html::number(label_x) + "\" y=\"" + html::number(y + kBar * 0.7) + "\">" +
            format_bytes(row["peak_allocated"].get<std::size_t>()) + "</text>\n";
     if (row.contains("peak_reserved")) {
       const double reserved_x = kLabel + row["peak_reserved"].get<double>() * scale;
-      svg += "<line x1=\"" + number(reserved_x) + "\" x2=\"" + number(reserved_x) + "\" y1=\"" + number(y - 3) + "\" y2=\"" + number(y + kBar + 3) +
+      svg += "<line x1=\"" + html::number(reserved_x) + "\" x2=\"" + html::number(reserved_x) + "\" y1=\"" + html::number(y - 3) + "\" y2=\"" + html::number(y + kBar + 3) +
              "\" stroke=\"#222\" stroke-width=\"2\"><title>peak reserved " + format_bytes(row["peak_reserved"].get<std::size_t>()) +
              "</title></line>\n";
     }

@@ -61,6 +61,12 @@ std::vector<double> axis_ticks(double maximum, int count, bool bytes) {
   return ticks;
 }
 
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", value);
+  return text;
+}
+
 std::string short_bytes(double bytes) {
   static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int unit = 0;

@@ -16,6 +16,8 @@ std::string escape(std::string_view text);
 std::string_view category_color(MemoryCategory category);
 // Up to about `count` round values from 0 to at least `maximum` (1, 2, 2.5, 5 x 10^k, or binary bytes).
 std::vector<double> axis_ticks(double maximum, int count, bool bytes);
+// A coordinate with one decimal, for SVG attributes.
+std::string number(double value);
 // "12.5 MiB" without trailing zeros, for axis labels.
 std::string short_bytes(double bytes);
 // A whole page: `body` inside, the shared CSS, and a script that marks <body data-rendered="ok"> once
