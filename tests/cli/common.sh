@@ -1,5 +1,5 @@
-# Sourced by the CLI tests: strict mode, $ferry, a scratch directory $work removed on exit, and
-# expect_error.
+# Sourced by the CLI tests: strict mode, $ferry, a scratch directory $work removed on exit,
+# expect_error, and render (a page in headless Chromium).
 set -euo pipefail
 ferry=${FERRY:?FERRY must name the ferry binary}
 work=$(mktemp -d)
@@ -9,4 +9,17 @@ expect_error() {  # expect_error PATTERN COMMAND...: the command fails and stder
   local pattern=$1; shift
   if "$@" > "$work/out.txt" 2> "$work/err.txt"; then echo "accepted: $*"; exit 1; fi
   if ! grep -q -- "$pattern" "$work/err.txt"; then echo "error for '$*' lacks '$pattern':"; cat "$work/err.txt"; exit 1; fi
+}
+
+render() {  # render FILE.html SCREENSHOT.png: the page lays out its SVGs and raises no script error
+  local chromium
+  chromium=$(command -v chromium || command -v chromium-browser || true)
+  [[ -n "$chromium" ]] || { echo "chromium is not installed (scripts/setup.sh installs it)"; exit 1; }
+  local dom
+  dom=$(timeout 120 "$chromium" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --user-data-dir="$work/chromium" --dump-dom "file://$1" 2> /dev/null)
+  grep -q 'data-rendered="ok"' <<< "$dom" || { echo "$1 did not render: $(grep -o '<body[^>]*>' <<< "$dom")"; exit 1; }
+  if grep -q 'data-error=' <<< "$dom"; then echo "$1 raised a script error"; exit 1; fi
+  timeout 120 "$chromium" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --user-data-dir="$work/chromium" --hide-scrollbars \
+    --window-size=1120,900 --screenshot="$2" "file://$1" > /dev/null 2>&1
+  [[ $(stat -c %s "$2") -gt 10000 ]] || { echo "screenshot of $1 is nearly empty"; exit 1; }
 }

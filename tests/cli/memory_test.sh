@@ -57,6 +57,7 @@ with open(directory + "/memory.csv") as f:
 assert len(table) == 8 and int(table[0]["peak_allocated"]) == base["peak_allocated"]
 PY
 grep -q "<svg" "$work/bench/memory.html"
+render "$work/bench/memory.html" "$work/bench.png"
 expect_error "unknown --model" "$ferry" bench memory --model gpt9 --output "$work/bench"
 
 # 3. Recompute config keys: DeepSpeed's activation_checkpointing and Megatron's recompute_* keys.

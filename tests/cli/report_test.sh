@@ -6,18 +6,6 @@
 root=$1
 source "$(dirname "$0")/common.sh"
 shape=(--layers 2 --hidden 32 --heads 2 --seq 32 --batch 2 --threads 2 --log-every 100)
-chromium=$(command -v chromium || command -v chromium-browser || true)
-[[ -n "$chromium" ]] || { echo "chromium is not installed (scripts/setup.sh installs it)"; exit 1; }
-
-render() {  # render FILE.html SCREENSHOT.png: the page lays out its SVGs and raises no script error
-  local dom
-  dom=$(timeout 120 "$chromium" --headless --no-sandbox --disable-gpu --user-data-dir="$work/chromium" --dump-dom "file://$1" 2> /dev/null)
-  grep -q 'data-rendered="ok"' <<< "$dom" || { echo "$1 did not render: $(grep -o '<body[^>]*>' <<< "$dom")"; exit 1; }
-  if grep -q 'data-error=' <<< "$dom"; then echo "$1 raised a script error"; exit 1; fi
-  timeout 120 "$chromium" --headless --no-sandbox --disable-gpu --user-data-dir="$work/chromium" --hide-scrollbars \
-    --window-size=1120,900 --screenshot="$2" "file://$1" > /dev/null 2>&1
-  [[ $(stat -c %s "$2") -gt 10000 ]] || { echo "screenshot of $1 is nearly empty"; exit 1; }
-}
 
 # 1. Profile three steps (the default) of a run with full recompute, then report it.
 "$ferry" train "${shape[@]}" --steps 4 --checkpointing full --profile "$work/profile" --summary "$work/summary.json" > "$work/train.txt"
