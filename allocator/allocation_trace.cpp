@@ -2,6 +2,14 @@
 
 namespace ferry {
 
+std::optional<TraceAction> parse_trace_action(std::string_view name) {
+  for (TraceAction action : {TraceAction::alloc, TraceAction::free_requested, TraceAction::free_completed, TraceAction::segment_alloc,
+                             TraceAction::segment_free, TraceAction::segment_map, TraceAction::segment_unmap, TraceAction::oom}) {
+    if (trace_action_name(action) == name) return action;
+  }
+  return std::nullopt;
+}
+
 std::string_view trace_action_name(TraceAction action) {
   switch (action) {
     case TraceAction::alloc: return "alloc";

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -24,6 +25,8 @@ enum class TraceAction : std::uint8_t {
 };
 
 std::string_view trace_action_name(TraceAction action);
+// The action named `name` (as trace_action_name writes it), or nothing.
+std::optional<TraceAction> parse_trace_action(std::string_view name);
 
 using TagId = std::uint32_t;  // interned tag naming the layer or op that asked; 0 = none
 

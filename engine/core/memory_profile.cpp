@@ -17,12 +17,10 @@ nlohmann::json event_to_json(const TraceEvent& event, std::uint64_t start_ns) {
                                 std::string(category_name(event.category)), event.tag, event.address, event.size, event.stream});
 }
 
-TraceAction parse_trace_action(const std::string& name, const std::string& file) {
-  for (TraceAction action : {TraceAction::alloc, TraceAction::free_requested, TraceAction::free_completed, TraceAction::segment_alloc,
-                             TraceAction::segment_free, TraceAction::segment_map, TraceAction::segment_unmap, TraceAction::oom}) {
-    if (trace_action_name(action) == name) return action;
-  }
-  throw ProfileError(file + ": unknown allocator event '" + name + "'");
+TraceAction parse_action(const std::string& name, const std::string& file) {
+  const std::optional<TraceAction> action = parse_trace_action(name);
+  if (!action) throw ProfileError(file + ": unknown allocator event '" + name + "'");
+  return *action;
 }
 
 MemoryCategory parse_category(const std::string& name, const std::string& file) {
@@ -155,7 +153,7 @@ MemoryProfile read_memory_profile(const std::string& directory) {
                                                            each.at(3).get<std::string>(), each.at(4).get<StreamId>()});
     }
     for (const nlohmann::json& each : document.at("events")) {
-      profile.events.push_back(TraceEvent{parse_trace_action(each.at(1).get<std::string>(), file),
+      profile.events.push_back(TraceEvent{parse_action(each.at(1).get<std::string>(), file),
                                           parse_category(each.at(2).get<std::string>(), file), each.at(3).get<TagId>(),
                                           each.at(0).get<std::uint64_t>(), each.at(4).get<std::uintptr_t>(),
                                           each.at(5).get<std::size_t>(), each.at(6).get<StreamId>()});

@@ -18,18 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-json categories_json(const std::array<std::int64_t, kNumMemoryCategories>& bytes) {
-  json result = json::object();
-  for (MemoryCategory category : kAllMemoryCategories) result[std::string(category_name(category))] = bytes[category_index(category)];
-  return result;
-}
-
-std::array<std::int64_t, kNumMemoryCategories> category_peaks(const AllocatorStatistics& statistics) {
-  std::array<std::int64_t, kNumMemoryCategories> peaks{};
-  for (std::size_t c = 0; c < kNumMemoryCategories; ++c) peaks[c] = statistics.category_allocated_bytes[c].peak;
-  return peaks;
-}
-
 // Forward FLOPs of one micro-batch: every block, and the tied LM head.
 double forward_flops(const GptConfig& config, std::int64_t batch, std::int64_t sequence) {
   const double blocks = static_cast<double>(config.layers) * block_recompute_flops(config, batch, sequence, ActivationKeep::input_only);
@@ -99,7 +87,7 @@ json bench_memory(const BenchMemoryOptions& options) {
     const std::int64_t activation_peak = peaks[category_index(MemoryCategory::activations)];
     json row = {{"name", "checkpointing " + policy.name()}, {"kind", "measured"}, {"checkpointing", policy.name()},
                 {"peak_allocated", dry_run.peak_allocated}, {"peak_reserved", dry_run.peak_reserved},
-                {"at_peak", categories_json(dry_run.statistics.category_allocated_at_peak)}, {"max_by_category", categories_json(peaks)},
+                {"at_peak", bytes_by_category(dry_run.statistics.category_allocated_at_peak)}, {"max_by_category", bytes_by_category(peaks)},
                 {"activation_peak", activation_peak}, {"kept_activations_formula", formula_bytes},
                 {"recompute_flops", recompute_flops}, {"recompute_flops_fraction", recompute_flops / step_flops}};
     if (baseline.is_null()) baseline = row;

@@ -103,15 +103,8 @@ void check_resume_contract(const nlohmann::json& saved, const nlohmann::json& cu
 
 nlohmann::json memory_summary(const Device& device) {
   const AllocatorStatistics stats = device.allocator().statistics();
-  nlohmann::json at_peak = nlohmann::json::object();
-  nlohmann::json max_by_category = nlohmann::json::object();
-  for (std::size_t i = 0; i < kNumMemoryCategories; ++i) {
-    const auto category = static_cast<MemoryCategory>(i);
-    at_peak[std::string(category_name(category))] = stats.category_allocated_at_peak[i];
-    max_by_category[std::string(category_name(category))] = stats.category_allocated_bytes[i].peak;
-  }
   return {{"peak_allocated", stats.allocated_bytes.all().peak}, {"peak_reserved", stats.reserved_bytes.all().peak},
-          {"at_peak", at_peak}, {"max_by_category", max_by_category}, {"host_pinned_peak", 0}, {"nvme_bytes", 0},
+          {"at_peak", bytes_by_category(stats.category_allocated_at_peak)}, {"max_by_category", bytes_by_category(category_peaks(stats))}, {"host_pinned_peak", 0}, {"nvme_bytes", 0},
           {"num_ooms", stats.num_ooms}, {"num_alloc_retries", stats.num_alloc_retries}, {"device_memory_limit", device.memory_limit()}};
 }
 
