@@ -37,8 +37,9 @@ class ScopedFlag {
 
 }  // namespace
 
-GptModel::GptModel(Device& device, GptConfig config, DType parameter_dtype, GptDropout dropout)
-    : device_(&device), config_(std::move(config)), parameter_dtype_(parameter_dtype), dropout_(dropout) {
+GptModel::GptModel(Device& device, GptConfig config, DType parameter_dtype, GptDropout dropout, GradientStorage gradient_storage)
+    : device_(&device), config_(std::move(config)), parameter_dtype_(parameter_dtype), dropout_(dropout),
+      gradient_storage_(gradient_storage) {
   config_.validate();
   if (parameter_dtype != DType::f32 && parameter_dtype != DType::bf16) {
     throw std::invalid_argument("GPT parameters must be f32 or bf16, not " + std::string(dtype_name(parameter_dtype)));
@@ -47,10 +48,13 @@ GptModel::GptModel(Device& device, GptConfig config, DType parameter_dtype, GptD
     if (!(p >= 0.0f && p < 1.0f)) throw std::invalid_argument("dropout probabilities must be in [0, 1), got " + std::to_string(p));
   }
   parameters_ = GptParameters::allocate(device, config_, parameter_dtype, MemoryCategory::parameters);
-  gradients_ = GptParameters::allocate(device, config_, DType::f32, MemoryCategory::gradients, "grad.");
+  if (gradient_storage_ == GradientStorage::whole) {
+    gradients_ = GptParameters::allocate(device, config_, DType::f32, MemoryCategory::gradients, "grad.");
+  }
 }
 
 void GptModel::zero_gradients() {
+  if (gradient_storage_ == GradientStorage::streamed) return;
   for (const NamedTensor& each : gradients_.named()) ops::fill_zero(*each.tensor);
 }
 
@@ -70,6 +74,27 @@ Tensor GptModel::activation(const Shape& shape, const std::string& tag) const {
 
 Tensor GptModel::workspace(const Shape& shape, const std::string& tag) const {
   return Tensor::empty(*device_, shape, DType::f32, MemoryCategory::workspace, tag);
+}
+
+Tensor GptModel::gradient_bucket(const Shape& shape, const std::string& tag) const {
+  return Tensor::zeros(*device_, shape, DType::f32, MemoryCategory::gradients, "grad." + tag);
+}
+
+GradientSink& GptModel::sink() const {
+  if (gradient_sink_ == nullptr) throw std::logic_error("a GPT model with streamed gradients was trained without a gradient sink");
+  return *gradient_sink_;
+}
+
+void GptModel::set_vocab_slice(std::int64_t rows) {
+  if (rows < 0) throw std::invalid_argument("the vocabulary slice must be >= 0 rows (0: automatic), got " + std::to_string(rows));
+  vocab_slice_ = rows;
+}
+
+std::int64_t GptModel::vocab_slice() const {
+  if (vocab_slice_ > 0) return std::min(vocab_slice_, config_.vocab);
+  if (parameter_dtype_ == DType::f32) return config_.vocab;
+  const std::int64_t rows = kVocabSliceBytes / (config_.hidden * static_cast<std::int64_t>(sizeof(float)));
+  return std::clamp<std::int64_t>(rows, 1, config_.vocab);
 }
 
 Tensor GptModel::embedding_forward(const Tensor& tokens, cpu::RandomKey key) {
@@ -183,29 +208,49 @@ double GptModel::head_forward(const Tensor& input, const Tensor& targets, float 
   const Tensor rstd = Tensor::empty(*device_, {B, T}, DType::f32, MemoryCategory::activations, "ln_f.rstd");
   ops::layernorm_forward(ln_f, mean, rstd, input, parameters_.ln_f_weight, parameters_.ln_f_bias);
 
-  const Tensor wte = ops::as_f32(parameters_.wte, "lm_head.wte.f32");
+  const bool streamed = gradient_storage_ == GradientStorage::streamed;
   const Tensor ln_f_rows = ln_f.reshape({rows, C});
   const Tensor target_rows = targets.reshape({rows});
   const Tensor ln_f_gradient = training ? workspace({rows, C}, "ln_f.grad") : Tensor();
   const std::int64_t chunk = loss_chunk(rows);
+  const std::int64_t slice = vocab_slice();
+  // The table's rows [first, first + count) in f32 (a view of the table itself when it is f32).
+  auto table_slice = [&](std::int64_t first, std::int64_t count) {
+    return ops::as_f32(parameters_.wte.narrow(0, first, count), "lm_head.wte.f32");
+  };
   double loss_sum = 0;
   for (std::int64_t start = 0; start < rows; start += chunk) {
     const std::int64_t length = std::min(chunk, rows - start);
-    const Tensor x = ln_f_rows.narrow(0, start, length);
+    const Tensor x = ops::as_f32(ln_f_rows.narrow(0, start, length), "lm_head.in.f32");
     const Tensor logits = workspace({length, V}, "lm_head.logits");
-    ops::matmul_forward(logits, x, wte, Tensor(), WeightLayout::out_in);
+    for (std::int64_t first = 0; first < V; first += slice) {
+      const std::int64_t count = std::min(slice, V - first);
+      ops::lm_head_logits_slice(logits, first, x, table_slice(first, count));
+    }
     const Tensor chunk_targets = target_rows.narrow(0, start, length);
     if (!training) {
       loss_sum += ops::cross_entropy_sum(logits, chunk_targets);
       continue;
     }
     loss_sum += ops::cross_entropy_sum_and_gradient(logits, chunk_targets, dloss);
-    ops::matmul_backward(ln_f_gradient.narrow(0, start, length), gradients_.wte, Tensor(), logits, x, wte, WeightLayout::out_in);
+    const Tensor dx = ln_f_gradient.narrow(0, start, length);
+    for (std::int64_t first = 0; first < V; first += slice) {
+      const std::int64_t count = std::min(slice, V - first);
+      const Tensor dweight = streamed ? gradient_bucket({count, C}, "wte.weight.slice") : gradients_.wte.narrow(0, first, count);
+      ops::lm_head_backward_slice(dx, first > 0, dweight, logits, first, x, table_slice(first, count));
+      if (streamed) sink().accumulate(GptParameters::kWteIndex, first * C, dweight);
+    }
   }
   if (training) {
     ops::fill_zero(input_gradient);
-    ops::layernorm_backward(input_gradient, gradients_.ln_f_weight, gradients_.ln_f_bias, ln_f_gradient.reshape({B, T, C}),
-                            input, parameters_.ln_f_weight, mean, rstd);
+    const std::size_t ln_f_index = GptParameters::block_index(config_.layers);
+    const Tensor dweight = streamed ? gradient_bucket({C}, "ln_f.weight") : gradients_.ln_f_weight;
+    const Tensor dbias = streamed ? gradient_bucket({C}, "ln_f.bias") : gradients_.ln_f_bias;
+    ops::layernorm_backward(input_gradient, dweight, dbias, ln_f_gradient.reshape({B, T, C}), input, parameters_.ln_f_weight, mean, rstd);
+    if (streamed) {
+      sink().accumulate(ln_f_index, 0, dweight);
+      sink().accumulate(ln_f_index + 1, 0, dbias);
+    }
   }
   return loss_sum;
 }
@@ -214,8 +259,12 @@ Tensor GptModel::block_backward(std::int64_t layer, BlockActivations a, Tensor o
   block_recompute(layer, a, key);
   const OpScope op(*device_, "backward", layer_name(layer));
   const GptBlockParameters& p = parameters_.blocks.at(static_cast<std::size_t>(layer));
-  const GptBlockParameters& g = gradients_.blocks.at(static_cast<std::size_t>(layer));
   const std::int64_t B = a.input.size(0), T = a.input.size(1), C = config_.hidden, NH = config_.heads;
+  const bool streamed = gradient_storage_ == GradientStorage::streamed;
+  // Streamed: this block's gradients are one bucket, handed to the sink when the block is done.
+  const GptBlockParameters bucket =
+      streamed ? GptBlockParameters::allocate(*device_, C, layer, DType::f32, MemoryCategory::gradients, "grad.") : GptBlockParameters();
+  const GptBlockParameters& g = streamed ? bucket : gradients_.blocks.at(static_cast<std::size_t>(layer));
   const cpu::RandomKey keys = layer_key(key, layer);
   const float attention_dropout = training_ ? dropout_.attention : 0.0f;
   const float residual_dropout = training_ ? dropout_.residual : 0.0f;
@@ -260,6 +309,10 @@ Tensor GptModel::block_backward(std::int64_t layer, BlockActivations a, Tensor o
   dqkv = Tensor();
   a.qkv = Tensor();
   ops::layernorm_backward(dresidual, g.ln_1_weight, g.ln_1_bias, dln, a.input, p.ln_1_weight, a.ln_1_mean, a.ln_1_rstd);
+  if (streamed) {
+    std::size_t index = GptParameters::block_index(layer);
+    for (const auto& field : bucket.fields()) sink().accumulate(index++, 0, *field.second);
+  }
   return dresidual;
 }
 
@@ -270,7 +323,16 @@ void GptModel::embedding_backward(const Tensor& tokens, const Tensor& output_gra
     gradient = Tensor::zeros(*device_, output_gradient.shape(), DType::f32, MemoryCategory::workspace, "embedding.grad");
     ops::dropout_backward(gradient, output_gradient, dropout_.embedding, key.derive(kEmbeddingDropout));
   }
-  ops::encoder_backward(gradients_.wte, gradients_.wpe, gradient, tokens);
+  if (gradient_storage_ == GradientStorage::whole) {
+    ops::encoder_backward(gradients_.wte, gradients_.wpe, gradient, tokens);
+    return;
+  }
+  // Positions on the device; the token rows go to the sink, which adds them in the kernel's order.
+  const std::int64_t B = tokens.size(0), T = tokens.size(1), C = config_.hidden;
+  const Tensor dwpe = gradient_bucket({T, C}, "wpe.weight");
+  ops::encoder_backward(Tensor(), dwpe, gradient, tokens);
+  sink().accumulate(GptParameters::kWpeIndex, 0, dwpe);
+  sink().accumulate_rows(GptParameters::kWteIndex, tokens.reshape({B * T}), gradient.reshape({B * T, C}));
 }
 
 double GptModel::train_micro_batch(const Tensor& tokens, const Tensor& targets, const MicroBatchKey& micro_batch, float dloss,

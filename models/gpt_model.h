@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/core/gradient_sink.h"
 #include "engine/core/tensor.h"
 #include "models/gpt_config.h"
 #include "models/gpt_parameters.h"
@@ -48,22 +49,38 @@ struct MicroBatchKey {
   cpu::RandomKey key() const { return cpu::RandomKey{cpu::mix64(seed)}.derive(step).derive(micro_batch); }
 };
 
+// Where parameter gradients live: whole on the device (accumulating over micro-batches), or streamed
+// to a GradientSink piece by piece during backward (the device holds one bucket at a time).
+enum class GradientStorage : std::uint8_t { whole, streamed };
+
 class GptModel {
  public:
   // activation dtype = parameter dtype (f32 or bf16); gradients are always f32.
-  GptModel(Device& device, GptConfig config, DType parameter_dtype, GptDropout dropout = {});
+  GptModel(Device& device, GptConfig config, DType parameter_dtype, GptDropout dropout = {},
+           GradientStorage gradient_storage = GradientStorage::whole);
 
   const GptConfig& config() const { return config_; }
   Device& device() const { return *device_; }
   DType parameter_dtype() const { return parameter_dtype_; }
   const GptParameters& parameters() const { return parameters_; }
+  // Undefined tensors when gradients are streamed.
   const GptParameters& gradients() const { return gradients_; }
   void zero_gradients();
+  GradientStorage gradient_storage() const { return gradient_storage_; }
+  // Where streamed gradients go (required before training with GradientStorage::streamed).
+  void set_gradient_sink(GradientSink* sink) { gradient_sink_ = sink; }
   // Tokens per chunk of the LM head and cross-entropy (0: as many as fit kLogitsChunkBytes of f32
   // logits). Chunks change rounding only: the loss and gradients equal the unchunked ones within f32.
   void set_loss_chunk(std::int64_t tokens);
   std::int64_t loss_chunk(std::int64_t tokens) const;
   static constexpr std::int64_t kLogitsChunkBytes = std::int64_t{32} << 20;
+  // Rows of the tied token table the LM head takes at once: all of them for f32 parameters; for bf16,
+  // as many as fit kVocabSliceBytes in f32 (the head's f32 copy of the table, and the streamed
+  // table-gradient bucket, are one slice).
+  std::int64_t vocab_slice() const;
+  // Overrides vocab_slice() (0: automatic). Slices change the input gradient's rounding only.
+  void set_vocab_slice(std::int64_t rows);
+  static constexpr std::int64_t kVocabSliceBytes = std::int64_t{8} << 20;
 
   // Layers, one at a time. tokens and targets are i32 [B, T] on the device.
   Tensor embedding_forward(const Tensor& tokens, cpu::RandomKey key);
@@ -90,6 +107,9 @@ class GptModel {
  private:
   Tensor activation(const Shape& shape, const std::string& tag) const;
   Tensor workspace(const Shape& shape, const std::string& tag) const;
+  // A zeroed f32 gradient bucket (category gradients) for streamed gradients.
+  Tensor gradient_bucket(const Shape& shape, const std::string& tag) const;
+  GradientSink& sink() const;
 
   Device* device_;
   GptConfig config_;
@@ -97,7 +117,10 @@ class GptModel {
   GptDropout dropout_;
   GptParameters parameters_;
   GptParameters gradients_;
+  GradientStorage gradient_storage_;
+  GradientSink* gradient_sink_ = nullptr;
   std::int64_t loss_chunk_ = 0;
+  std::int64_t vocab_slice_ = 0;
   bool training_ = true;
 };
 

@@ -7,6 +7,42 @@
 
 namespace ferry {
 
+GptBlockParameters GptBlockParameters::allocate(Device& device, std::int64_t hidden, std::int64_t layer, DType dtype,
+                                                MemoryCategory category, const std::string& tag_prefix) {
+  const std::int64_t C = hidden;
+  const std::string prefix = tag_prefix + "h." + std::to_string(layer) + ".";
+  auto make = [&](const char* name, const Shape& shape) { return Tensor::zeros(device, shape, dtype, category, prefix + name); };
+  GptBlockParameters block;
+  block.ln_1_weight = make("ln_1.weight", {C});
+  block.ln_1_bias = make("ln_1.bias", {C});
+  block.attn_c_attn_weight = make("attn.c_attn.weight", {C, 3 * C});
+  block.attn_c_attn_bias = make("attn.c_attn.bias", {3 * C});
+  block.attn_c_proj_weight = make("attn.c_proj.weight", {C, C});
+  block.attn_c_proj_bias = make("attn.c_proj.bias", {C});
+  block.ln_2_weight = make("ln_2.weight", {C});
+  block.ln_2_bias = make("ln_2.bias", {C});
+  block.mlp_c_fc_weight = make("mlp.c_fc.weight", {C, 4 * C});
+  block.mlp_c_fc_bias = make("mlp.c_fc.bias", {4 * C});
+  block.mlp_c_proj_weight = make("mlp.c_proj.weight", {4 * C, C});
+  block.mlp_c_proj_bias = make("mlp.c_proj.bias", {C});
+  return block;
+}
+
+std::array<std::pair<const char*, const Tensor*>, GptBlockParameters::kCount> GptBlockParameters::fields() const {
+  return {{{"ln_1.weight", &ln_1_weight},
+           {"ln_1.bias", &ln_1_bias},
+           {"attn.c_attn.weight", &attn_c_attn_weight},
+           {"attn.c_attn.bias", &attn_c_attn_bias},
+           {"attn.c_proj.weight", &attn_c_proj_weight},
+           {"attn.c_proj.bias", &attn_c_proj_bias},
+           {"ln_2.weight", &ln_2_weight},
+           {"ln_2.bias", &ln_2_bias},
+           {"mlp.c_fc.weight", &mlp_c_fc_weight},
+           {"mlp.c_fc.bias", &mlp_c_fc_bias},
+           {"mlp.c_proj.weight", &mlp_c_proj_weight},
+           {"mlp.c_proj.bias", &mlp_c_proj_bias}}};
+}
+
 GptParameters GptParameters::allocate(Device& device, const GptConfig& config, DType dtype, MemoryCategory category,
                                       const std::string& tag_prefix) {
   const std::int64_t C = config.hidden;
@@ -17,21 +53,7 @@ GptParameters GptParameters::allocate(Device& device, const GptConfig& config, D
   parameters.wte = make("wte.weight", {config.vocab, C});
   parameters.wpe = make("wpe.weight", {config.max_sequence, C});
   for (std::int64_t layer = 0; layer < config.layers; ++layer) {
-    const std::string prefix = "h." + std::to_string(layer) + ".";
-    GptBlockParameters block;
-    block.ln_1_weight = make(prefix + "ln_1.weight", {C});
-    block.ln_1_bias = make(prefix + "ln_1.bias", {C});
-    block.attn_c_attn_weight = make(prefix + "attn.c_attn.weight", {C, 3 * C});
-    block.attn_c_attn_bias = make(prefix + "attn.c_attn.bias", {3 * C});
-    block.attn_c_proj_weight = make(prefix + "attn.c_proj.weight", {C, C});
-    block.attn_c_proj_bias = make(prefix + "attn.c_proj.bias", {C});
-    block.ln_2_weight = make(prefix + "ln_2.weight", {C});
-    block.ln_2_bias = make(prefix + "ln_2.bias", {C});
-    block.mlp_c_fc_weight = make(prefix + "mlp.c_fc.weight", {C, 4 * C});
-    block.mlp_c_fc_bias = make(prefix + "mlp.c_fc.bias", {4 * C});
-    block.mlp_c_proj_weight = make(prefix + "mlp.c_proj.weight", {4 * C, C});
-    block.mlp_c_proj_bias = make(prefix + "mlp.c_proj.bias", {C});
-    parameters.blocks.push_back(std::move(block));
+    parameters.blocks.push_back(GptBlockParameters::allocate(device, C, layer, dtype, category, tag_prefix));
   }
   parameters.ln_f_weight = make("ln_f.weight", {C});
   parameters.ln_f_bias = make("ln_f.bias", {C});
@@ -42,19 +64,7 @@ std::vector<NamedTensor> GptParameters::named() const {
   std::vector<NamedTensor> result{{"wte.weight", &wte}, {"wpe.weight", &wpe}};
   for (std::size_t layer = 0; layer < blocks.size(); ++layer) {
     const std::string prefix = "h." + std::to_string(layer) + ".";
-    const GptBlockParameters& block = blocks[layer];
-    result.push_back({prefix + "ln_1.weight", &block.ln_1_weight});
-    result.push_back({prefix + "ln_1.bias", &block.ln_1_bias});
-    result.push_back({prefix + "attn.c_attn.weight", &block.attn_c_attn_weight});
-    result.push_back({prefix + "attn.c_attn.bias", &block.attn_c_attn_bias});
-    result.push_back({prefix + "attn.c_proj.weight", &block.attn_c_proj_weight});
-    result.push_back({prefix + "attn.c_proj.bias", &block.attn_c_proj_bias});
-    result.push_back({prefix + "ln_2.weight", &block.ln_2_weight});
-    result.push_back({prefix + "ln_2.bias", &block.ln_2_bias});
-    result.push_back({prefix + "mlp.c_fc.weight", &block.mlp_c_fc_weight});
-    result.push_back({prefix + "mlp.c_fc.bias", &block.mlp_c_fc_bias});
-    result.push_back({prefix + "mlp.c_proj.weight", &block.mlp_c_proj_weight});
-    result.push_back({prefix + "mlp.c_proj.bias", &block.mlp_c_proj_bias});
+    for (const auto& [name, tensor] : blocks[layer].fields()) result.push_back({prefix + name, tensor});
   }
   result.push_back({"ln_f.weight", &ln_f_weight});
   result.push_back({"ln_f.bias", &ln_f_bias});

@@ -3,7 +3,9 @@
 // every tensor comes from the device allocator with its category and its name as tag.
 #pragma once
 
+#include <array>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/core/tensor.h"
@@ -18,6 +20,13 @@ struct GptBlockParameters {
   Tensor ln_2_weight, ln_2_bias;
   Tensor mlp_c_fc_weight, mlp_c_fc_bias;      // [C, 4C], [4C]
   Tensor mlp_c_proj_weight, mlp_c_proj_bias;  // [4C, C], [C]
+
+  static constexpr std::size_t kCount = 12;
+  // Allocates one block's tensors (zeros); tags are `tag_prefix` + the HF name under h.`layer`.
+  static GptBlockParameters allocate(Device& device, std::int64_t hidden, std::int64_t layer, DType dtype,
+                                     MemoryCategory category, const std::string& tag_prefix = "");
+  // The tensors in HF order with their names after "h.N." (ln_1.weight, ...).
+  std::array<std::pair<const char*, const Tensor*>, kCount> fields() const;
 };
 
 struct NamedTensor {
@@ -37,6 +46,10 @@ struct GptParameters {
   // Every tensor with its HF name, in the order HF files list them.
   std::vector<NamedTensor> named() const;
   std::int64_t numel() const;
+  // Positions in named(): the embeddings first, then each block's kCount tensors, then ln_f.
+  static constexpr std::size_t kWteIndex = 0;
+  static constexpr std::size_t kWpeIndex = 1;
+  static constexpr std::size_t block_index(std::int64_t layer) { return 2 + GptBlockParameters::kCount * static_cast<std::size_t>(layer); }
 };
 
 // Weight decay applies to 2-D weights only (embeddings and matrices), as GPT-2 training recipes do.

@@ -9,6 +9,7 @@
 #include "models/kernels/cpu/encoder.h"
 #include "models/kernels/cpu/gelu.h"
 #include "models/kernels/cpu/layernorm.h"
+#include "models/kernels/cpu/lm_head.h"
 
 namespace ferry::ops {
 namespace {
@@ -60,15 +61,20 @@ void encoder_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
   const std::int64_t B = tokens.size(0), T = tokens.size(1), C = last_dimension(wte);
   require(T <= wpe.size(0), "encoder_forward", "sequence " + std::to_string(T) + " exceeds the model's positions " + std::to_string(wpe.size(0)));
   const Tensor out32 = f32_target(out, "encoder.out");
-  const Tensor wte32 = as_f32(wte, "wte.f32");
   const Tensor wpe32 = as_f32(wpe, "wpe.f32");
-  if (computes(out)) cpu::encoder_forward(f32(out32), tokens.data_as<std::int32_t>(), f32(wte32), f32(wpe32), B, T, C);
+  if (wte.dtype() == DType::bf16) {  // converts only the rows the tokens use
+    if (computes(out)) {
+      cpu::encoder_forward_bf16_table(f32(out32), tokens.data_as<std::int32_t>(), wte.data_as<std::uint16_t>(), f32(wpe32), B, T, C);
+    }
+  } else if (computes(out)) {
+    cpu::encoder_forward(f32(out32), tokens.data_as<std::int32_t>(), f32(wte), f32(wpe32), B, T, C);
+  }
   store(out, out32);
 }
 
 void encoder_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
   if (computes(dout)) {
-    cpu::encoder_backward(f32(dwte), f32(dwpe), f32(dout), tokens.data_as<std::int32_t>(), tokens.size(0), tokens.size(1), last_dimension(dwte));
+    cpu::encoder_backward(f32(dwte), f32(dwpe), f32(dout), tokens.data_as<std::int32_t>(), tokens.size(0), tokens.size(1), last_dimension(dout));
   }
 }
 
@@ -117,6 +123,25 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
   if (computes(dout)) {
     cpu::matmul_backward(f32(dinp), f32(dweight), f32(dbias), f32(dout), f32(inp32), f32(weight32), inp.numel() / in, in,
                          out_features, layout);
+  }
+}
+
+void lm_head_logits_slice(const Tensor& logits, std::int64_t first, const Tensor& inp, const Tensor& weight_slice) {
+  const std::int64_t rows = inp.size(0), C = inp.size(1), count = weight_slice.size(0), vocab = logits.size(1);
+  require(logits.size(0) == rows && weight_slice.size(1) == C && first >= 0 && first + count <= vocab, "lm_head_logits_slice",
+          "shapes " + shape_to_string(inp.shape()) + " x " + shape_to_string(weight_slice.shape()) + " at column " +
+              std::to_string(first) + " of " + shape_to_string(logits.shape()) + " do not match");
+  if (computes(logits)) cpu::lm_head_logits_slice(f32(logits), vocab, first, f32(inp), f32(weight_slice), rows, C, count);
+}
+
+void lm_head_backward_slice(const Tensor& dinp, bool accumulate_input, const Tensor& dweight_slice, const Tensor& dlogits,
+                            std::int64_t first, const Tensor& inp, const Tensor& weight_slice) {
+  const std::int64_t rows = inp.size(0), C = inp.size(1), count = weight_slice.size(0), vocab = dlogits.size(1);
+  require(dweight_slice.shape() == weight_slice.shape() && dinp.shape() == inp.shape() && first + count <= vocab,
+          "lm_head_backward_slice", "gradient shapes do not match the slice " + shape_to_string(weight_slice.shape()));
+  if (computes(dlogits)) {
+    cpu::lm_head_backward_slice(f32(dinp), accumulate_input, f32(dweight_slice), f32(dlogits), vocab, first, f32(inp),
+                                f32(weight_slice), rows, C, count);
   }
 }
 

@@ -24,6 +24,7 @@ void store(const Tensor& destination, const Tensor& result);
 void fill_zero(const Tensor& tensor);
 
 void encoder_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
+// dwte may be undefined: only dwpe accumulates.
 void encoder_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens);
 
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
@@ -37,6 +38,12 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
 // dinp (may be undefined) is overwritten; dweight and dbias (may be undefined) accumulate.
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, WeightLayout layout);
+
+// The tied LM head on vocabulary slice [first, first + weight_slice.size(0)) of logits [rows, vocab] (f32;
+// inp is [rows, C] f32, weight_slice [count, C] f32). Backward: dinp (+)= and dweight_slice +=.
+void lm_head_logits_slice(const Tensor& logits, std::int64_t first, const Tensor& inp, const Tensor& weight_slice);
+void lm_head_backward_slice(const Tensor& dinp, bool accumulate_input, const Tensor& dweight_slice, const Tensor& dlogits,
+                            std::int64_t first, const Tensor& inp, const Tensor& weight_slice);
 
 void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, std::int64_t heads, float dropout,
                        RandomKey key);

@@ -37,43 +37,46 @@ void require_complete(const std::string& directory) {
   }
 }
 
-void load_f32(const SafetensorsFile& file, const std::string& name, const Tensor& tensor) {
+// Reads tensor `name` (F32, of `shape`) into `destination`.
+void load_f32(const SafetensorsFile& file, const std::string& name, const Shape& shape, float* destination) {
   const SafetensorsEntry* entry = file.find(name);
   if (entry == nullptr) throw CheckpointError("checkpoint file '" + file.path() + "' is corrupt: tensor '" + name + "' is missing");
-  if (entry->dtype != DType::f32 || entry->shape != tensor.shape()) {
+  if (entry->dtype != DType::f32 || entry->shape != shape) {
     throw CheckpointError("checkpoint file '" + file.path() + "': tensor '" + name + "' is " +
                           std::string(safetensors_dtype_name(entry->dtype)) + " " + shape_to_string(entry->shape) + ", expected F32 " +
-                          shape_to_string(tensor.shape()) + " (a checkpoint of another model?)");
+                          shape_to_string(shape) + " (a checkpoint of another model?)");
   }
-  if (!tensor.device().has_storage()) return;
-  std::vector<float> values(static_cast<std::size_t>(tensor.numel()));
-  file.read_raw(*entry, values.data());
-  tensor.copy_from_host(values.data());
+  file.read_raw(*entry, destination);
 }
 
 }  // namespace
 
-void save_checkpoint(const std::string& directory, const GptModel& model, const AdamWOptimizer& optimizer,
-                     const TrainerState& state) {
+void save_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer, const TrainerState& state) {
   std::error_code error;
   fs::create_directories(directory, error);
   if (error) throw CheckpointError("cannot create checkpoint directory '" + directory + "': " + error.message());
+  const OptimizerSnapshot snapshot = optimizer.snapshot();
+  SafetensorsWriter masters, moments;
+  masters.set_metadata("format", "pt");
+  moments.set_metadata("optimizer", "AdamW");
+  moments.set_metadata("steps", std::to_string(snapshot.steps));
+  for (std::size_t i = 0; i < snapshot.names.size(); ++i) {
+    const auto at = static_cast<std::size_t>(snapshot.offsets[i]);
+    masters.add(snapshot.names[i], DType::f32, snapshot.shapes[i], snapshot.master.data() + at);  // f32 master weights
+    moments.add("exp_avg." + snapshot.names[i], DType::f32, snapshot.shapes[i], snapshot.first_moment.data() + at);
+    moments.add("exp_avg_sq." + snapshot.names[i], DType::f32, snapshot.shapes[i], snapshot.second_moment.data() + at);
+  }
   // Every file is written and fsynced under a temporary name first; only then does the old
   // checkpoint lose its DONE marker and the new files take their names, DONE last. A crash while
   // writing leaves the previous checkpoint intact; one during the renames leaves no DONE (partial).
   AtomicFileWriter model_file(in(directory, kModelFile));
-  write_safetensors_f32(model_file, optimizer.master_weights(), {{"format", "pt"}});  // f32 master weights
+  masters.write(model_file);
   AtomicFileWriter config_file(in(directory, kConfigFile));
   config_file.write(hf_gpt_config_json(model.config()));
-  std::vector<NamedTensor> moments;
-  for (const OptimizerState& each : optimizer.states()) {
-    moments.push_back({"exp_avg." + each.name, &each.first_moment});
-    moments.push_back({"exp_avg_sq." + each.name, &each.second_moment});
-  }
   AtomicFileWriter optimizer_file(in(directory, kOptimizerFile));
-  write_safetensors_f32(optimizer_file, moments, {{"optimizer", "AdamW"}, {"steps", std::to_string(optimizer.steps_taken())}});
+  moments.write(optimizer_file);
   const nlohmann::json trainer = {{"format_version", kFormatVersion}, {"step", state.step}, {"data_position", state.data_position},
-                                  {"seed", state.seed}, {"optimizer_steps", optimizer.steps_taken()}, {"run", state.run}};
+                                  {"seed", state.seed}, {"optimizer_steps", snapshot.steps}, {"run", state.run}};
   AtomicFileWriter state_file(in(directory, kStateFile));
   state_file.write(trainer.dump(2) + "\n");
   const std::array<AtomicFileWriter*, 4> files = {&model_file, &config_file, &optimizer_file, &state_file};
@@ -96,9 +99,10 @@ GptConfig read_checkpoint_config(const std::string& directory) {
   }
 }
 
-TrainerState load_checkpoint(const std::string& directory, const GptModel& model, AdamWOptimizer& optimizer) {
+TrainerState load_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer) {
   require_complete(directory);
   TrainerState state;
+  OptimizerSnapshot snapshot = snapshot_layout(model);
   try {
     const nlohmann::json trainer = nlohmann::json::parse(read_text_file(in(directory, kStateFile)));
     if (trainer.at("format_version").get<int>() != kFormatVersion) {
@@ -109,32 +113,25 @@ TrainerState load_checkpoint(const std::string& directory, const GptModel& model
     state.data_position = trainer.at("data_position").get<std::uint64_t>();
     state.seed = trainer.at("seed").get<std::uint64_t>();
     state.run = trainer.at("run");
-    optimizer.set_steps_taken(trainer.at("optimizer_steps").get<std::int64_t>());
+    snapshot.steps = trainer.at("optimizer_steps").get<std::int64_t>();
   } catch (const nlohmann::json::exception& error) {
     throw CheckpointError("checkpoint '" + directory + "' is corrupt: " + kStateFile + ": " + error.what());
   }
   try {
     const SafetensorsFile weights(in(directory, kModelFile));
-    const std::vector<NamedTensor> masters = optimizer.master_weights();
-    for (const NamedTensor& each : masters) load_f32(weights, each.name, *each.tensor);
-    // bf16 parameters are the rounded master weights, exactly as after the optimizer step that saved them.
-    const std::vector<NamedTensor> parameters = model.parameters().named();
-    for (std::size_t i = 0; i < parameters.size(); ++i) {
-      const Tensor& parameter = *parameters[i].tensor;
-      if (parameter.dtype() == DType::bf16 && parameter.device().has_storage()) {
-        convert_f32_to_bf16(masters[i].tensor->data_as<float>(), parameter.data_as<std::uint16_t>(), static_cast<std::size_t>(parameter.numel()));
-      }
-    }
     const SafetensorsFile moments(in(directory, kOptimizerFile));
-    for (const OptimizerState& each : optimizer.states()) {
-      load_f32(moments, "exp_avg." + each.name, each.first_moment);
-      load_f32(moments, "exp_avg_sq." + each.name, each.second_moment);
+    for (std::size_t i = 0; i < snapshot.names.size(); ++i) {
+      const auto at = static_cast<std::size_t>(snapshot.offsets[i]);
+      load_f32(weights, snapshot.names[i], snapshot.shapes[i], snapshot.master.data() + at);
+      load_f32(moments, "exp_avg." + snapshot.names[i], snapshot.shapes[i], snapshot.first_moment.data() + at);
+      load_f32(moments, "exp_avg_sq." + snapshot.names[i], snapshot.shapes[i], snapshot.second_moment.data() + at);
     }
   } catch (const SafetensorsError& error) {
     throw CheckpointError(std::string("checkpoint '") + directory + "' is corrupt: " + error.what());
   } catch (const FileError& error) {
     throw CheckpointError(std::string("checkpoint '") + directory + "' is corrupt: " + error.what());
   }
+  optimizer.restore(snapshot);
   return state;
 }
 

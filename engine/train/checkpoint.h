@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "models/adamw_optimizer.h"
+#include "engine/train/training_optimizer.h"
 #include "models/gpt_model.h"
 
 namespace ferry {
@@ -26,11 +26,12 @@ struct TrainerState {
   nlohmann::json run;                // settings that must match on resume (batch, seq, precision, ...)
 };
 
-void save_checkpoint(const std::string& directory, const GptModel& model, const AdamWOptimizer& optimizer,
-                     const TrainerState& state);
+// The optimizer's state is saved the same way wherever it lives (device, host memory or NVMe), so a
+// checkpoint resumes under any --offload-optimizer mode.
+void save_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer, const TrainerState& state);
 
 // Restores parameters, master weights and moments into model and optimizer; returns the trainer state.
-TrainerState load_checkpoint(const std::string& directory, const GptModel& model, AdamWOptimizer& optimizer);
+TrainerState load_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer);
 
 // The model shape recorded in a checkpoint (its config.json); validates that the checkpoint is complete.
 GptConfig read_checkpoint_config(const std::string& directory);

@@ -10,7 +10,7 @@ namespace {
 
 MemoryOption option_from(const std::string& flags, const DryRun& dry_run, const DryRun& current, std::size_t memory_limit) {
   return MemoryOption{flags, dry_run.peak_reserved, current.peak_reserved - dry_run.peak_reserved,
-                      dry_run.peak_reserved <= static_cast<std::int64_t>(memory_limit), true, ""};
+                      dry_run.peak_reserved <= static_cast<std::int64_t>(memory_limit), ""};
 }
 
 }  // namespace
@@ -45,16 +45,20 @@ MemoryAdvice advise_memory(const DryRunSetup& setup, std::size_t memory_limit) {
     }
     if (std::any_of(advice.options.begin(), advice.options.end(), [](const MemoryOption& o) { return o.fits; })) break;
   }
-  const std::int64_t optimizer_bytes = current.statistics.category_allocated_at_peak[category_index(MemoryCategory::optimizer_states)];
-  if (optimizer_bytes > 0) {
-    MemoryOption offload{"--offload-optimizer cpu", current.peak_reserved - optimizer_bytes, optimizer_bytes,
-                         current.peak_reserved - optimizer_bytes <= static_cast<std::int64_t>(memory_limit), false,
-                         "moves the optimizer states held at the peak to host memory; ZeRO-Offload is not in this build yet"};
-    advice.options.push_back(offload);
+  // ZeRO-Offload alone, then with full recompute: the optimizer states and whole gradients leave the device.
+  if (!setup.offload_optimizer) {
+    for (const bool with_full_recompute : {false, true}) {
+      variant = setup;
+      variant.offload_optimizer = true;
+      if (with_full_recompute) variant.policy = RecomputePolicy::parse("full");
+      const DryRun dry_run = dry_run_step(variant);
+      advice.options.push_back(option_from((with_full_recompute ? "--checkpointing full " : "") + std::string("--offload-optimizer cpu"),
+                                           dry_run, current, memory_limit));
+      if (advice.options.back().fits) break;
+    }
   }
   std::stable_sort(advice.options.begin(), advice.options.end(), [](const MemoryOption& a, const MemoryOption& b) {
     if (a.fits != b.fits) return a.fits;
-    if (a.available != b.available) return a.available;
     return a.saved > b.saved;
   });
   return advice;

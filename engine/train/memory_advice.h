@@ -17,7 +17,6 @@ struct MemoryOption {
   std::int64_t peak_reserved = 0;  // predicted
   std::int64_t saved = 0;   // bytes of peak reserved saved against the failing configuration
   bool fits = false;
-  bool available = true;    // false: the setting is not in this build yet (prediction only)
   std::string note;
 };
 

@@ -7,32 +7,16 @@
 
 #include "engine/core/atomic_file.h"
 #include "engine/core/safetensors.h"
+#include "engine/train/config_keys.h"
+#include "engine/train/zero_config.h"
 #include "models/gpt_weights.h"
 
 namespace ferry {
 namespace {
 
 using nlohmann::json;
-
-template <typename T>
-T value_of(const json& node, const std::string& key) {
-  try {
-    return node.get<T>();
-  } catch (const json::exception&) {
-    throw std::invalid_argument("config key '" + key + "' has the wrong type: " + node.dump());
-  }
-}
-
-void reject_unknown(const json& node, const std::string& where, const std::set<std::string>& known) {
-  if (!node.is_object()) throw std::invalid_argument("config key '" + where + "' must be an object");
-  for (const auto& [key, value] : node.items()) {
-    if (!known.contains(key)) {
-      std::string choices;
-      for (const std::string& each : known) choices += (choices.empty() ? "" : ", ") + each;
-      throw std::invalid_argument("unknown config key '" + (where.empty() ? key : where + "." + key) + "' (known here: " + choices + ")");
-    }
-  }
-}
+using config::reject_unknown;
+using config::value_of;
 
 void apply_ferry_section(const json& section, TrainOptions& options) {
   reject_unknown(section, "ferry",
@@ -190,7 +174,14 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--loss-chunk", o.loss_chunk, "Tokens per LM-head + cross-entropy chunk (0: as many as fit 32 MiB of logits)");
   train->add_option("--profile", o.profile, "Record a memory profile into DIR (see `ferry report DIR`)");
   train->add_option("--profile-steps", o.profile_steps, "Steps the profile covers: N (the first N, default 3) or A-B");
-  train->add_option("--offload-optimizer", o.offload_optimizer, "Optimizer offload: none (offload arrives with its own issue)");
+  train->add_option("--offload-optimizer", o.offload_optimizer,
+                    "ZeRO-Offload: none | cpu (fp32 master weights and moments in pinned host memory) | nvme (on --nvme-path)");
+  train->add_option("--nvme-path", o.nvme_path, "Directory on an NVMe drive for the optimizer state (--offload-optimizer nvme)");
+  train->add_option("--offload-buffer-count", o.offload_buffer_count, "Host buffers for the NVMe tier, one sub-group each (default 4)");
+  train->add_option("--offload-buffer-size", o.offload_buffer_size, "Host memory for those buffers together (default 256MiB)");
+  train->add_option("--offload-sub-group", o.offload_sub_group, "Elements per optimizer sub-group (0: from the buffers, or 16M for cpu)");
+  train->add_option("--offload-pin-memory", o.offload_pin_memory, "Page-locked host buffers for offloaded state (default true)");
+  train->add_option("--offload-queue-depth", o.offload_queue_depth, "NVMe I/Os in flight (default 32)");
   return train;
 }
 
@@ -231,7 +222,7 @@ void apply_config_file(const std::string& path, TrainOptions& options) {
   }
   reject_unknown(config, "", {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
                               "gradient_clipping", "bf16", "fp16", "scheduler", "steps_per_print", "activation_checkpointing",
-                              "recompute_granularity", "recompute_method", "recompute_num_layers", "ferry"});
+                              "recompute_granularity", "recompute_method", "recompute_num_layers", "zero_optimization", "aio", "ferry"});
   if (config.contains("train_micro_batch_size_per_gpu")) options.batch = value_of<std::int64_t>(config["train_micro_batch_size_per_gpu"], "train_micro_batch_size_per_gpu");
   if (config.contains("gradient_accumulation_steps")) options.grad_accum = value_of<std::int64_t>(config["gradient_accumulation_steps"], "gradient_accumulation_steps");
   if (config.contains("train_batch_size")) {
@@ -277,6 +268,8 @@ void apply_config_file(const std::string& path, TrainOptions& options) {
   if (config.contains("recompute_granularity") || config.contains("recompute_method") || config.contains("recompute_num_layers")) {
     apply_megatron_recompute(config, options);
   }
+  if (config.contains("zero_optimization")) apply_zero_optimization(config["zero_optimization"], options);
+  if (config.contains("aio")) apply_aio(config["aio"], options);
   if (config.contains("ferry")) apply_ferry_section(config["ferry"], options);
 }
 

@@ -44,7 +44,14 @@ struct TrainOptions {
   int threads = 0;  // 0: all cores
   std::int64_t log_every = 10;
   std::string checkpointing = "none";
-  std::string offload_optimizer = "none";
+  std::string offload_optimizer = "none";  // none | cpu | nvme (ZeRO-Offload)
+  std::string nvme_path;                   // nvme: directory of the optimizer-state file
+  bool offload_pin_memory = true;
+  int offload_buffer_count = 4;             // nvme: host buffers, one sub-group each
+  std::string offload_buffer_size = "256MiB";  // nvme: all buffers together
+  std::int64_t offload_sub_group = 0;       // elements per sub-group; 0: from the buffers (nvme) or 16M (cpu)
+  std::int64_t offload_chunk_bytes = 1 << 20;  // nvme: bytes per I/O and per checksum
+  int offload_queue_depth = 32;             // nvme: I/Os in flight
   std::int64_t loss_chunk = 0;  // tokens per LM-head chunk; 0: as many as fit 32 MiB of logits
   std::string profile;          // memory-profile directory
   std::string profile_steps = "3";  // N (the first N steps) or A-B

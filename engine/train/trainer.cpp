@@ -12,12 +12,12 @@
 #include "engine/train/checkpoint.h"
 #include "engine/train/learning_rate.h"
 #include "engine/train/memory_advice.h"
+#include "engine/train/model_state_report.h"
 #include "engine/train/progress.h"
 #include "engine/train/summary_file.h"
 #include "engine/train/token_data.h"
 #include "engine/train/training_profile.h"
 #include "engine/train/training_step.h"
-#include "models/adamw_optimizer.h"
 #include "models/gpt_model.h"
 #include "models/gpt_weights.h"
 #include "models/kernels/cpu/compute_threads.h"
@@ -60,8 +60,37 @@ void validate(const TrainOptions& o) {
   if (!(o.eps > 0)) throw std::invalid_argument("--eps must be positive");
   if (o.loss_chunk < 0) throw std::invalid_argument("--loss-chunk must be >= 0 tokens (0: automatic)");
   if (o.offload_optimizer != "none") {
-    throw std::invalid_argument("--offload-optimizer " + o.offload_optimizer + " is not available yet (ZeRO-Offload has its own issue); use none");
+    offload::parse_offload_device(o.offload_optimizer);  // names the choices when wrong
+    if (o.device == "meta" && (o.offload_optimizer == "nvme")) {
+      throw std::invalid_argument("--device meta is a dry run: it offloads nothing; use --offload-optimizer cpu to predict the device's peak");
+    }
   }
+  if (o.offload_optimizer == "nvme" && o.nvme_path.empty()) {
+    throw std::invalid_argument("--offload-optimizer nvme needs --nvme-path DIR (a directory on an NVMe drive with room for 12 bytes per parameter)");
+  }
+  if (o.offload_optimizer != "nvme" && !o.nvme_path.empty()) {
+    throw std::invalid_argument("--nvme-path is for --offload-optimizer nvme (this run has " + o.offload_optimizer + ")");
+  }
+  if (o.offload_buffer_count < 2) throw std::invalid_argument("--offload-buffer-count must be >= 2 (4 lets reads, updates and writes overlap)");
+  if (o.offload_sub_group < 0) throw std::invalid_argument("--offload-sub-group must be >= 0 elements (0: automatic)");
+  if (o.offload_queue_depth < 1) throw std::invalid_argument("--offload-queue-depth must be >= 1");
+  if (o.offload_chunk_bytes < 4096 || o.offload_chunk_bytes % 4096 != 0) {
+    throw std::invalid_argument("aio.block_size must be a positive multiple of 4096 bytes, got " + std::to_string(o.offload_chunk_bytes));
+  }
+}
+
+offload::ZeroOffloadSettings offload_settings(const TrainOptions& o) {
+  offload::ZeroOffloadSettings settings;
+  settings.device = offload::parse_offload_device(o.offload_optimizer);
+  settings.nvme_path = o.nvme_path;
+  settings.pin_memory = o.offload_pin_memory;
+  settings.buffer_count = o.offload_buffer_count;
+  settings.buffer_pool_bytes = parse_byte_size(o.offload_buffer_size);
+  settings.sub_group_elements = o.offload_sub_group;
+  settings.queue_depth = static_cast<unsigned>(o.offload_queue_depth);
+  settings.chunk_bytes = static_cast<std::size_t>(o.offload_chunk_bytes);
+  settings.adam.threads = o.threads;
+  return settings;
 }
 
 TokenDataset open_data(const std::string& path) {
@@ -101,10 +130,11 @@ void check_resume_contract(const nlohmann::json& saved, const nlohmann::json& cu
 
 }  // namespace
 
-nlohmann::json memory_summary(const Device& device) {
+nlohmann::json memory_summary(const Device& device, const nlohmann::json& optimizer) {
   const AllocatorStatistics stats = device.allocator().statistics();
   return {{"peak_allocated", stats.allocated_bytes.all().peak}, {"peak_reserved", stats.reserved_bytes.all().peak},
-          {"at_peak", bytes_by_category(stats.category_allocated_at_peak)}, {"max_by_category", bytes_by_category(category_peaks(stats))}, {"host_pinned_peak", 0}, {"nvme_bytes", 0},
+          {"at_peak", bytes_by_category(stats.category_allocated_at_peak)}, {"max_by_category", bytes_by_category(category_peaks(stats))},
+          {"host_pinned_peak", optimizer.value("host_pinned_peak", 0)}, {"nvme_bytes", optimizer.value("nvme_bytes", 0)},
           {"num_ooms", stats.num_ooms}, {"num_alloc_retries", stats.num_alloc_retries}, {"device_memory_limit", device.memory_limit()}};
 }
 
@@ -132,7 +162,8 @@ nlohmann::json run_training(const TrainOptions& o) {
   const GptDropout dropout{o.dropout, o.dropout, o.dropout};
   const StepSettings settings{o.batch, sequence, o.grad_accum, o.seed, o.grad_clip};
   RecomputePolicy policy = RecomputePolicy::parse(o.checkpointing);
-  DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, AllocatorConfig::from_environment()};
+  const bool offloaded = o.offload_optimizer != "none";
+  DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, AllocatorConfig::from_environment(), offloaded};
   for (const std::string& note : o.notes) std::printf("  note: %s\n", note.c_str());
   if (policy.kind == RecomputeKind::automatic) {
     const PolicyChoice choice = choose_recompute_policy(dry_run_setup, device->memory_limit());
@@ -158,10 +189,11 @@ nlohmann::json run_training(const TrainOptions& o) {
   std::vector<double> step_seconds;
   const double tokens_per_step = static_cast<double>(o.batch * sequence * o.grad_accum);
   double last_loss = std::nan("");
+  nlohmann::json optimizer_description = nlohmann::json::object();
   std::int64_t first_step = 0;
   std::int64_t current_step = 0;  // 0 while the model is built
   try {
-    GptModel model(*device, config, dtype, dropout);
+    GptModel model(*device, config, dtype, dropout, offloaded ? GradientStorage::streamed : GradientStorage::whole);
     model.set_loss_chunk(o.loss_chunk);
     if (!o.init_from.empty() && o.resume.empty()) {
       load_gpt_parameters(SafetensorsFile(o.init_from), model.parameters());
@@ -170,11 +202,14 @@ nlohmann::json run_training(const TrainOptions& o) {
     }
     cpu::AdamWHyperparameters hyperparameters{static_cast<float>(o.lr), beta1, beta2, static_cast<float>(o.eps),
                                               static_cast<float>(o.weight_decay)};
-    AdamWOptimizer optimizer(model.parameters(), model.gradients(), hyperparameters);
+    const std::unique_ptr<TrainingOptimizer> optimizer =
+        !offloaded                 ? make_device_optimizer(model, hyperparameters)
+        : device->has_storage()    ? make_offload_optimizer(model, hyperparameters, offload_settings(o))
+                                   : make_discarding_optimizer(model);
 
     const nlohmann::json contract = resume_contract(o, sequence, data.name());
     if (!o.resume.empty()) {
-      const TrainerState state = load_checkpoint(o.resume, model, optimizer);
+      const TrainerState state = load_checkpoint(o.resume, model, *optimizer);
       check_resume_contract(state.run, contract, o.resume);
       first_step = state.step;
       loader.set_position(state.data_position);
@@ -184,7 +219,7 @@ nlohmann::json run_training(const TrainOptions& o) {
       }
     }
     auto save = [&](std::int64_t steps_done) {
-      save_checkpoint(o.save, model, optimizer, TrainerState{steps_done, loader.position(), o.seed, contract});
+      save_checkpoint(o.save, model, *optimizer, TrainerState{steps_done, loader.position(), o.seed, contract});
     };
 
     std::printf("ferry train: %s (%lld layers, hidden %lld, %lld heads, vocab %lld), %s parameters, %s on %s\n", config.name.c_str(),
@@ -205,7 +240,7 @@ nlohmann::json run_training(const TrainOptions& o) {
       StepResult result;
       {
         const OpScope op(*device, "step", "step " + std::to_string(step + 1));
-        result = run_training_step(*device, model, optimizer, loader, settings, step, learning_rate, keeps);
+        result = run_training_step(*device, model, *optimizer, loader, settings, step, learning_rate, keeps);
       }
       profile.end_step(step + 1);
       const double loss = result.loss;
@@ -225,6 +260,7 @@ nlohmann::json run_training(const TrainOptions& o) {
     }
     progress.finish();
     profile.finish();
+    optimizer_description = optimizer->describe();
     if (!o.save.empty()) {
       save(std::max(first_step, o.steps));
       std::printf("  saved checkpoint %s\n", o.save.c_str());
@@ -254,7 +290,9 @@ nlohmann::json run_training(const TrainOptions& o) {
       {"steps", steps},
       {"final_loss", steps.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_loss)},
       {"tokens_per_second", median(throughputs)},
-      {"memory", memory_summary(*device)},
+      {"memory", memory_summary(*device, optimizer_description)},
+      {"optimizer", optimizer_description},
+      {"model_states", model_state_report(device->allocator().statistics(), config.parameter_count(), dtype, offloaded)},
   };
   if (throughputs.empty() && !step_seconds.empty()) summary["tokens_per_second"] = tokens_per_step / step_seconds.front();
   if (!profile.written().empty()) {
@@ -269,7 +307,14 @@ nlohmann::json run_training(const TrainOptions& o) {
   for (const auto& [category, bytes] : memory["at_peak"].items()) {
     if (bytes.get<std::int64_t>() > 0) std::printf(" %s %s", category.c_str(), format_bytes(bytes.get<std::size_t>()).c_str());
   }
-  std::printf("\n");
+  std::printf("\n%s\n", describe_model_state_report(summary["model_states"]).c_str());
+  if (offloaded && device->has_storage()) {
+    const nlohmann::json& phases = optimizer_description["last_step_seconds"];
+    std::printf("  offload %s: host pinned peak %s, NVMe %s; last optimizer step %.3f s (CpuAdam %.3f s, %s x %d threads)\n",
+                o.offload_optimizer.c_str(), format_bytes(memory["host_pinned_peak"].get<std::size_t>()).c_str(),
+                format_bytes(memory["nvme_bytes"].get<std::size_t>()).c_str(), phases["step"].get<double>(), phases["adam"].get<double>(),
+                optimizer_description["cpu_adam"]["simd"].get<std::string>().c_str(), optimizer_description["cpu_adam"]["threads"].get<int>());
+  }
   return summary;
 }
 
@@ -308,7 +353,7 @@ nlohmann::json run_evaluation(const EvalOptions& o) {
           {"micro_batch", o.batch},
           {"seq", sequence},
           {"loss", loss},
-          {"memory", memory_summary(*device)}};
+          {"memory", memory_summary(*device, nlohmann::json::object())}};
 }
 
 int run_train_command(const TrainOptions& options) {

@@ -14,7 +14,8 @@ nlohmann::json run_training(const TrainOptions& options);
 nlohmann::json run_evaluation(const EvalOptions& options);
 
 // memory {peak_allocated, peak_reserved, at_peak, max_by_category, ...} of a device's allocator.
-nlohmann::json memory_summary(const Device& device);
+// `optimizer` is the optimizer's describe() (host pinned peak, NVMe bytes), or empty.
+nlohmann::json memory_summary(const Device& device, const nlohmann::json& optimizer);
 
 int run_train_command(const TrainOptions& options);
 int run_eval_command(const EvalOptions& options);

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "models/adamw_optimizer.h"
+
 namespace ferry {
 namespace {
 
@@ -28,10 +30,10 @@ std::vector<ActivationKeep> activation_keeps(const RecomputePolicy& policy, std:
   return keeps;
 }
 
-StepResult run_training_step(Device& device, GptModel& model, AdamWOptimizer& optimizer, DataLoader& loader,
+StepResult run_training_step(Device& device, GptModel& model, TrainingOptimizer& optimizer, DataLoader& loader,
                              const StepSettings& settings, std::int64_t step, double learning_rate,
                              const std::vector<ActivationKeep>& keeps) {
-  model.zero_gradients();
+  optimizer.begin_step();
   std::vector<std::int32_t> inputs, targets;
   StepResult result;
   for (std::int64_t micro = 0; micro < settings.grad_accum; ++micro) {
@@ -59,11 +61,13 @@ DryRun dry_run_step(const DryRunSetup& setup) {
   options.allocator_config = setup.allocator_config;
   const std::unique_ptr<Device> device = create_device(options);
   {
-    GptModel model(*device, setup.config, setup.dtype, setup.dropout);
+    GptModel model(*device, setup.config, setup.dtype, setup.dropout,
+                   setup.offload_optimizer ? GradientStorage::streamed : GradientStorage::whole);
     model.set_loss_chunk(setup.loss_chunk);
-    AdamWOptimizer optimizer(model.parameters(), model.gradients(), {});
+    const std::unique_ptr<TrainingOptimizer> optimizer =
+        setup.offload_optimizer ? make_discarding_optimizer(model) : make_device_optimizer(model, {});
     DataLoader loader(*setup.data, setup.settings.batch, setup.settings.sequence, false, setup.settings.seed);
-    run_training_step(*device, model, optimizer, loader, setup.settings, 0, 1e-3, activation_keeps(setup.policy, setup.config.layers));
+    run_training_step(*device, model, *optimizer, loader, setup.settings, 0, 1e-3, activation_keeps(setup.policy, setup.config.layers));
   }
   DryRun result;
   result.statistics = device->allocator().statistics();

@@ -8,7 +8,7 @@
 
 #include "engine/core/device.h"
 #include "engine/train/token_data.h"
-#include "models/adamw_optimizer.h"
+#include "engine/train/training_optimizer.h"
 #include "models/gpt_model.h"
 #include "schedule/recompute_policy.h"
 
@@ -34,7 +34,7 @@ Tensor device_tokens(Device& device, const std::vector<std::int32_t>& values, st
 // The model's per-block keep list for a recompute plan.
 std::vector<ActivationKeep> activation_keeps(const RecomputePolicy& policy, std::int64_t layers);
 
-StepResult run_training_step(Device& device, GptModel& model, AdamWOptimizer& optimizer, DataLoader& loader,
+StepResult run_training_step(Device& device, GptModel& model, TrainingOptimizer& optimizer, DataLoader& loader,
                              const StepSettings& settings, std::int64_t step, double learning_rate,
                              const std::vector<ActivationKeep>& keeps);
 
@@ -54,6 +54,7 @@ struct DryRunSetup {
   RecomputePolicy policy;
   std::int64_t loss_chunk = 0;
   AllocatorConfig allocator_config;
+  bool offload_optimizer = false;  // ZeRO-Offload: gradients stream off the device, no optimizer state on it
 };
 
 // One training step of the setup on a meta device: the allocations of a real step, no compute.

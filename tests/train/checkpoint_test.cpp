@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "engine/train/checkpoint.h"
@@ -25,38 +26,85 @@ TEST(Checkpoint, RoundTripRestoresWeightsMomentsAndState) {
   auto device = create_device(DeviceOptions{});
   GptModel model(*device, tiny(), DType::f32);
   initialize_gpt_parameters(model.parameters(), tiny(), 7);
-  AdamWOptimizer optimizer(model.parameters(), model.gradients(), {});
-  optimizer.states()[0].first_moment.copy_from_host(std::vector<float>(11 * 8, 0.25f).data());
-  optimizer.set_steps_taken(3);
+  const auto optimizer = make_device_optimizer(model, {});
+  OptimizerSnapshot values = optimizer->snapshot();
+  std::fill_n(values.first_moment.begin(), 11 * 8, 0.25f);  // wte's first moment
+  values.steps = 3;
+  optimizer->restore(values);
   const std::string directory = fresh_directory("round_trip");
-  save_checkpoint(directory, model, optimizer, TrainerState{3, 17, 5, {{"batch", 2}}});
+  save_checkpoint(directory, model, *optimizer, TrainerState{3, 17, 5, {{"batch", 2}}});
 
   GptModel restored(*device, tiny(), DType::f32);
-  AdamWOptimizer restored_optimizer(restored.parameters(), restored.gradients(), {});
-  const TrainerState state = load_checkpoint(directory, restored, restored_optimizer);
+  const auto restored_optimizer = make_device_optimizer(restored, {});
+  const TrainerState state = load_checkpoint(directory, restored, *restored_optimizer);
   EXPECT_EQ(state.step, 3);
   EXPECT_EQ(state.data_position, 17u);
   EXPECT_EQ(state.seed, 5u);
   EXPECT_EQ(state.run["batch"], 2);
-  EXPECT_EQ(restored_optimizer.steps_taken(), 3);
+  EXPECT_EQ(restored_optimizer->steps_taken(), 3);
   EXPECT_EQ(copy_to_host_f32(restored.parameters().wte), copy_to_host_f32(model.parameters().wte));
-  EXPECT_EQ(copy_to_host_f32(restored_optimizer.states()[0].first_moment), std::vector<float>(11 * 8, 0.25f));
+  const OptimizerSnapshot loaded = restored_optimizer->snapshot();
+  EXPECT_EQ(loaded.first_moment, values.first_moment);
+  EXPECT_EQ(loaded.second_moment, values.second_moment);
+  EXPECT_EQ(loaded.master, values.master);
   fs::remove_all(directory);
+}
+
+// The state moves with the checkpoint between every --offload-optimizer mode: saved from pinned host
+// memory or NVMe, loaded on the device (and back), bf16 parameters = the rounded master weights.
+TEST(Checkpoint, OptimizerStateMovesBetweenOffloadModes) {
+  auto device = create_device(DeviceOptions{});
+  GptModel source(*device, tiny(), DType::bf16, {}, GradientStorage::streamed);
+  initialize_gpt_parameters(source.parameters(), tiny(), 7);
+  for (const std::string mode : {"cpu", "nvme"}) {
+    offload::ZeroOffloadSettings settings;
+    settings.device = offload::parse_offload_device(mode);
+    settings.nvme_path = fresh_directory("nvme_state");
+    settings.sub_group_elements = 100;  // several sub-groups
+    const auto offloaded = make_offload_optimizer(source, {}, settings);
+    OptimizerSnapshot values = offloaded->snapshot();
+    for (std::size_t i = 0; i < values.master.size(); ++i) {
+      values.master[i] = 0.001f * static_cast<float>(i % 997);
+      values.first_moment[i] = 0.5f + static_cast<float>(i);
+      values.second_moment[i] = 2.0f * static_cast<float>(i);
+    }
+    values.steps = 5;
+    offloaded->restore(values);
+    const std::string directory = fresh_directory("offload_" + mode);
+    save_checkpoint(directory, source, *offloaded, TrainerState{5, 10, 1, {}});
+
+    GptModel restored(*device, tiny(), DType::bf16);
+    const auto on_device = make_device_optimizer(restored, {});
+    EXPECT_EQ(load_checkpoint(directory, restored, *on_device).step, 5) << mode;
+    const OptimizerSnapshot loaded = on_device->snapshot();
+    EXPECT_EQ(loaded.master, values.master) << mode;
+    EXPECT_EQ(loaded.first_moment, values.first_moment) << mode;
+    EXPECT_EQ(loaded.second_moment, values.second_moment) << mode;
+    EXPECT_EQ(on_device->steps_taken(), 5) << mode;
+    EXPECT_EQ(copy_to_host_f32(restored.parameters().wte), copy_to_host_f32(source.parameters().wte)) << mode;
+
+    // ... and back into the offloaded tier.
+    const auto again = make_offload_optimizer(source, {}, settings);
+    load_checkpoint(directory, source, *again);
+    EXPECT_EQ(again->snapshot().second_moment, values.second_moment) << mode;
+    fs::remove_all(directory);
+    fs::remove_all(settings.nvme_path);
+  }
 }
 
 TEST(Checkpoint, AFailedSaveLeavesThePreviousCheckpointWhole) {
   auto device = create_device(DeviceOptions{});
   GptModel model(*device, tiny(), DType::f32);
   initialize_gpt_parameters(model.parameters(), tiny(), 7);
-  AdamWOptimizer optimizer(model.parameters(), model.gradients(), {});
+  const auto optimizer = make_device_optimizer(model, {});
   const std::string directory = fresh_directory("failed_save");
-  save_checkpoint(directory, model, optimizer, TrainerState{2, 4, 1, {}});
+  save_checkpoint(directory, model, *optimizer, TrainerState{2, 4, 1, {}});
 
   // The optimizer file's temporary name is taken by a directory: its creation fails (even as root).
   const fs::path blocker = fs::path(directory) / ("optimizer.safetensors.tmp." + std::to_string(::getpid()));
   fs::create_directory(blocker);
   initialize_gpt_parameters(model.parameters(), tiny(), 8);
-  EXPECT_THROW(save_checkpoint(directory, model, optimizer, TrainerState{9, 9, 1, {}}), FileError);
+  EXPECT_THROW(save_checkpoint(directory, model, *optimizer, TrainerState{9, 9, 1, {}}), FileError);
   fs::remove(blocker);
 
   EXPECT_TRUE(fs::exists(fs::path(directory) / "DONE"));
@@ -64,8 +112,8 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousCheckpointWhole) {
     EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << "left behind: " << entry.path();
   }
   GptModel restored(*device, tiny(), DType::f32);
-  AdamWOptimizer restored_optimizer(restored.parameters(), restored.gradients(), {});
-  EXPECT_EQ(load_checkpoint(directory, restored, restored_optimizer).step, 2);
+  const auto restored_optimizer = make_device_optimizer(restored, {});
+  EXPECT_EQ(load_checkpoint(directory, restored, *restored_optimizer).step, 2);
   GptModel original(*device, tiny(), DType::f32);
   initialize_gpt_parameters(original.parameters(), tiny(), 7);
   EXPECT_EQ(copy_to_host_f32(restored.parameters().wte), copy_to_host_f32(original.parameters().wte));

@@ -1,5 +1,6 @@
 #include "models/kernels/cpu/encoder.h"
 
+#include "engine/core/dtype.h"
 #include "models/kernels/cpu/column_blocks.h"
 
 namespace ferry::cpu {
@@ -18,6 +19,18 @@ void encoder_forward(Real* out, const std::int32_t* tokens, const Real* wte, con
   }
 }
 
+void encoder_forward_bf16_table(float* out, const std::int32_t* tokens, const std::uint16_t* wte, const float* wpe,
+                                std::int64_t batch, std::int64_t sequence, std::int64_t channels) {
+#pragma omp parallel for schedule(static)
+  for (std::int64_t position = 0; position < batch * sequence; ++position) {
+    const std::int64_t t = position % sequence;
+    const std::uint16_t* token_row = wte + static_cast<std::int64_t>(tokens[position]) * channels;
+    const float* position_row = wpe + t * channels;
+    float* destination = out + position * channels;
+    for (std::int64_t c = 0; c < channels; ++c) destination[c] = bf16_to_float(token_row[c]) + position_row[c];
+  }
+}
+
 template <typename Real>
 void encoder_backward(Real* dwte, Real* dwpe, const Real* dout, const std::int32_t* tokens, std::int64_t batch,
                       std::int64_t sequence, std::int64_t channels) {
@@ -25,12 +38,11 @@ void encoder_backward(Real* dwte, Real* dwpe, const Real* dout, const std::int32
     for (std::int64_t position = 0; position < batch * sequence; ++position) {
       const std::int64_t t = position % sequence;
       const Real* source = dout + position * channels;
-      Real* token_row = dwte + static_cast<std::int64_t>(tokens[position]) * channels;
       Real* position_row = dwpe + t * channels;
-      for (std::int64_t c = first; c < last; ++c) {
-        token_row[c] += source[c];
-        position_row[c] += source[c];
-      }
+      for (std::int64_t c = first; c < last; ++c) position_row[c] += source[c];
+      if (dwte == nullptr) continue;
+      Real* token_row = dwte + static_cast<std::int64_t>(tokens[position]) * channels;
+      for (std::int64_t c = first; c < last; ++c) token_row[c] += source[c];
     }
   });
 }

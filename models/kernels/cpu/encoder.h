@@ -10,6 +10,12 @@ template <typename Real>
 void encoder_forward(Real* out, const std::int32_t* tokens, const Real* wte, const Real* wpe, std::int64_t batch,
                      std::int64_t sequence, std::int64_t channels);
 
+// The same with the token table in bf16 (bit patterns): only the rows the tokens use are converted,
+// so a bf16 model never holds an f32 copy of its whole vocabulary table.
+void encoder_forward_bf16_table(float* out, const std::int32_t* tokens, const std::uint16_t* wte, const float* wpe,
+                                std::int64_t batch, std::int64_t sequence, std::int64_t channels);
+
+// dwte may be null: only dwpe accumulates (the token rows go elsewhere, e.g. to a gradient sink).
 template <typename Real>
 void encoder_backward(Real* dwte, Real* dwpe, const Real* dout, const std::int32_t* tokens, std::int64_t batch,
                       std::int64_t sequence, std::int64_t channels);

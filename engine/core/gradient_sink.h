@@ -1,0 +1,26 @@
+// GradientSink: where a model's parameter gradients go when it does not hold them whole. Backward
+// hands each piece to the sink as soon as it is complete and then frees it, so the device holds one
+// gradient bucket at a time (a block's gradients, or a vocabulary slice of the embedding's).
+// ZeRO-Offload's sink copies the pieces to host memory and accumulates them there.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/core/tensor.h"
+
+namespace ferry {
+
+class GradientSink {
+ public:
+  virtual ~GradientSink() = default;
+  // `gradient` (f32, contiguous) is this micro-batch's gradient of elements [offset, offset + numel)
+  // of parameter `index` (the model's parameter order): add it. The tensor is freed after the call
+  // (a sink that still copies from it then must record its copy stream on the tensor's storage).
+  virtual void accumulate(std::size_t index, std::int64_t offset, const Tensor& gradient) = 0;
+  // An embedding's gradient as rows: row i of `rows` ([n, width] f32) adds to row ids[i] (i32 [n]) of
+  // parameter `index`, in order i = 0, 1, ... (the order the device's own kernel adds them in).
+  virtual void accumulate_rows(std::size_t index, const Tensor& ids, const Tensor& rows) = 0;
+};
+
+}  // namespace ferry

@@ -1,0 +1,55 @@
+#include "engine/train/model_state_report.h"
+
+#include <cstdio>
+
+#include "allocator/byte_size.h"
+
+namespace ferry {
+
+nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, std::int64_t parameters, DType parameter_dtype,
+                                  bool offloaded) {
+  const auto at_peak = [&](MemoryCategory category) { return device_statistics.category_allocated_at_peak[category_index(category)]; };
+  const auto largest = [&](MemoryCategory category) { return device_statistics.category_allocated_bytes[category_index(category)].peak; };
+  const auto psi = parameters;
+  const auto parameter_bytes = static_cast<std::int64_t>(dtype_size(parameter_dtype));
+  // ZeRO's accounting: 16-bit parameters and gradients with K = 12 bytes of fp32 state (master, m, v);
+  // in fp32 the parameters are the master weights: 4 + 4 + 8.
+  const std::int64_t gradient_bytes = parameter_dtype == DType::f32 ? 4 : 2;
+  const std::int64_t state_bytes = parameter_dtype == DType::f32 ? 8 : 12;
+  nlohmann::json formula = {
+      {"parameters", parameter_bytes * psi},
+      {"gradients", offloaded ? 0 : gradient_bytes * psi},
+      {"optimizer_states", offloaded ? 0 : state_bytes * psi},
+      {"host", offloaded ? nlohmann::json{{"optimizer_states", state_bytes * psi}, {"gradients", 4 * psi}} : nlohmann::json::object()},
+      {"name", offloaded ? "ZeRO-Offload (stage 2, one rank)" : "ZeRO stage 0 (no partitioning)"},
+  };
+  return {{"parameters", psi},
+          {"device_at_peak",
+           {{"parameters", at_peak(MemoryCategory::parameters)},
+            {"gradients", at_peak(MemoryCategory::gradients)},
+            {"optimizer_states", at_peak(MemoryCategory::optimizer_states)}}},
+          {"device_max", {{"gradients", largest(MemoryCategory::gradients)}}},
+          {"formula", formula}};
+}
+
+std::string describe_model_state_report(const nlohmann::json& report) {
+  const nlohmann::json& device = report["device_at_peak"];
+  const nlohmann::json& formula = report["formula"];
+  std::string text = "  model states on the device at the peak, beside " + formula["name"].get<std::string>() + " for " +
+                     std::to_string(report["parameters"].get<std::int64_t>()) + " parameters:";
+  for (const char* category : {"parameters", "gradients", "optimizer_states"}) {
+    char line[200];
+    std::snprintf(line, sizeof line, "\n    %-17s %12s on the device | formula %12s", category,
+                  format_bytes(device[category].get<std::size_t>()).c_str(), format_bytes(formula[category].get<std::size_t>()).c_str());
+    text += line;
+  }
+  if (report["formula"]["host"].contains("optimizer_states")) {
+    text += "\n    (the gradients on the device are one bucket at a time, at most " +
+            format_bytes(report["device_max"]["gradients"].get<std::size_t>()) + "; the host holds " +
+            format_bytes(formula["host"]["optimizer_states"].get<std::size_t>()) + " of optimizer state and " +
+            format_bytes(formula["host"]["gradients"].get<std::size_t>()) + " of fp32 gradients)";
+  }
+  return text;
+}
+
+}  // namespace ferry

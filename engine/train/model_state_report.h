@@ -1,0 +1,21 @@
+// The device's model-state bytes at the peak (parameters, gradients, optimizer states) beside ZeRO's
+// formulas for the same model and mode: 16 bytes per parameter without offload (2+2+12 mixed precision,
+// 4+4+8 in fp32), and ZeRO-Offload's 2 bytes of 16-bit parameters on the device with 12 of fp32 state
+// (plus the gradients) on the host. Printed after training and kept in the summary.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "allocator/allocator_statistics.h"
+#include "engine/core/dtype.h"
+
+namespace ferry {
+
+nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, std::int64_t parameters, DType parameter_dtype,
+                                  bool offloaded);
+// Lines for the terminal, e.g. "  parameters  237.3 MiB on the device | ZeRO-Offload 2Ψ = 237.3 MiB".
+std::string describe_model_state_report(const nlohmann::json& report);
+
+}  // namespace ferry

@@ -1,0 +1,191 @@
+#include "engine/train/training_optimizer.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "models/adamw_optimizer.h"
+
+namespace ferry {
+OptimizerSnapshot snapshot_layout(const GptModel& model) {
+  OptimizerSnapshot snapshot;
+  std::int64_t offset = 0;
+  for (const NamedTensor& each : model.parameters().named()) {
+    snapshot.names.push_back(each.name);
+    snapshot.shapes.push_back(each.tensor->shape());
+    snapshot.offsets.push_back(offset);
+    offset += each.tensor->numel();
+  }
+  snapshot.master.resize(static_cast<std::size_t>(offset));
+  snapshot.first_moment.resize(static_cast<std::size_t>(offset));
+  snapshot.second_moment.resize(static_cast<std::size_t>(offset));
+  return snapshot;
+}
+
+namespace {
+
+OptimizerSnapshot empty_snapshot(const GptModel& model, std::int64_t steps) {
+  OptimizerSnapshot snapshot = snapshot_layout(model);
+  snapshot.steps = steps;
+  return snapshot;
+}
+
+void require_matching(const OptimizerSnapshot& snapshot, const GptModel& model) {
+  const std::vector<NamedTensor> parameters = model.parameters().named();
+  if (snapshot.names.size() != parameters.size() || snapshot.master.size() != static_cast<std::size_t>(model.parameters().numel())) {
+    throw std::invalid_argument("optimizer state for " + std::to_string(snapshot.names.size()) + " tensors does not match the model's " +
+                                std::to_string(parameters.size()));
+  }
+}
+
+class DeviceAdamW final : public TrainingOptimizer {
+ public:
+  DeviceAdamW(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters)
+      : model_(model), optimizer_(model.parameters(), model.gradients(), hyperparameters) {}
+  std::string mode() const override { return "none"; }
+  void begin_step() override { model_.zero_gradients(); }
+  double gradient_norm() override { return optimizer_.gradient_norm(); }
+  void step(float learning_rate, float gradient_scale) override { optimizer_.step(learning_rate, gradient_scale); }
+  std::int64_t steps_taken() const override { return optimizer_.steps_taken(); }
+  void set_steps_taken(std::int64_t steps) override { optimizer_.set_steps_taken(steps); }
+
+  OptimizerSnapshot snapshot() override {
+    OptimizerSnapshot snapshot = empty_snapshot(model_, optimizer_.steps_taken());
+    const std::vector<NamedTensor> masters = optimizer_.master_weights();
+    for (std::size_t i = 0; i < masters.size(); ++i) {
+      const auto at = static_cast<std::size_t>(snapshot.offsets[i]);
+      masters[i].tensor->copy_to_host(snapshot.master.data() + at);
+      optimizer_.states()[i].first_moment.copy_to_host(snapshot.first_moment.data() + at);
+      optimizer_.states()[i].second_moment.copy_to_host(snapshot.second_moment.data() + at);
+    }
+    return snapshot;
+  }
+
+  void restore(const OptimizerSnapshot& snapshot) override {
+    require_matching(snapshot, model_);
+    const std::vector<NamedTensor> masters = optimizer_.master_weights();
+    const std::vector<NamedTensor> parameters = model_.parameters().named();
+    for (std::size_t i = 0; i < masters.size(); ++i) {
+      const auto at = static_cast<std::size_t>(snapshot.offsets[i]);
+      masters[i].tensor->copy_from_host(snapshot.master.data() + at);
+      optimizer_.states()[i].first_moment.copy_from_host(snapshot.first_moment.data() + at);
+      optimizer_.states()[i].second_moment.copy_from_host(snapshot.second_moment.data() + at);
+      // bf16 parameters are the rounded master weights, exactly as after the step that saved them.
+      if (parameters[i].tensor->dtype() != DType::f32) copy_from_host_f32(*parameters[i].tensor, snapshot.master.data() + at);
+    }
+    optimizer_.set_steps_taken(snapshot.steps);
+  }
+
+  nlohmann::json describe() const override { return {{"mode", "none"}, {"state", "device"}}; }
+
+ private:
+  GptModel& model_;
+  AdamWOptimizer optimizer_;
+};
+
+std::vector<offload::OffloadedParameter> offloaded_parameters(const GptModel& model) {
+  std::vector<offload::OffloadedParameter> parameters;
+  for (const NamedTensor& each : model.parameters().named()) parameters.push_back({each.name, each.tensor, decays(*each.tensor)});
+  return parameters;
+}
+
+class OffloadedAdamW final : public TrainingOptimizer {
+ public:
+  OffloadedAdamW(GptModel& model, const cpu::AdamWHyperparameters& h, const offload::ZeroOffloadSettings& settings)
+      : model_(model),
+        optimizer_(model.device(), offloaded_parameters(model),
+                   offload::AdamWSettings{h.learning_rate, h.beta1, h.beta2, h.epsilon, h.weight_decay}, settings) {
+    if (model.gradient_storage() != GradientStorage::streamed) {
+      throw std::logic_error("ZeRO-Offload needs a model whose gradients stream to the host (GradientStorage::streamed)");
+    }
+    model_.set_gradient_sink(&optimizer_.gradients());
+  }
+  ~OffloadedAdamW() override { model_.set_gradient_sink(nullptr); }
+  OffloadedAdamW(const OffloadedAdamW&) = delete;
+  OffloadedAdamW& operator=(const OffloadedAdamW&) = delete;
+
+  std::string mode() const override { return optimizer_.tier_name(); }
+  void begin_step() override { optimizer_.begin_step(); }
+  double gradient_norm() override {
+    const offload::GradientCheck check = optimizer_.check_gradients();
+    if (!check.finite) {
+      throw std::runtime_error("a gradient became inf or NaN; lower --lr or enable --grad-clip (the optimizer state was not updated)");
+    }
+    return std::sqrt(check.sum_of_squares);
+  }
+  void step(float learning_rate, float gradient_scale) override { optimizer_.step(learning_rate, gradient_scale); }
+  std::int64_t steps_taken() const override { return optimizer_.steps_taken(); }
+  void set_steps_taken(std::int64_t steps) override { optimizer_.set_steps_taken(steps); }
+
+  OptimizerSnapshot snapshot() override {
+    OptimizerSnapshot snapshot = empty_snapshot(model_, optimizer_.steps_taken());
+    optimizer_.export_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
+    return snapshot;
+  }
+  void restore(const OptimizerSnapshot& snapshot) override {
+    require_matching(snapshot, model_);
+    optimizer_.import_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
+    optimizer_.set_steps_taken(snapshot.steps);
+  }
+
+  nlohmann::json describe() const override {
+    const offload::OffloadStepTimes& times = optimizer_.last_step_times();
+    return {{"mode", optimizer_.tier_name()},
+            {"state", optimizer_.tier_name() == "nvme" ? "nvme" : "host"},
+            {"sub_group_elements", optimizer_.sub_group_elements()},
+            {"host_pinned_peak", optimizer_.host_pinned_peak()},
+            {"nvme_bytes", optimizer_.nvme_bytes()},
+            {"gradient_bytes_to_host", optimizer_.gradients_received()},
+            {"cpu_adam", {{"simd", std::string(offload::simd_level_name(optimizer_.adam().simd()))}, {"threads", optimizer_.adam().threads()}}},
+            {"last_step_seconds",
+             {{"step", times.step}, {"adam", times.adam}, {"read_wait", times.read_wait}, {"write_wait", times.write_wait},
+              {"copy_back", times.copy_back}}}};
+  }
+
+ private:
+  GptModel& model_;
+  offload::ZeroOffloadOptimizer optimizer_;
+};
+
+// Drops every gradient: a dry run on meta measures the device's allocations, not values.
+class DiscardingSink final : public GradientSink {
+ public:
+  void accumulate(std::size_t, std::int64_t, const Tensor&) override {}
+  void accumulate_rows(std::size_t, const Tensor&, const Tensor&) override {}
+};
+
+class DiscardingOptimizer final : public TrainingOptimizer {
+ public:
+  explicit DiscardingOptimizer(GptModel& model) : model_(model) { model_.set_gradient_sink(&sink_); }
+  ~DiscardingOptimizer() override { model_.set_gradient_sink(nullptr); }
+  DiscardingOptimizer(const DiscardingOptimizer&) = delete;
+  DiscardingOptimizer& operator=(const DiscardingOptimizer&) = delete;
+  std::string mode() const override { return "dry run"; }
+  void begin_step() override {}
+  double gradient_norm() override { return 0.0; }
+  void step(float, float) override { ++steps_; }
+  std::int64_t steps_taken() const override { return steps_; }
+  void set_steps_taken(std::int64_t steps) override { steps_ = steps; }
+  OptimizerSnapshot snapshot() override { throw std::logic_error("a dry run has no optimizer state to save"); }
+  void restore(const OptimizerSnapshot&) override { throw std::logic_error("a dry run has no optimizer state to load"); }
+  nlohmann::json describe() const override { return {{"mode", "dry run"}}; }
+
+ private:
+  GptModel& model_;
+  DiscardingSink sink_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainingOptimizer> make_device_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters) {
+  return std::make_unique<DeviceAdamW>(model, hyperparameters);
+}
+
+std::unique_ptr<TrainingOptimizer> make_offload_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters,
+                                                          const offload::ZeroOffloadSettings& settings) {
+  return std::make_unique<OffloadedAdamW>(model, hyperparameters, settings);
+}
+
+std::unique_ptr<TrainingOptimizer> make_discarding_optimizer(GptModel& model) { return std::make_unique<DiscardingOptimizer>(model); }
+
+}  // namespace ferry

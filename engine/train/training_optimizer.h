@@ -1,0 +1,57 @@
+// The optimizer a training step drives, wherever its state lives: AdamW on the device beside the model
+// (models/), or ZeRO-Offload's with fp32 state in pinned host memory or on NVMe (offload/). Checkpoints
+// read and write either through the same host snapshot, so they move between modes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "models/gpt_model.h"
+#include "models/kernels/cpu/adamw.h"
+#include "offload/zero_offload_optimizer.h"
+
+namespace ferry {
+
+// Every parameter's f32 master weights and moments in host memory, parameters end to end in the
+// model's order (HF names).
+struct OptimizerSnapshot {
+  std::vector<std::string> names;
+  std::vector<Shape> shapes;
+  std::vector<std::int64_t> offsets;  // where each parameter starts
+  std::vector<float> master, first_moment, second_moment;
+  std::int64_t steps = 0;
+};
+
+// A snapshot of the model's names, shapes and offsets with zeroed values (steps = 0).
+OptimizerSnapshot snapshot_layout(const GptModel& model);
+
+class TrainingOptimizer {
+ public:
+  virtual ~TrainingOptimizer() = default;
+  virtual std::string mode() const = 0;  // "none", "cpu" or "nvme" (--offload-optimizer)
+  // Before a step's first micro-batch: gradients to zero.
+  virtual void begin_step() = 0;
+  // The global L2 norm of the step's gradients; throws when one is inf or NaN.
+  virtual double gradient_norm() = 0;
+  virtual void step(float learning_rate, float gradient_scale) = 0;
+  virtual std::int64_t steps_taken() const = 0;
+  virtual void set_steps_taken(std::int64_t steps) = 0;
+  virtual OptimizerSnapshot snapshot() = 0;
+  // Replaces the state; the model's parameters become the master weights rounded to their dtype.
+  virtual void restore(const OptimizerSnapshot& snapshot) = 0;
+  // What the summary says about the optimizer (host memory, NVMe bytes, step phases).
+  virtual nlohmann::json describe() const = 0;
+};
+
+// AdamW on the model's device over its whole gradients.
+std::unique_ptr<TrainingOptimizer> make_device_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters);
+// ZeRO-Offload over a model built with GradientStorage::streamed (it becomes the model's gradient sink).
+std::unique_ptr<TrainingOptimizer> make_offload_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters,
+                                                          const offload::ZeroOffloadSettings& settings);
+// For dry runs of offloaded training on meta: gradients are dropped, nothing is stepped.
+std::unique_ptr<TrainingOptimizer> make_discarding_optimizer(GptModel& model);
+
+}  // namespace ferry

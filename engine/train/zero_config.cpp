@@ -1,0 +1,75 @@
+#include "engine/train/zero_config.h"
+
+#include "engine/train/config_keys.h"
+
+namespace ferry {
+
+using config::reject_unknown;
+using config::value_of;
+using nlohmann::json;
+
+namespace {
+
+void apply_offload_optimizer(const json& section, TrainOptions& options) {
+  reject_unknown(section, "zero_optimization.offload_optimizer",
+                 {"device", "nvme_path", "pin_memory", "buffer_count", "pipeline_read", "pipeline_write", "fast_init", "ratio"});
+  const std::string where = "zero_optimization.offload_optimizer.";
+  if (section.contains("device")) options.offload_optimizer = value_of<std::string>(section["device"], where + "device");
+  if (section.contains("nvme_path")) options.nvme_path = value_of<std::string>(section["nvme_path"], where + "nvme_path");
+  if (section.contains("pin_memory")) options.offload_pin_memory = value_of<bool>(section["pin_memory"], where + "pin_memory");
+  if (section.contains("buffer_count")) options.offload_buffer_count = value_of<int>(section["buffer_count"], where + "buffer_count");
+  if (section.contains("ratio") && value_of<double>(section["ratio"], where + "ratio") != 1.0) {
+    throw std::invalid_argument(where + "ratio (part of the update on the GPU, Twin-Flow) is not supported: remove it or set it to 1");
+  }
+  for (const char* key : {"pipeline_read", "pipeline_write", "fast_init"}) {
+    if (section.contains(key)) {
+      options.notes.push_back(where + key + " has no effect: ferry always pipelines reads and writes of the NVMe tier");
+    }
+  }
+}
+
+}  // namespace
+
+void apply_zero_optimization(const json& section, TrainOptions& options) {
+  reject_unknown(section, "zero_optimization",
+                 {"stage", "offload_optimizer", "offload_param", "sub_group_size", "contiguous_gradients", "overlap_comm",
+                  "reduce_bucket_size", "allgather_bucket_size", "reduce_scatter", "allgather_partitions"});
+  if (section.contains("stage")) {
+    const auto stage = value_of<int>(section["stage"], "zero_optimization.stage");
+    if (stage < 0 || stage > 3) throw std::invalid_argument("zero_optimization.stage must be 0, 1, 2 or 3, got " + std::to_string(stage));
+    if (stage == 3) {
+      throw std::invalid_argument("zero_optimization.stage 3 (partitioned parameters) is not supported yet: use stage 2 with "
+                                  "offload_optimizer, which keeps only the 16-bit parameters and one gradient bucket on the device");
+    }
+  }
+  if (section.contains("offload_param") && value_of<std::string>(section["offload_param"].value("device", json("none")),
+                                                                 "zero_optimization.offload_param.device") != "none") {
+    throw std::invalid_argument("zero_optimization.offload_param (parameters off the device, stage 3) is not supported yet; "
+                                "remove it (offload_optimizer is)");
+  }
+  if (section.contains("offload_optimizer")) apply_offload_optimizer(section["offload_optimizer"], options);
+  if (section.contains("sub_group_size")) {
+    options.offload_sub_group = value_of<std::int64_t>(section["sub_group_size"], "zero_optimization.sub_group_size");
+  }
+  for (const char* key : {"contiguous_gradients", "overlap_comm", "reduce_bucket_size", "allgather_bucket_size", "reduce_scatter",
+                          "allgather_partitions"}) {
+    if (section.contains(key)) {
+      options.notes.push_back(std::string("zero_optimization.") + key +
+                              " has no effect on one rank (ferry's gradient bucket is one block's gradients)");
+    }
+  }
+}
+
+void apply_aio(const json& section, TrainOptions& options) {
+  reject_unknown(section, "aio", {"block_size", "queue_depth", "thread_count", "single_submit", "overlap_events", "use_gds"});
+  if (section.contains("block_size")) options.offload_chunk_bytes = value_of<std::int64_t>(section["block_size"], "aio.block_size");
+  if (section.contains("queue_depth")) options.offload_queue_depth = value_of<int>(section["queue_depth"], "aio.queue_depth");
+  if (section.contains("use_gds") && value_of<bool>(section["use_gds"], "aio.use_gds")) {
+    throw std::invalid_argument("aio.use_gds (GPUDirect Storage) is not supported: set it to false");
+  }
+  for (const char* key : {"thread_count", "single_submit", "overlap_events"}) {
+    if (section.contains(key)) options.notes.push_back(std::string("aio.") + key + " has no effect: ferry submits batches on one io_uring ring");
+  }
+}
+
+}  // namespace ferry

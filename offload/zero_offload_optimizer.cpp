@@ -1,0 +1,233 @@
+#include "offload/zero_offload_optimizer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+#include "engine/core/op_recorder.h"
+
+namespace ferry::offload {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Master weights (f32) into the device's parameter dtype.
+void convert_from_master(const float* master, void* destination, std::int64_t count, DType dtype) {
+  const auto n = static_cast<std::size_t>(count);
+  switch (dtype) {
+    case DType::f32: std::copy_n(master, n, static_cast<float*>(destination)); return;
+    case DType::bf16: convert_f32_to_bf16(master, static_cast<std::uint16_t*>(destination), n); return;
+    case DType::f16: convert_f32_to_f16(master, static_cast<std::uint16_t*>(destination), n); return;
+    default: throw std::invalid_argument("offloaded parameters must be f32, bf16 or f16");
+  }
+}
+
+void convert_to_master(const void* source, float* master, std::int64_t count, DType dtype) {
+  const auto n = static_cast<std::size_t>(count);
+  switch (dtype) {
+    case DType::f32: std::copy_n(static_cast<const float*>(source), n, master); return;
+    case DType::bf16: convert_bf16_to_f32(static_cast<const std::uint16_t*>(source), master, n); return;
+    case DType::f16: convert_f16_to_f32(static_cast<const std::uint16_t*>(source), master, n); return;
+    default: throw std::invalid_argument("offloaded parameters must be f32, bf16 or f16");
+  }
+}
+
+std::vector<std::int64_t> numels_of(const std::vector<OffloadedParameter>& parameters) {
+  std::vector<std::int64_t> numels;
+  for (const OffloadedParameter& each : parameters) numels.push_back(each.parameter->numel());
+  return numels;
+}
+
+std::int64_t choose_group_elements(const ZeroOffloadSettings& offload, std::int64_t total) {
+  std::int64_t elements = offload.sub_group_elements;
+  if (elements <= 0) {
+    elements = offload.device == OffloadDevice::nvme
+                   ? static_cast<std::int64_t>(offload.buffer_pool_bytes / static_cast<std::size_t>(std::max(offload.buffer_count, 1)) /
+                                               (3 * sizeof(float)))
+                   : std::int64_t{16} << 20;
+    if (elements <= 0) {
+      throw std::invalid_argument("the offload buffer pool of " + std::to_string(offload.buffer_pool_bytes) + " bytes is too small for " +
+                                  std::to_string(offload.buffer_count) + " buffers; raise it");
+    }
+  }
+  return std::clamp<std::int64_t>(elements, 1, std::max<std::int64_t>(total, 1));
+}
+
+}  // namespace
+
+OffloadDevice parse_offload_device(const std::string& name) {
+  if (name == "cpu") return OffloadDevice::cpu;
+  if (name == "nvme") return OffloadDevice::nvme;
+  throw std::invalid_argument("--offload-optimizer '" + name + "' is not one of none, cpu, nvme");
+}
+
+ZeroOffloadOptimizer::ZeroOffloadOptimizer(Device& device, std::vector<OffloadedParameter> parameters, AdamWSettings settings,
+                                           ZeroOffloadSettings offload)
+    : device_(device), parameters_(std::move(parameters)), settings_(settings), copy_stream_(device.create_stream()) {
+  if (parameters_.empty()) throw std::invalid_argument("ZeroOffloadOptimizer: no parameters");
+  if (!device.has_storage()) throw std::invalid_argument("ZeroOffloadOptimizer needs a device with storage (not meta)");
+  parameter_dtype_ = parameters_.front().parameter->dtype();
+  for (const OffloadedParameter& each : parameters_) {
+    if (each.parameter->dtype() != parameter_dtype_ || !each.parameter->is_contiguous()) {
+      throw std::invalid_argument("offloaded parameters must share one dtype and be contiguous ('" + each.name + "' is not)");
+    }
+  }
+  if (offload.pin_memory) pinned_ = std::make_unique<PinnedHostAllocator>();
+  gradients_ = std::make_unique<HostGradients>(device, numels_of(parameters_), pinned_.get());
+  const std::int64_t total = gradients_->total();
+  const std::int64_t group_elements = choose_group_elements(offload, total);
+  if (offload.device == OffloadDevice::nvme) {
+    if (offload.nvme_path.empty()) throw std::invalid_argument("--offload-optimizer nvme needs --nvme-path DIR (a directory on an NVMe drive)");
+    NvmeStoreOptions store_options;
+    store_options.directory = offload.nvme_path;
+    store_options.queue_depth = offload.queue_depth;
+    store_options.chunk_bytes = offload.chunk_bytes;
+    store_ = std::make_unique<NvmeStore>(store_options);
+    tier_ = make_nvme_state_tier(*store_, total, group_elements, offload.buffer_count, pinned_.get());
+  } else {
+    tier_ = make_host_state_tier(total, group_elements, pinned_.get());
+  }
+  adam_ = std::make_unique<CpuAdam>(offload.adam);
+  staging_ = HostBuffer(pinned_.get(), static_cast<std::size_t>(total) * dtype_size(parameter_dtype_), MemoryCategory::staging);
+
+  // Master weights from the device parameters.
+  auto* staging = static_cast<std::byte*>(staging_.data());
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    const Tensor& parameter = *parameters_[i].parameter;
+    device_.copy(staging + gradients_->offset_of(i) * static_cast<std::int64_t>(dtype_size(parameter_dtype_)), parameter.data(),
+                 parameter.nbytes(), CopyKind::device_to_host, copy_stream_);
+  }
+  device_.synchronize(copy_stream_);
+  for (std::int64_t group = 0; group < tier_->group_count(); ++group) {
+    const StateGroup state = tier_->acquire(group);
+    convert_to_master(staging + state.begin * static_cast<std::int64_t>(dtype_size(parameter_dtype_)), state.master, state.count,
+                      parameter_dtype_);
+    tier_->release(group, true);
+  }
+  tier_->flush();
+}
+
+ZeroOffloadOptimizer::~ZeroOffloadOptimizer() = default;
+
+void ZeroOffloadOptimizer::begin_step() { gradients_->zero(); }
+
+GradientCheck ZeroOffloadOptimizer::check_gradients() const {
+  GradientCheck total;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    const GradientCheck each = adam_->check_gradients(gradients_->of(i), 1.0f);
+    total.sum_of_squares += each.sum_of_squares;
+    total.finite = total.finite && each.finite;
+  }
+  return total;
+}
+
+std::vector<AdamWSpan> ZeroOffloadOptimizer::spans_of(const StateGroup& state) const {
+  std::vector<AdamWSpan> spans;
+  const std::int64_t end = state.begin + state.count;
+  const auto element = static_cast<std::int64_t>(dtype_size(parameter_dtype_));
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    const std::int64_t first = std::max(state.begin, gradients_->offset_of(i));
+    const std::int64_t last = std::min(end, gradients_->offset_of(i + 1));
+    if (first >= last) continue;
+    const std::int64_t in_group = first - state.begin;
+    AdamWSpan span;
+    span.master = state.master + in_group;
+    span.first_moment = state.first_moment + in_group;
+    span.second_moment = state.second_moment + in_group;
+    span.gradient = gradients_->all().data() + first;
+    span.parameter_out = static_cast<std::byte*>(staging_.data()) + first * element;
+    span.parameter_dtype = parameter_dtype_;
+    span.count = last - first;
+    span.decay = parameters_[i].decay;
+    spans.push_back(span);
+  }
+  return spans;
+}
+
+void ZeroOffloadOptimizer::return_parameters(const StateGroup& state) {
+  const std::int64_t end = state.begin + state.count;
+  const auto element = static_cast<std::int64_t>(dtype_size(parameter_dtype_));
+  const auto* staging = static_cast<const std::byte*>(staging_.data());
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    const std::int64_t begin = gradients_->offset_of(i);
+    const std::int64_t first = std::max(state.begin, begin);
+    const std::int64_t last = std::min(end, gradients_->offset_of(i + 1));
+    if (first >= last) continue;
+    auto* destination = static_cast<std::byte*>(parameters_[i].parameter->data()) + (first - begin) * element;
+    device_.copy(destination, staging + first * element, static_cast<std::size_t>((last - first) * element), CopyKind::host_to_device,
+                 copy_stream_);
+  }
+}
+
+std::int64_t ZeroOffloadOptimizer::step(float learning_rate, float gradient_scale) {
+  ++steps_;
+  const OpScope op(device_, "optimizer", "zero_offload_adamw");
+  const Clock::time_point start = Clock::now();
+  times_ = {};
+  AdamWSettings settings = settings_;
+  settings.learning_rate = learning_rate;
+  const std::int64_t groups = tier_->group_count();
+  tier_->prefetch(0);
+  for (std::int64_t group = 0; group < groups; ++group) {
+    if (group + 1 < groups) tier_->prefetch(group + 1);  // read ahead while this group updates
+    Clock::time_point mark = Clock::now();
+    const StateGroup state = tier_->acquire(group);
+    times_.read_wait += seconds_since(mark);
+    mark = Clock::now();
+    adam_->step(spans_of(state), settings, steps_, gradient_scale);
+    times_.adam += seconds_since(mark);
+    mark = Clock::now();
+    tier_->release(group, true);  // written back while the next group updates
+    return_parameters(state);
+    times_.copy_back += seconds_since(mark);
+  }
+  Clock::time_point mark = Clock::now();
+  tier_->flush();
+  times_.write_wait += seconds_since(mark);
+  device_.synchronize(copy_stream_);
+  times_.step = seconds_since(start);
+  return steps_;
+}
+
+void ZeroOffloadOptimizer::export_state(std::vector<float>& master, std::vector<float>& first_moment, std::vector<float>& second_moment) {
+  const auto total = static_cast<std::size_t>(total_elements());
+  master.resize(total);
+  first_moment.resize(total);
+  second_moment.resize(total);
+  for (std::int64_t group = 0; group < tier_->group_count(); ++group) {
+    const StateGroup state = tier_->acquire(group);
+    std::copy_n(state.master, state.count, master.begin() + state.begin);
+    std::copy_n(state.first_moment, state.count, first_moment.begin() + state.begin);
+    std::copy_n(state.second_moment, state.count, second_moment.begin() + state.begin);
+    tier_->release(group, false);
+  }
+}
+
+void ZeroOffloadOptimizer::import_state(const std::vector<float>& master, const std::vector<float>& first_moment,
+                                        const std::vector<float>& second_moment) {
+  const auto total = static_cast<std::size_t>(total_elements());
+  if (master.size() != total || first_moment.size() != total || second_moment.size() != total) {
+    throw std::invalid_argument("optimizer state of " + std::to_string(master.size()) + " elements for " + std::to_string(total) + " parameters");
+  }
+  const auto element = static_cast<std::int64_t>(dtype_size(parameter_dtype_));
+  for (std::int64_t group = 0; group < tier_->group_count(); ++group) {
+    const StateGroup state = tier_->acquire(group);
+    std::copy_n(master.begin() + state.begin, state.count, state.master);
+    std::copy_n(first_moment.begin() + state.begin, state.count, state.first_moment);
+    std::copy_n(second_moment.begin() + state.begin, state.count, state.second_moment);
+    convert_from_master(state.master, static_cast<std::byte*>(staging_.data()) + state.begin * element, state.count, parameter_dtype_);
+    tier_->release(group, true);
+    return_parameters(state);
+  }
+  tier_->flush();
+  device_.synchronize(copy_stream_);
+}
+
+std::int64_t ZeroOffloadOptimizer::host_pinned_peak() const {
+  return pinned_ ? pinned_->statistics().allocated_bytes.peak : 0;
+}
+
+}  // namespace ferry::offload

@@ -1,0 +1,106 @@
+// ZeroOffloadOptimizer: AdamW with its fp32 state off the device (ZeRO-Offload). Gradients arrive in
+// host memory bucket by bucket during backward (its HostGradients is the model's GradientSink); the
+// step walks the state's sub-groups as a pipeline (read group i+1 while CpuAdam updates group i while
+// group i-1 is written back) and returns each group's updated parameters to the device as it goes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "allocator/pinned_host_allocator.h"
+#include "engine/core/tensor.h"
+#include "offload/cpu_adam.h"
+#include "offload/host_buffer.h"
+#include "offload/host_gradients.h"
+#include "offload/nvme_store.h"
+#include "offload/optimizer_state_tier.h"
+
+namespace ferry::offload {
+
+enum class OffloadDevice : std::uint8_t { cpu, nvme };
+
+struct ZeroOffloadSettings {
+  OffloadDevice device = OffloadDevice::cpu;
+  std::string nvme_path;                 // nvme: the directory for the state file
+  bool pin_memory = true;                // page-locked host buffers
+  int buffer_count = 4;                  // nvme: host buffers of one sub-group each
+  std::size_t buffer_pool_bytes = std::size_t{256} << 20;  // nvme: all buffers together; sub-groups sized to fit
+  std::int64_t sub_group_elements = 0;   // 0: from the pool (nvme) or 16M elements (cpu)
+  unsigned queue_depth = 32;
+  std::size_t chunk_bytes = std::size_t{1} << 20;
+  CpuAdamOptions adam;
+};
+
+struct OffloadedParameter {
+  std::string name;
+  const Tensor* parameter = nullptr;  // on the device: f32, bf16 or f16
+  bool decay = true;
+};
+
+// Seconds spent in the last step's phases and what was moved.
+struct OffloadStepTimes {
+  double step = 0;         // the whole pipelined update
+  double adam = 0;         // in CpuAdam
+  double read_wait = 0;    // waiting for sub-group reads
+  double write_wait = 0;   // waiting for write-backs
+  double copy_back = 0;    // updated parameters to the device
+};
+
+class ZeroOffloadOptimizer {
+ public:
+  // Master weights start as the device parameters converted to f32; moments start at zero.
+  ZeroOffloadOptimizer(Device& device, std::vector<OffloadedParameter> parameters, AdamWSettings settings,
+                       ZeroOffloadSettings offload);
+  ~ZeroOffloadOptimizer();
+
+  HostGradients& gradients() { return *gradients_; }
+  // Zeroes the host gradients: call before a step's first micro-batch.
+  void begin_step();
+  // The global L2 norm of the host gradients (f64) and whether they are all finite.
+  GradientCheck check_gradients() const;
+  // One pipelined AdamW step at `learning_rate` with gradients scaled by gradient_scale. Returns the step count.
+  std::int64_t step(float learning_rate, float gradient_scale);
+
+  std::int64_t steps_taken() const { return steps_; }
+  void set_steps_taken(std::int64_t steps) { steps_ = steps; }
+  std::int64_t total_elements() const { return gradients_->total(); }
+  std::int64_t sub_group_elements() const { return tier_->group_elements(); }
+  const std::vector<OffloadedParameter>& parameters() const { return parameters_; }
+  // Flat copies of the whole state (parameters end to end), for checkpoints.
+  void export_state(std::vector<float>& master, std::vector<float>& first_moment, std::vector<float>& second_moment);
+  // Replaces the state and sets the device parameters from the master weights (rounded to their dtype).
+  void import_state(const std::vector<float>& master, const std::vector<float>& first_moment, const std::vector<float>& second_moment);
+
+  std::string tier_name() const { return tier_->name(); }
+  std::uint64_t nvme_bytes() const { return tier_->nvme_bytes(); }
+  std::int64_t host_pinned_peak() const;
+  std::int64_t gradients_received() const { return gradients_->bytes_received(); }
+  const CpuAdam& adam() const { return *adam_; }
+  const OffloadStepTimes& last_step_times() const { return times_; }
+
+ private:
+  // Converts the master weights of group `state` into the staging buffer and copies them to the device.
+  void return_parameters(const StateGroup& state);
+  std::vector<AdamWSpan> spans_of(const StateGroup& state) const;
+
+  Device& device_;
+  std::vector<OffloadedParameter> parameters_;
+  AdamWSettings settings_;
+  DType parameter_dtype_;
+  std::unique_ptr<PinnedHostAllocator> pinned_;
+  std::unique_ptr<HostGradients> gradients_;
+  std::unique_ptr<NvmeStore> store_;
+  std::unique_ptr<OptimizerStateTier> tier_;
+  std::unique_ptr<CpuAdam> adam_;
+  HostBuffer staging_;  // updated parameters in the device dtype, flat
+  Stream copy_stream_;
+  std::int64_t steps_ = 0;
+  OffloadStepTimes times_;
+};
+
+// "cpu" or "nvme"; throws std::invalid_argument naming the choices.
+OffloadDevice parse_offload_device(const std::string& name);
+
+}  // namespace ferry::offload
