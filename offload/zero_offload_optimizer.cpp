@@ -226,6 +226,11 @@ void ZeroOffloadOptimizer::import_state(const std::vector<float>& master, const 
   device_.synchronize(copy_stream_);
 }
 
+void ZeroOffloadOptimizer::set_nvme_fault_injector(FaultInjector injector) {
+  if (!store_) throw std::logic_error("the cpu tier has no NVMe store to inject faults into");
+  store_->set_fault_injector(std::move(injector));
+}
+
 std::int64_t ZeroOffloadOptimizer::host_pinned_peak() const {
   return pinned_ ? pinned_->statistics().allocated_bytes.peak : 0;
 }

@@ -79,6 +79,8 @@ class ZeroOffloadOptimizer {
   std::int64_t gradients_received() const { return gradients_->bytes_received(); }
   const CpuAdam& adam() const { return *adam_; }
   const OffloadStepTimes& last_step_times() const { return times_; }
+  // Tests: faults for the NVMe tier's transfers (std::logic_error on the cpu tier).
+  void set_nvme_fault_injector(FaultInjector injector);
 
  private:
   // Converts the master weights of group `state` into the staging buffer and copies them to the device.

@@ -134,7 +134,7 @@ nlohmann::json memory_summary(const Device& device, const nlohmann::json& optimi
   const AllocatorStatistics stats = device.allocator().statistics();
   return {{"peak_allocated", stats.allocated_bytes.all().peak}, {"peak_reserved", stats.reserved_bytes.all().peak},
           {"at_peak", bytes_by_category(stats.category_allocated_at_peak)}, {"max_by_category", bytes_by_category(category_peaks(stats))},
-          {"host_pinned_peak", optimizer.value("host_pinned_peak", 0)}, {"nvme_bytes", optimizer.value("nvme_bytes", 0)},
+          {"host_pinned_peak", optimizer.value("host_pinned_peak", std::int64_t{0})}, {"nvme_bytes", optimizer.value("nvme_bytes", std::int64_t{0})},
           {"num_ooms", stats.num_ooms}, {"num_alloc_retries", stats.num_alloc_retries}, {"device_memory_limit", device.memory_limit()}};
 }
 

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# ZeRO-Offload end to end: `ferry train --offload-optimizer cpu|nvme` gives the same losses as AdamW on
+# the device, under a device limit the non-offloaded run does not fit (the meta dry run predicts the
+# offloaded peak exactly); checkpoints resume across modes; DeepSpeed's zero_optimization keys select
+# the same; bad settings and a file system too small for the state give errors that name the fix.
+root=$1
+source "$(dirname "$0")/common.sh"
+shape=(--layers 2 --hidden 64 --heads 4 --seq 32 --batch 2 --precision bf16 --threads 2 --log-every 100 --dropout 0.1 --lr-schedule constant --steps)
+
+# 1. The same losses in every mode (bitwise: one micro-batch, AdamW in one operation order).
+"$ferry" train "${shape[@]}" 4 --summary "$work/none.json" > /dev/null
+"$ferry" train "${shape[@]}" 4 --offload-optimizer cpu --summary "$work/cpu.json" > "$work/cpu.txt"
+"$ferry" train "${shape[@]}" 4 --offload-optimizer nvme --nvme-path "$work/nvme" --offload-sub-group 20000 \
+  --summary "$work/nvme.json" > /dev/null
+grep -q "beside ZeRO-Offload" "$work/cpu.txt"
+[[ -z "$(ls -A "$work/nvme")" ]] || { echo "the NVMe state file outlived the run"; exit 1; }
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+runs = {m: json.load(open(f"{sys.argv[1]}/{m}.json")) for m in ["none", "cpu", "nvme"]}
+losses = {m: [s["loss"] for s in r["steps"]] for m, r in runs.items()}
+assert losses["cpu"] == losses["none"] == losses["nvme"], losses
+for mode in ["cpu", "nvme"]:
+    memory = runs[mode]["memory"]
+    assert memory["at_peak"]["optimizer_states"] == 0 and memory["max_by_category"]["optimizer_states"] == 0, memory
+    assert memory["max_by_category"]["gradients"] < runs["none"]["memory"]["max_by_category"]["gradients"] / 2, memory
+    assert memory["host_pinned_peak"] > 0 and runs[mode]["run"]["offload_optimizer"] == mode
+assert runs["nvme"]["memory"]["nvme_bytes"] >= 12 * runs["nvme"]["model"]["parameters"], runs["nvme"]["memory"]
+assert runs["cpu"]["memory"]["nvme_bytes"] == 0
+PY
+
+# 2. A limit only the offloaded run fits; the dry run on meta predicts its peaks exactly.
+"$ferry" train "${shape[@]}" 4 --offload-optimizer cpu --device meta --summary "$work/meta.json" > /dev/null
+limit=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['memory']['peak_reserved'])" "$work/meta.json")
+/usr/bin/python3 - "$work/cpu.json" "$work/meta.json" <<'PY'
+import json, sys
+cpu, meta = (json.load(open(p))["memory"] for p in sys.argv[1:3])
+for key in ["peak_allocated", "peak_reserved", "at_peak", "max_by_category"]:
+    assert cpu[key] == meta[key], (key, cpu[key], meta[key])
+PY
+expect_error "out of device memory" "$ferry" train "${shape[@]}" 4 --device-memory "$limit" --profile "$work/oom"
+grep -q -- "--offload-optimizer cpu .*fits" "$work/err.txt" || { echo "the advice does not offer the offload:"; cat "$work/err.txt"; exit 1; }
+"$ferry" train "${shape[@]}" 4 --device-memory "$limit" --offload-optimizer cpu --summary "$work/fit.json" > /dev/null
+
+# 3. Checkpoints move between modes: 2 steps offloaded to NVMe, 2 more on the device == 4 on the device.
+"$ferry" train "${shape[@]}" 2 --offload-optimizer nvme --nvme-path "$work/nvme" --save "$work/ckpt" > /dev/null
+"$ferry" train "${shape[@]}" 4 --resume "$work/ckpt" --summary "$work/resumed.json" > /dev/null
+/usr/bin/python3 - "$work/none.json" "$work/resumed.json" <<'PY'
+import json, sys
+full, resumed = (json.load(open(p)) for p in sys.argv[1:3])
+assert [s["loss"] for s in resumed["steps"]] == [s["loss"] for s in full["steps"]][2:], (resumed["steps"], full["steps"])
+PY
+
+# 4. DeepSpeed's keys.
+cat > "$work/zero.json" <<'JSON'
+{"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "NVME", "pin_memory": true, "buffer_count": 3},
+                       "sub_group_size": 30000, "overlap_comm": true},
+ "aio": {"block_size": 262144, "queue_depth": 16, "thread_count": 1}}
+JSON
+sed -i "s|NVME|$work/nvme|" "$work/zero.json"
+"$ferry" train --config "$work/zero.json" "${shape[@]}" 4 --summary "$work/zero_run.json" > "$work/zero.txt"
+grep -q "overlap_comm has no effect" "$work/zero.txt"
+grep -q "aio.thread_count has no effect" "$work/zero.txt"
+/usr/bin/python3 - "$work/zero_run.json" "$work/none.json" <<'PY'
+import json, sys
+run, none = (json.load(open(p)) for p in sys.argv[1:3])
+assert run["run"]["offload_optimizer"] == "nvme" and run["optimizer"]["sub_group_elements"] == 30000, run["optimizer"]
+assert [s["loss"] for s in run["steps"]] == [s["loss"] for s in none["steps"]]
+PY
+echo '{"zero_optimization": {"stage": 3}}' > "$work/stage3.json"
+expect_error "stage 3" "$ferry" train --config "$work/stage3.json" --steps 1
+echo '{"zero_optimization": {"offload_optimizer": {"device": "nvme", "ratio": 0.3}}}' > "$work/ratio.json"
+expect_error "Twin-Flow" "$ferry" train --config "$work/ratio.json" --steps 1
+echo '{"zero_optimization": {"offload_optimizer": {"device": "disk"}}}' > "$work/disk.json"
+expect_error "not one of none, cpu, nvme" "$ferry" train --config "$work/disk.json" --steps 1
+
+# 5. Bad settings.
+expect_error "needs --nvme-path" "$ferry" train --steps 1 --offload-optimizer nvme
+expect_error "is for --offload-optimizer nvme" "$ferry" train --steps 1 --nvme-path "$work/nvme"
+expect_error "buffer-count must be >= 2" "$ferry" train --steps 1 --offload-optimizer nvme --nvme-path "$work/nvme" --offload-buffer-count 1
+
+# 6. A file system too small for the state: the error names the file and the fix, before any step,
+#    and the checkpoint the run resumed from is untouched and still loads.
+if mkdir -p "$work/small" && mount -t tmpfs -o size=1m tmpfs "$work/small" 2> /dev/null; then
+  trap 'umount "$work/small" 2> /dev/null; rm -rf "$work"' EXIT
+  before=$(sha256sum "$work/ckpt"/* | sha256sum)
+  expect_error "optimizer_states.bin" "$ferry" train "${shape[@]}" 4 --offload-optimizer nvme --nvme-path "$work/small" \
+    --resume "$work/ckpt" --save "$work/ckpt"
+  grep -qi "no space\|ENOSPC" "$work/err.txt" || { echo "the full disk is not named:"; cat "$work/err.txt"; exit 1; }
+  [[ "$(sha256sum "$work/ckpt"/* | sha256sum)" == "$before" ]] || { echo "the checkpoint changed"; exit 1; }
+  "$ferry" train "${shape[@]}" 4 --resume "$work/ckpt" > /dev/null
+  umount "$work/small"
+else
+  echo "offload_test: cannot mount a tmpfs here (no privilege); the full-disk case is covered by nvme_store_tests' fault injection"
+fi
+echo "offload CLI tests passed"
