@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   const std::size_t chunk = std::size_t{1} << 20;
 
   // The parts alone.
-  offload::PinnedHostAllocator pinned;
+  PinnedHostAllocator pinned;
   const std::size_t region = (3 * static_cast<std::size_t>(group_elements) * sizeof(float) + chunk - 1) / chunk * chunk;
   const std::int64_t groups = (elements + group_elements - 1) / group_elements;
   double read_seconds = 0, write_seconds = 0, adam_seconds = 0;
