@@ -7,6 +7,7 @@
 
 #include "models/activation_memory.h"
 #include "models/gpt_model.h"
+#include "tests/models/random_tokens.h"
 #include "engine/train/training_step.h"
 #include "schedule/recompute_policy.h"
 
@@ -17,14 +18,7 @@ constexpr std::int64_t B = 2, T = 6;
 
 GptConfig config() { return GptConfig{"recompute-test", 3, 16, 2, 13, 8}; }
 
-Tensor tokens(Device& device, std::uint64_t seed) {
-  std::mt19937_64 generator(seed);
-  std::vector<std::int32_t> values(B * T);
-  for (auto& value : values) value = static_cast<std::int32_t>(generator() % 13);
-  Tensor tensor = Tensor::empty(device, {B, T}, DType::i32, MemoryCategory::activations, "tokens");
-  tensor.copy_from_host(values.data());
-  return tensor;
-}
+Tensor tokens(Device& device, std::uint64_t seed) { return testing::random_tokens(device, seed, B, T, 13); }
 
 struct TrainingRun {
   double loss;

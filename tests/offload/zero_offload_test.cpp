@@ -13,6 +13,7 @@
 
 #include "engine/train/training_step.h"
 #include "models/gpt_model.h"
+#include "tests/models/random_tokens.h"
 #include "offload/host_gradients.h"
 #include "offload/zero_offload_optimizer.h"
 
@@ -31,14 +32,7 @@ std::string scratch_directory(const std::string& name) {
   return path.string();
 }
 
-Tensor tokens(Device& device, std::uint64_t seed) {
-  std::mt19937_64 generator(seed);
-  std::vector<std::int32_t> values(B * T);
-  for (auto& value : values) value = static_cast<std::int32_t>(generator() % 13);
-  Tensor tensor = Tensor::empty(device, {B, T}, DType::i32, MemoryCategory::activations, "tokens");
-  tensor.copy_from_host(values.data());
-  return tensor;
-}
+Tensor tokens(Device& device, std::uint64_t seed) { return testing::random_tokens(device, seed, B, T, 13); }
 
 std::vector<float> flatten(const GptParameters& gradients) {
   std::vector<float> flat;
