@@ -2,11 +2,14 @@
 // and tiles: elements/s and GB/s at 1e6, 1e7, 1e8 and 1e9 elements, 1 and 2 threads.
 // - AdamW moves 28 bytes per element: reads gradient, master, m, v (16) and writes master, m, v (12);
 //   every written line was just read, so there is no extra write-allocate traffic.
-// - The triad a[i] = b[i] + s * c[i] moves 12 bytes per element as STREAM counts it, but the CPU also
-//   reads each line of a before writing it (write-allocate): 16 bytes of real traffic. "bytes_per_second"
-//   counts 16 (the like-for-like comparison with AdamW's 28); "stream_bytes_per_second" counts 12.
-// Sizes whose buffers (16 bytes per element) do not fit in the available memory are skipped with a
-// note. Flags: --max_elements=N (default 1e9), then Google Benchmark's own.
+// - Triad: a[i] = b[i] + s * c[i] as the compiler vectorizes it (baseline x86-64). STREAM counts 12
+//   bytes per element, but the CPU also reads each line of a before writing it (write-allocate), so
+//   "bytes_per_second" counts the 16 bytes that move; "stream_bytes_per_second" counts 12.
+// - TriadNonTemporal: the same triad with AVX-512 and streaming (non-temporal) stores, which skip the
+//   write-allocate read: 12 bytes per element move and are counted. Skipped without AVX-512.
+// The script takes the faster triad as the bandwidth to compare with. Sizes whose buffers (16 bytes
+// per element) do not fit in the available memory are skipped with a note. Flags:
+// --max_elements=N (default 1e9), then Google Benchmark's own.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -19,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include <immintrin.h>
+
 #include "offload/cpu_adam.h"
 #include "offload/host_thread_pool.h"
 
@@ -27,7 +32,7 @@ namespace {
 
 constexpr std::int64_t kAdamBytesPerElement = 28;
 constexpr std::int64_t kTriadBytesPerElement = 16;  // with write-allocate
-constexpr std::int64_t kStreamTriadBytesPerElement = 12;
+constexpr std::int64_t kStreamTriadBytesPerElement = 12;  // as STREAM counts, and with streaming stores
 constexpr std::int64_t kTile = std::int64_t{1} << 16;  // CpuAdam's default tile
 
 // The four fp32 arrays of one size, shared by the size's benchmarks (the triad uses three of them).
@@ -155,6 +160,45 @@ void Triad(benchmark::State& state) {
   set_counters(state, count, kTriadBytesPerElement, "stream_bytes_per_second", kStreamTriadBytesPerElement);
 }
 
+// a[i] = b[i] + s * c[i] for i in [begin, end) with 64-byte streaming stores (a's lines are not read).
+__attribute__((target("avx512f"))) void triad_non_temporal(float* a, const float* b, const float* c, float s,
+                                                           std::int64_t begin, std::int64_t end) {
+  std::int64_t i = begin;
+  for (; i < end && reinterpret_cast<std::uintptr_t>(a + i) % 64 != 0; ++i) a[i] = b[i] + s * c[i];
+  const __m512 scalar = _mm512_set1_ps(s);
+  for (; i + 16 <= end; i += 16) {
+    _mm512_stream_ps(a + i, _mm512_add_ps(_mm512_loadu_ps(b + i), _mm512_mul_ps(scalar, _mm512_loadu_ps(c + i))));
+  }
+  for (; i < end; ++i) a[i] = b[i] + s * c[i];
+  _mm_sfence();
+}
+
+void TriadNonTemporal(benchmark::State& state) {
+  const std::int64_t count = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  if (!simd_level_supported(SimdLevel::avx512)) {
+    state.SkipWithError("no AVX-512 here");
+    return;
+  }
+  if (!fits(state, count)) return;
+  HostThreadPool pool(threads, true);
+  if (!prepare(count, pool)) {
+    state.SkipWithError("allocation failed");
+    return;
+  }
+  Buffers& buffer = buffers();
+  float* a = buffer.master.get();
+  const float* b = buffer.first_moment.get();
+  const float* c = buffer.gradient.get();
+  for (auto _ : state) {
+    pool.run((count + kTile - 1) / kTile, [&](std::int64_t tile) {
+      triad_non_temporal(a, b, c, 0.999f, tile * kTile, std::min(count, (tile + 1) * kTile));
+    });
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, count, kStreamTriadBytesPerElement, nullptr, 0);
+}
+
 }  // namespace
 }  // namespace ferry::offload
 
@@ -180,6 +224,9 @@ int main(int argc, char** argv) {
     }
     for (int threads : {1, 2}) {
       benchmark::RegisterBenchmark("Triad", ferry::offload::Triad)
+          ->Args({elements, threads})->ArgNames({"elements", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond)
+          ->MinTime(0.5);
+      benchmark::RegisterBenchmark("TriadNonTemporal", ferry::offload::TriadNonTemporal)
           ->Args({elements, threads})->ArgNames({"elements", "threads"})->UseRealTime()->Unit(benchmark::kMillisecond)
           ->MinTime(0.5);
     }
