@@ -68,7 +68,7 @@ HostThreadPool::HostThreadPool(int threads, bool bind_threads) {
   if (threads < 0) throw std::invalid_argument("HostThreadPool: threads must be >= 0, got " + std::to_string(threads));
   Topology topology;
   std::vector<Bitmap> cores;
-  if (threads == 0 || bind_threads) {
+  if (threads == 0 || (bind_threads && threads > 1)) {
     topology = load_topology();
     if (topology) cores = process_cores(topology.get());
   }
