@@ -193,43 +193,45 @@ void NvmeStore::State::fill_and_submit() {
 }
 
 std::size_t NvmeStore::State::reap(bool block) {
-  std::size_t reaped = 0;
   // Injected faults complete without the kernel.
-  if (!injected_completions_.empty()) {
-    std::vector<std::pair<TransferPiece*, int>> completions;
-    completions.swap(injected_completions_);
-    for (const auto& [piece, result] : completions) complete(*piece, result);
-    reaped += completions.size();
-  }
-  if (in_flight_ == 0) return reaped;
-  io_uring_cqe* completion = nullptr;
-  if (io_uring_peek_cqe(ring_.get(), &completion) != 0) {
-    if (!block || reaped > 0) {
-      // With deferred task work, completions are posted only when this thread enters the kernel.
-      if (ring_.defers_task_work()) FERRY_IO_URING_CHECK(io_uring_get_events(ring_.get()), options.directory);
-    } else {
-      bool timed_out = false;
-      __kernel_timespec timeout{};
-      timeout.tv_sec = completion_timeout_seconds;
-      FERRY_IO_URING_CHECK(absorb_timeout(io_uring_wait_cqe_timeout(ring_.get(), &completion, &timeout), timed_out),
-                           options.directory);
-      if (timed_out) {
-        throw NvmeError(options.directory, 0, ETIMEDOUT,
-                        "no transfer completed in " + std::to_string(completion_timeout_seconds) + " s with " +
-                            std::to_string(in_flight_) + " in flight in '" + options.directory +
-                            "': the device does not answer (check dmesg)");
+  std::vector<std::pair<TransferPiece*, int>> completions;
+  completions.swap(injected_completions_);
+  if (in_flight_ > 0) {
+    io_uring_cqe* completion = nullptr;
+    if (io_uring_peek_cqe(ring_.get(), &completion) != 0) {
+      if (!block || !completions.empty()) {
+        // With deferred task work, completions are posted only when this thread enters the kernel.
+        if (ring_.defers_task_work()) FERRY_IO_URING_CHECK(io_uring_get_events(ring_.get()), options.directory);
+      } else {
+        bool timed_out = false;
+        __kernel_timespec timeout{};
+        timeout.tv_sec = completion_timeout_seconds;
+        FERRY_IO_URING_CHECK(absorb_timeout(io_uring_wait_cqe_timeout(ring_.get(), &completion, &timeout), timed_out),
+                             options.directory);
+        if (timed_out) {
+          throw NvmeError(options.directory, 0, ETIMEDOUT,
+                          "no transfer completed in " + std::to_string(completion_timeout_seconds) + " s with " +
+                              std::to_string(in_flight_) + " in flight in '" + options.directory +
+                              "': the device does not answer (check dmesg)");
+        }
       }
     }
+    while (io_uring_peek_cqe(ring_.get(), &completion) == 0 && completion != nullptr) {
+      completions.emplace_back(static_cast<TransferPiece*>(io_uring_cqe_get_data(completion)), completion->res);
+      io_uring_cqe_seen(ring_.get(), completion);
+      --in_flight_;
+    }
   }
-  while (io_uring_peek_cqe(ring_.get(), &completion) == 0 && completion != nullptr) {
-    auto* piece = static_cast<TransferPiece*>(io_uring_cqe_get_data(completion));
-    const int result = completion->res;
-    io_uring_cqe_seen(ring_.get(), completion);
-    --in_flight_;
-    ++reaped;
-    complete(*piece, result);
+  if (completions.empty()) return 0;
+  // The freed slots go back to the device before the CPU works on checksums, so the queue stays full.
+  try {
+    fill_and_submit();
+  } catch (const NvmeError&) {
+    for (const auto& [piece, result] : completions) complete(*piece, result);
+    throw;
   }
-  return reaped;
+  for (const auto& [piece, result] : completions) complete(*piece, result);
+  return completions.size();
 }
 
 void NvmeStore::State::complete(TransferPiece& piece, int result) {

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
-  libhwloc-dev liburing-dev
+  libhwloc-dev liburing-dev fio
   libopenmpi-dev openmpi-bin
   libopenblas-dev libopenblas-openmp-dev
   nlohmann-json3-dev libcli11-dev
