@@ -81,7 +81,7 @@ expect_error "buffer-count must be >= 2" "$ferry" train --steps 1 --offload-opti
 # 6. A file system too small for the state: the error names the file and the fix, before any step,
 #    and the checkpoint the run resumed from is untouched and still loads.
 if mkdir -p "$work/small" && mount -t tmpfs -o size=1m tmpfs "$work/small" 2> /dev/null; then
-  trap 'umount "$work/small" 2> /dev/null; rm -rf "$work"' EXIT
+  trap 'umount "$work/small" 2> /dev/null || true; rm -rf "$work"' EXIT
   before=$(sha256sum "$work/ckpt"/* | sha256sum)
   expect_error "optimizer_states.bin" "$ferry" train "${shape[@]}" 4 --offload-optimizer nvme --nvme-path "$work/small" \
     --resume "$work/ckpt" --save "$work/ckpt"
