@@ -75,8 +75,11 @@ FileId NvmeStore::State::create_file(const std::string& name, std::uint64_t byte
                         " logical, padded to " + std::to_string(alignment) + "-byte alignment) for '" + path +
                         "': " + step + " failed: " + std::strerror(error) + fix);
   };
-  if (direct_io_alignment(descriptor.get()) > alignment) {
-    refuse("statx", EINVAL);
+  if (const std::size_t needed = direct_io_alignment(descriptor.get()); needed > alignment) {
+    if (!existed) ::unlink(path.c_str());
+    throw NvmeError(path, 0, EINVAL,
+                    "'" + path + "' needs O_DIRECT alignment " + std::to_string(needed) + ", more than the " +
+                        std::to_string(alignment) + " found for '" + options.directory + "'");
   }
   if (::ftruncate(descriptor.get(), static_cast<off_t>(padded)) != 0) refuse("ftruncate", errno);
   if (padded > 0 && ::fallocate(descriptor.get(), 0, 0, static_cast<off_t>(padded)) != 0) refuse("fallocate", errno);
