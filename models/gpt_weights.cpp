@@ -114,23 +114,17 @@ void load_gpt_parameters(const SafetensorsFile& file, const GptParameters& param
   }
 }
 
-void write_safetensors_f32(AtomicFileWriter& destination, const std::vector<NamedTensor>& tensors,
-                           const std::map<std::string, std::string>& metadata) {
-  std::vector<std::vector<float>> host;
+void save_gpt_parameters(const std::string& path, const GptParameters& parameters) {
+  const std::vector<NamedTensor> tensors = parameters.named();
+  std::vector<std::vector<float>> host;  // each stays put while the writer holds its pointer
   host.reserve(tensors.size());
   SafetensorsWriter writer;
+  writer.set_metadata("format", "pt");
   for (const NamedTensor& each : tensors) {
     host.push_back(copy_to_host_f32(*each.tensor));
     writer.add(each.name, DType::f32, each.tensor->shape(), host.back().data());
   }
-  for (const auto& [key, value] : metadata) writer.set_metadata(key, value);
-  writer.write(destination);
-}
-
-void save_gpt_parameters(const std::string& path, const GptParameters& parameters) {
-  AtomicFileWriter writer(path);
-  write_safetensors_f32(writer, parameters.named(), {{"format", "pt"}});
-  writer.commit();
+  writer.write(path);
 }
 
 }  // namespace ferry

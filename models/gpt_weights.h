@@ -3,7 +3,6 @@
 // into a model's parameters (a shape mismatch names the tensor), and saving parameters back.
 #pragma once
 
-#include <map>
 #include <optional>
 #include <string>
 
@@ -27,10 +26,6 @@ GptConfig infer_gpt_config(const SafetensorsFile& file, std::int64_t heads);
 // Copies every parameter from the file, converting to the parameter dtype. Missing tensors, unknown
 // tensors and shapes that disagree are SafetensorsErrors naming the tensor.
 void load_gpt_parameters(const SafetensorsFile& file, const GptParameters& parameters);
-
-// Streams named tensors as F32 safetensors (bf16 widened) with string metadata; the caller commits.
-void write_safetensors_f32(AtomicFileWriter& writer, const std::vector<NamedTensor>& tensors,
-                           const std::map<std::string, std::string>& metadata);
 
 // Writes the parameters with HF names as F32 (bf16 parameters are widened) to `path`, atomically.
 void save_gpt_parameters(const std::string& path, const GptParameters& parameters);

@@ -9,18 +9,13 @@
 #include <optional>
 #include <span>
 
+#include "engine/core/adamw_hyperparameters.h"
 #include "engine/core/dtype.h"
 #include "offload/simd_level.h"
 
 namespace ferry::offload {
 
-struct AdamWSettings {
-  float learning_rate = 3e-4f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float epsilon = 1e-8f;
-  float weight_decay = 0.0f;
-};
+using AdamWSettings = AdamWHyperparameters;
 
 // One contiguous run of elements stepped with the same settings.
 struct AdamWSpan {

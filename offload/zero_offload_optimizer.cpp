@@ -14,27 +14,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// Master weights (f32) into the device's parameter dtype.
-void convert_from_master(const float* master, void* destination, std::int64_t count, DType dtype) {
-  const auto n = static_cast<std::size_t>(count);
-  switch (dtype) {
-    case DType::f32: std::copy_n(master, n, static_cast<float*>(destination)); return;
-    case DType::bf16: convert_f32_to_bf16(master, static_cast<std::uint16_t*>(destination), n); return;
-    case DType::f16: convert_f32_to_f16(master, static_cast<std::uint16_t*>(destination), n); return;
-    default: throw std::invalid_argument("offloaded parameters must be f32, bf16 or f16");
-  }
-}
-
-void convert_to_master(const void* source, float* master, std::int64_t count, DType dtype) {
-  const auto n = static_cast<std::size_t>(count);
-  switch (dtype) {
-    case DType::f32: std::copy_n(static_cast<const float*>(source), n, master); return;
-    case DType::bf16: convert_bf16_to_f32(static_cast<const std::uint16_t*>(source), master, n); return;
-    case DType::f16: convert_f16_to_f32(static_cast<const std::uint16_t*>(source), master, n); return;
-    default: throw std::invalid_argument("offloaded parameters must be f32, bf16 or f16");
-  }
-}
-
 std::vector<std::int64_t> numels_of(const std::vector<OffloadedParameter>& parameters) {
   std::vector<std::int64_t> numels;
   for (const OffloadedParameter& each : parameters) numels.push_back(each.parameter->numel());
@@ -103,8 +82,8 @@ ZeroOffloadOptimizer::ZeroOffloadOptimizer(Device& device, std::vector<Offloaded
   device_.synchronize(copy_stream_);
   for (std::int64_t group = 0; group < tier_->group_count(); ++group) {
     const StateGroup state = tier_->acquire(group);
-    convert_to_master(staging + state.begin * static_cast<std::int64_t>(dtype_size(parameter_dtype_)), state.master, state.count,
-                      parameter_dtype_);
+    convert_to_f32(staging + state.begin * static_cast<std::int64_t>(dtype_size(parameter_dtype_)), state.master, parameter_dtype_,
+                   static_cast<std::size_t>(state.count));
     tier_->release(group, true);
   }
   tier_->flush();
@@ -124,14 +103,20 @@ GradientCheck ZeroOffloadOptimizer::check_gradients() const {
   return total;
 }
 
-std::vector<AdamWSpan> ZeroOffloadOptimizer::spans_of(const StateGroup& state) const {
-  std::vector<AdamWSpan> spans;
+template <typename Visit>
+void ZeroOffloadOptimizer::for_each_segment(const StateGroup& state, Visit visit) const {
   const std::int64_t end = state.begin + state.count;
-  const auto element = static_cast<std::int64_t>(dtype_size(parameter_dtype_));
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     const std::int64_t first = std::max(state.begin, gradients_->offset_of(i));
     const std::int64_t last = std::min(end, gradients_->offset_of(i + 1));
-    if (first >= last) continue;
+    if (first < last) visit(i, first, last);
+  }
+}
+
+std::vector<AdamWSpan> ZeroOffloadOptimizer::spans_of(const StateGroup& state) const {
+  std::vector<AdamWSpan> spans;
+  const auto element = static_cast<std::int64_t>(dtype_size(parameter_dtype_));
+  for_each_segment(state, [&](std::size_t i, std::int64_t first, std::int64_t last) {
     const std::int64_t in_group = first - state.begin;
     AdamWSpan span;
     span.master = state.master + in_group;
@@ -143,23 +128,18 @@ std::vector<AdamWSpan> ZeroOffloadOptimizer::spans_of(const StateGroup& state) c
     span.count = last - first;
     span.decay = parameters_[i].decay;
     spans.push_back(span);
-  }
+  });
   return spans;
 }
 
 void ZeroOffloadOptimizer::return_parameters(const StateGroup& state) {
-  const std::int64_t end = state.begin + state.count;
   const auto element = static_cast<std::int64_t>(dtype_size(parameter_dtype_));
   const auto* staging = static_cast<const std::byte*>(staging_.data());
-  for (std::size_t i = 0; i < parameters_.size(); ++i) {
-    const std::int64_t begin = gradients_->offset_of(i);
-    const std::int64_t first = std::max(state.begin, begin);
-    const std::int64_t last = std::min(end, gradients_->offset_of(i + 1));
-    if (first >= last) continue;
-    auto* destination = static_cast<std::byte*>(parameters_[i].parameter->data()) + (first - begin) * element;
+  for_each_segment(state, [&](std::size_t i, std::int64_t first, std::int64_t last) {
+    auto* destination = static_cast<std::byte*>(parameters_[i].parameter->data()) + (first - gradients_->offset_of(i)) * element;
     device_.copy(destination, staging + first * element, static_cast<std::size_t>((last - first) * element), CopyKind::host_to_device,
                  copy_stream_);
-  }
+  });
 }
 
 std::int64_t ZeroOffloadOptimizer::step(float learning_rate, float gradient_scale) {
@@ -218,7 +198,8 @@ void ZeroOffloadOptimizer::import_state(const std::vector<float>& master, const 
     std::copy_n(master.begin() + state.begin, state.count, state.master);
     std::copy_n(first_moment.begin() + state.begin, state.count, state.first_moment);
     std::copy_n(second_moment.begin() + state.begin, state.count, state.second_moment);
-    convert_from_master(state.master, static_cast<std::byte*>(staging_.data()) + state.begin * element, state.count, parameter_dtype_);
+    convert_from_f32(state.master, static_cast<std::byte*>(staging_.data()) + state.begin * element, parameter_dtype_,
+                     static_cast<std::size_t>(state.count));
     tier_->release(group, true);
     return_parameters(state);
   }

@@ -83,9 +83,12 @@ class ZeroOffloadOptimizer {
   void set_nvme_fault_injector(FaultInjector injector);
 
  private:
-  // Converts the master weights of group `state` into the staging buffer and copies them to the device.
+  // Copies group `state`'s updated parameters from the staging buffer to the device.
   void return_parameters(const StateGroup& state);
   std::vector<AdamWSpan> spans_of(const StateGroup& state) const;
+  // Calls visit(parameter, first, last) for each parameter's flat range [first, last) inside the group.
+  template <typename Visit>
+  void for_each_segment(const StateGroup& state, Visit visit) const;
 
   Device& device_;
   std::vector<OffloadedParameter> parameters_;

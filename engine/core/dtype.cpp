@@ -1,6 +1,9 @@
 #include "engine/core/dtype.h"
 
+#include <algorithm>
 #include <bit>
+#include <stdexcept>
+#include <string>
 
 namespace ferry {
 
@@ -74,6 +77,24 @@ void convert_f32_to_f16(const float* source, std::uint16_t* destination, std::si
 }
 void convert_f16_to_f32(const std::uint16_t* source, float* destination, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) destination[i] = f16_to_float(source[i]);
+}
+
+void convert_from_f32(const float* source, void* destination, DType dtype, std::size_t count) {
+  switch (dtype) {
+    case DType::f32: std::copy_n(source, count, static_cast<float*>(destination)); return;
+    case DType::bf16: convert_f32_to_bf16(source, static_cast<std::uint16_t*>(destination), count); return;
+    case DType::f16: convert_f32_to_f16(source, static_cast<std::uint16_t*>(destination), count); return;
+    default: throw std::invalid_argument("cannot convert f32 to " + std::string(dtype_name(dtype)) + ": not a floating dtype");
+  }
+}
+
+void convert_to_f32(const void* source, float* destination, DType dtype, std::size_t count) {
+  switch (dtype) {
+    case DType::f32: std::copy_n(static_cast<const float*>(source), count, destination); return;
+    case DType::bf16: convert_bf16_to_f32(static_cast<const std::uint16_t*>(source), destination, count); return;
+    case DType::f16: convert_f16_to_f32(static_cast<const std::uint16_t*>(source), destination, count); return;
+    default: throw std::invalid_argument("cannot convert " + std::string(dtype_name(dtype)) + " to f32: not a floating dtype");
+  }
 }
 
 }  // namespace ferry

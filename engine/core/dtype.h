@@ -46,5 +46,9 @@ void convert_f32_to_bf16(const float* source, std::uint16_t* destination, std::s
 void convert_bf16_to_f32(const std::uint16_t* source, float* destination, std::size_t count);
 void convert_f32_to_f16(const float* source, std::uint16_t* destination, std::size_t count);
 void convert_f16_to_f32(const std::uint16_t* source, float* destination, std::size_t count);
+// f32 values into elements of a floating dtype (f32: a copy; bf16, f16: rounded) and back; throws
+// std::invalid_argument for the other dtypes.
+void convert_from_f32(const float* source, void* destination, DType dtype, std::size_t count);
+void convert_to_f32(const void* source, float* destination, DType dtype, std::size_t count);
 
 }  // namespace ferry

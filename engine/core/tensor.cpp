@@ -173,15 +173,9 @@ void copy_from_host_f32(const Tensor& tensor, const float* values) {
     tensor.copy_from_host(values);
     return;
   }
-  std::vector<std::uint16_t> bits(count);
-  if (tensor.dtype() == DType::bf16) {
-    convert_f32_to_bf16(values, bits.data(), count);
-  } else if (tensor.dtype() == DType::f16) {
-    convert_f32_to_f16(values, bits.data(), count);
-  } else {
-    throw std::invalid_argument("copy_from_host_f32: tensor dtype " + std::string(dtype_name(tensor.dtype())) + " is not floating point");
-  }
-  tensor.copy_from_host(bits.data());
+  std::vector<std::byte> elements(tensor.nbytes());
+  convert_from_f32(values, elements.data(), tensor.dtype(), count);
+  tensor.copy_from_host(elements.data());
 }
 
 std::vector<float> copy_to_host_f32(const Tensor& tensor) {
@@ -191,15 +185,9 @@ std::vector<float> copy_to_host_f32(const Tensor& tensor) {
     tensor.copy_to_host(values.data());
     return values;
   }
-  std::vector<std::uint16_t> bits(count);
-  tensor.copy_to_host(bits.data());
-  if (tensor.dtype() == DType::bf16) {
-    convert_bf16_to_f32(bits.data(), values.data(), count);
-  } else if (tensor.dtype() == DType::f16) {
-    convert_f16_to_f32(bits.data(), values.data(), count);
-  } else {
-    throw std::invalid_argument("copy_to_host_f32: tensor dtype " + std::string(dtype_name(tensor.dtype())) + " is not floating point");
-  }
+  std::vector<std::byte> elements(tensor.nbytes());
+  tensor.copy_to_host(elements.data());
+  convert_to_f32(elements.data(), values.data(), tensor.dtype(), count);
   return values;
 }
 

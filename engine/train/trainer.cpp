@@ -61,7 +61,7 @@ void validate(const TrainOptions& o) {
   if (o.loss_chunk < 0) throw std::invalid_argument("--loss-chunk must be >= 0 tokens (0: automatic)");
   if (o.offload_optimizer != "none") {
     offload::parse_offload_device(o.offload_optimizer);  // names the choices when wrong
-    if (o.device == "meta" && (o.offload_optimizer == "nvme")) {
+    if (o.device == "meta" && o.offload_optimizer == "nvme") {
       throw std::invalid_argument("--device meta is a dry run: it offloads nothing; use --offload-optimizer cpu to predict the device's peak");
     }
   }

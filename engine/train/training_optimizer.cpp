@@ -92,8 +92,7 @@ class OffloadedAdamW final : public TrainingOptimizer {
  public:
   OffloadedAdamW(GptModel& model, const cpu::AdamWHyperparameters& h, const offload::ZeroOffloadSettings& settings)
       : model_(model),
-        optimizer_(model.device(), offloaded_parameters(model),
-                   offload::AdamWSettings{h.learning_rate, h.beta1, h.beta2, h.epsilon, h.weight_decay}, settings) {
+        optimizer_(model.device(), offloaded_parameters(model), h, settings) {
     if (model.gradient_storage() != GradientStorage::streamed) {
       throw std::logic_error("ZeRO-Offload needs a model whose gradients stream to the host (GradientStorage::streamed)");
     }

@@ -5,15 +5,11 @@
 
 #include <cstdint>
 
+#include "engine/core/adamw_hyperparameters.h"
+
 namespace ferry::cpu {
 
-struct AdamWHyperparameters {
-  float learning_rate = 3e-4f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float epsilon = 1e-8f;
-  float weight_decay = 0.0f;
-};
+using AdamWHyperparameters = ferry::AdamWHyperparameters;
 
 // One step (step counts from 1) over `count` parameters. gradient is multiplied by gradient_scale
 // first (clipping, loss-scale undo). parameter_bf16 may be null; otherwise it receives the rounded
