@@ -37,9 +37,10 @@ class ScopedFlag {
 
 }  // namespace
 
-GptModel::GptModel(Device& device, GptConfig config, DType parameter_dtype, GptDropout dropout, GradientStorage gradient_storage)
+GptModel::GptModel(Device& device, GptConfig config, DType parameter_dtype, GptDropout dropout, GradientStorage gradient_storage,
+                   GptModelPart part)
     : device_(&device), config_(std::move(config)), parameter_dtype_(parameter_dtype), dropout_(dropout),
-      gradient_storage_(gradient_storage) {
+      gradient_storage_(gradient_storage), part_(std::move(part)) {
   config_.validate();
   if (parameter_dtype != DType::f32 && parameter_dtype != DType::bf16) {
     throw std::invalid_argument("GPT parameters must be f32 or bf16, not " + std::string(dtype_name(parameter_dtype)));
@@ -47,9 +48,9 @@ GptModel::GptModel(Device& device, GptConfig config, DType parameter_dtype, GptD
   for (float p : {dropout.embedding, dropout.attention, dropout.residual}) {
     if (!(p >= 0.0f && p < 1.0f)) throw std::invalid_argument("dropout probabilities must be in [0, 1), got " + std::to_string(p));
   }
-  parameters_ = GptParameters::allocate(device, config_, parameter_dtype, MemoryCategory::parameters);
+  parameters_ = GptParameters::allocate(device, config_, parameter_dtype, MemoryCategory::parameters, "", part_);
   if (gradient_storage_ == GradientStorage::whole) {
-    gradients_ = GptParameters::allocate(device, config_, DType::f32, MemoryCategory::gradients, "grad.");
+    gradients_ = GptParameters::allocate(device, config_, DType::f32, MemoryCategory::gradients, "grad.", part_);
   }
 }
 
@@ -85,6 +86,13 @@ GradientSink& GptModel::sink() const {
   return *gradient_sink_;
 }
 
+const GptBlockParameters& GptModel::block_parameters(std::int64_t layer) const {
+  if (layer < 0 || layer >= config_.layers || !part_.has_block(layer)) {
+    throw std::out_of_range("block " + std::to_string(layer) + " is not held by this model (a pipeline stage holds only its own blocks)");
+  }
+  return parameters_.blocks[static_cast<std::size_t>(layer)];
+}
+
 void GptModel::set_vocab_slice(std::int64_t rows) {
   if (rows < 0) throw std::invalid_argument("the vocabulary slice must be >= 0 rows (0: automatic), got " + std::to_string(rows));
   vocab_slice_ = rows;
@@ -103,6 +111,7 @@ Tensor GptModel::embedding_forward(const Tensor& tokens, cpu::RandomKey key) {
     throw std::invalid_argument("sequence length " + std::to_string(T) + " exceeds the model's " +
                                 std::to_string(config_.max_sequence) + " positions; lower --seq");
   }
+  if (!part_.embedding) throw std::logic_error("the embedding runs on the first pipeline stage, which this model is not");
   const OpScope op(*device_, "forward", "embedding");
   Tensor out = activation({B, T, C}, "embedding");
   ops::encoder_forward(out, tokens, parameters_.wte, parameters_.wpe);
@@ -112,7 +121,7 @@ Tensor GptModel::embedding_forward(const Tensor& tokens, cpu::RandomKey key) {
 }
 
 BlockActivations GptModel::block_forward(std::int64_t layer, const Tensor& input, cpu::RandomKey key, ActivationKeep keep) {
-  const GptBlockParameters& p = parameters_.blocks.at(static_cast<std::size_t>(layer));
+  const GptBlockParameters& p = block_parameters(layer);
   const std::int64_t B = input.size(0), T = input.size(1), C = config_.hidden, NH = config_.heads;
   const cpu::RandomKey keys = layer_key(key, layer);
   const float attention_dropout = training_ ? dropout_.attention : 0.0f;
@@ -176,7 +185,7 @@ void GptModel::block_recompute(std::int64_t layer, BlockActivations& a, cpu::Ran
     return;
   }
   const std::int64_t B = a.input.size(0), T = a.input.size(1), C = config_.hidden, NH = config_.heads;
-  const GptBlockParameters& p = parameters_.blocks.at(static_cast<std::size_t>(layer));
+  const GptBlockParameters& p = block_parameters(layer);
   // LayerNorm outputs from their inputs; the kept mean and rstd are written again with the same values.
   if (!a.ln_1.defined()) {
     a.ln_1 = activation({B, T, C}, layer_tag(layer, "ln_1"));
@@ -202,6 +211,7 @@ double GptModel::head_forward(const Tensor& input, const Tensor& targets, float 
   const std::int64_t B = input.size(0), T = input.size(1), C = config_.hidden, V = config_.vocab;
   const std::int64_t rows = B * T;
   const bool training = input_gradient.defined();
+  if (!part_.head) throw std::logic_error("the LM head runs on the last pipeline stage, which this model is not");
   const OpScope op(*device_, "loss", "lm_head");
   const Tensor ln_f = activation({B, T, C}, "ln_f");
   const Tensor mean = Tensor::empty(*device_, {B, T}, DType::f32, MemoryCategory::activations, "ln_f.mean");
@@ -256,9 +266,35 @@ double GptModel::head_forward(const Tensor& input, const Tensor& targets, float 
 }
 
 Tensor GptModel::block_backward(std::int64_t layer, BlockActivations a, Tensor output_gradient, cpu::RandomKey key) {
+  return block_backward_impl(layer, std::move(a), std::move(output_gradient), key, nullptr);
+}
+
+Tensor GptModel::block_backward_input(std::int64_t layer, BlockActivations a, Tensor output_gradient, cpu::RandomKey key,
+                                      BlockWeightGradientInputs& deferred) {
+  if (gradient_storage_ == GradientStorage::streamed) {
+    throw std::logic_error("the split backward (Zero Bubble) needs gradients on the device, not streamed to a sink");
+  }
+  deferred = BlockWeightGradientInputs();
+  return block_backward_impl(layer, std::move(a), std::move(output_gradient), key, &deferred);
+}
+
+void GptModel::block_backward_weight(std::int64_t layer, BlockWeightGradientInputs d) {
+  if (!d.defined()) throw std::logic_error("block " + std::to_string(layer) + ": a weight-gradient pass without its input-gradient pass");
+  const OpScope op(*device_, "backward_weight", layer_name(layer));
+  const GptBlockParameters& p = block_parameters(layer);
+  const GptBlockParameters& g = gradients_.blocks[static_cast<std::size_t>(layer)];
+  ops::matmul_backward(Tensor(), g.mlp_c_proj_weight, g.mlp_c_proj_bias, d.mlp_branch_gradient, d.gelu, p.mlp_c_proj_weight, WeightLayout::in_out);
+  ops::matmul_backward(Tensor(), g.mlp_c_fc_weight, g.mlp_c_fc_bias, d.fc_gradient, d.ln_2, p.mlp_c_fc_weight, WeightLayout::in_out);
+  ops::matmul_backward(Tensor(), g.attn_c_proj_weight, g.attn_c_proj_bias, d.attention_branch_gradient, d.attn, p.attn_c_proj_weight,
+                       WeightLayout::in_out);
+  ops::matmul_backward(Tensor(), g.attn_c_attn_weight, g.attn_c_attn_bias, d.qkv_gradient, d.ln_1, p.attn_c_attn_weight, WeightLayout::in_out);
+}
+
+Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Tensor output_gradient, cpu::RandomKey key,
+                                     BlockWeightGradientInputs* deferred) {
   block_recompute(layer, a, key);
-  const OpScope op(*device_, "backward", layer_name(layer));
-  const GptBlockParameters& p = parameters_.blocks.at(static_cast<std::size_t>(layer));
+  const OpScope op(*device_, deferred != nullptr ? "backward_input" : "backward", layer_name(layer));
+  const GptBlockParameters& p = block_parameters(layer);
   const std::int64_t B = a.input.size(0), T = a.input.size(1), C = config_.hidden, NH = config_.heads;
   const bool streamed = gradient_storage_ == GradientStorage::streamed;
   // Streamed: this block's gradients are one bucket, handed to the sink when the block is done.
@@ -270,6 +306,26 @@ Tensor GptModel::block_backward(std::int64_t layer, BlockActivations a, Tensor o
   const float residual_dropout = training_ ? dropout_.residual : 0.0f;
   Tensor& dresidual = output_gradient;  // d output = d residual through the skip connection
   a.output = Tensor();
+  // A projection's gradients: all now, or the input gradient now and (input, output gradient) kept for
+  // the weight pass. An output gradient that LayerNorm's backward overwrites later (the residual
+  // gradient itself, when there is no dropout) is kept as a copy.
+  auto projection_backward = [&](const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                                 const Tensor& weight, Tensor& kept_input, Tensor& kept_gradient, bool overwritten_later, const char* what) {
+    if (deferred == nullptr) {
+      ops::matmul_backward(dinp, dweight, dbias, dout, inp, weight, WeightLayout::in_out);
+      return;
+    }
+    ops::matmul_backward(dinp, Tensor(), Tensor(), dout, inp, weight, WeightLayout::in_out);
+    kept_input = inp;
+    if (overwritten_later) {
+      kept_gradient = Tensor::empty(*device_, dout.shape(), DType::f32, MemoryCategory::activations, layer_tag(layer, what));
+      kept_gradient.copy_from(dout);
+    } else {
+      kept_gradient = dout;
+    }
+  };
+  BlockWeightGradientInputs unused;
+  BlockWeightGradientInputs& d = deferred != nullptr ? *deferred : unused;
 
   // MLP branch.
   Tensor dbranch = dresidual;
@@ -278,14 +334,16 @@ Tensor GptModel::block_backward(std::int64_t layer, BlockActivations a, Tensor o
     ops::dropout_backward(dbranch, dresidual, residual_dropout, keys.derive(kMlpResidualDropout));
   }
   Tensor dgelu = workspace({B, T, 4 * C}, layer_tag(layer, "mlp.gelu.grad"));
-  ops::matmul_backward(dgelu, g.mlp_c_proj_weight, g.mlp_c_proj_bias, dbranch, a.gelu, p.mlp_c_proj_weight, WeightLayout::in_out);
+  projection_backward(dgelu, g.mlp_c_proj_weight, g.mlp_c_proj_bias, dbranch, a.gelu, p.mlp_c_proj_weight, d.gelu, d.mlp_branch_gradient,
+                      residual_dropout == 0, "mlp.c_proj.grad.kept");
   a.gelu = Tensor();
   Tensor dfc = Tensor::zeros(*device_, {B, T, 4 * C}, DType::f32, MemoryCategory::workspace, layer_tag(layer, "mlp.c_fc.grad"));
   ops::gelu_backward(dfc, a.fc, dgelu);
   dgelu = Tensor();
   a.fc = Tensor();
   Tensor dln = workspace({B, T, C}, layer_tag(layer, "ln_2.grad"));
-  ops::matmul_backward(dln, g.mlp_c_fc_weight, g.mlp_c_fc_bias, dfc, a.ln_2, p.mlp_c_fc_weight, WeightLayout::in_out);
+  projection_backward(dln, g.mlp_c_fc_weight, g.mlp_c_fc_bias, dfc, a.ln_2, p.mlp_c_fc_weight, d.ln_2, d.fc_gradient, false,
+                      "mlp.c_fc.grad.kept");
   dfc = Tensor();
   a.ln_2 = Tensor();
   ops::layernorm_backward(dresidual, g.ln_2_weight, g.ln_2_bias, dln, a.residual, p.ln_2_weight, a.ln_2_mean, a.ln_2_rstd);
@@ -298,14 +356,16 @@ Tensor GptModel::block_backward(std::int64_t layer, BlockActivations a, Tensor o
     ops::dropout_backward(dbranch, dresidual, residual_dropout, keys.derive(kAttentionResidualDropout));
   }
   Tensor dattn = workspace({B, T, C}, layer_tag(layer, "attn.out.grad"));
-  ops::matmul_backward(dattn, g.attn_c_proj_weight, g.attn_c_proj_bias, dbranch, a.attn, p.attn_c_proj_weight, WeightLayout::in_out);
+  projection_backward(dattn, g.attn_c_proj_weight, g.attn_c_proj_bias, dbranch, a.attn, p.attn_c_proj_weight, d.attn,
+                      d.attention_branch_gradient, residual_dropout == 0, "attn.c_proj.grad.kept");
   dbranch = Tensor();
   a.attn = Tensor();
   Tensor dqkv = workspace({B, T, 3 * C}, layer_tag(layer, "attn.qkv.grad"));
   ops::attention_backward(dqkv, dattn, a.qkv, a.att, NH, attention_dropout, keys.derive(kAttentionDropout));
   dattn = Tensor();
   a.att = Tensor();
-  ops::matmul_backward(dln, g.attn_c_attn_weight, g.attn_c_attn_bias, dqkv, a.ln_1, p.attn_c_attn_weight, WeightLayout::in_out);
+  projection_backward(dln, g.attn_c_attn_weight, g.attn_c_attn_bias, dqkv, a.ln_1, p.attn_c_attn_weight, d.ln_1, d.qkv_gradient, false,
+                      "attn.qkv.grad.kept");
   dqkv = Tensor();
   a.qkv = Tensor();
   ops::layernorm_backward(dresidual, g.ln_1_weight, g.ln_1_bias, dln, a.input, p.ln_1_weight, a.ln_1_mean, a.ln_1_rstd);
@@ -317,6 +377,7 @@ Tensor GptModel::block_backward(std::int64_t layer, BlockActivations a, Tensor o
 }
 
 void GptModel::embedding_backward(const Tensor& tokens, const Tensor& output_gradient, cpu::RandomKey key) {
+  if (!part_.embedding) throw std::logic_error("the embedding runs on the first pipeline stage, which this model is not");
   const OpScope op(*device_, "backward", "embedding");
   Tensor gradient = output_gradient;
   if (training_ && dropout_.embedding > 0) {

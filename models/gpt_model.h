@@ -41,6 +41,16 @@ struct BlockActivations {
   Tensor output;                      // [B, T, C]
 };
 
+// What a block's weight-gradient pass (Zero Bubble's W) needs from its input-gradient pass (I): each
+// projection's input and the gradient of its output. The LayerNorm gradients are done in I.
+struct BlockWeightGradientInputs {
+  Tensor ln_1, qkv_gradient;              // attn.c_attn
+  Tensor attn, attention_branch_gradient; // attn.c_proj
+  Tensor ln_2, fc_gradient;               // mlp.c_fc
+  Tensor gelu, mlp_branch_gradient;       // mlp.c_proj
+  bool defined() const { return ln_1.defined(); }
+};
+
 // Dropout masks are keyed by (seed, step, micro-batch) and then by layer and purpose.
 struct MicroBatchKey {
   std::uint64_t seed = 0;
@@ -56,12 +66,15 @@ enum class GradientStorage : std::uint8_t { whole, streamed };
 class GptModel {
  public:
   // activation dtype = parameter dtype (f32 or bf16); gradients are always f32.
+  // `part`: the blocks (and embedding, head) this object holds, for a pipeline stage; the others have
+  // no parameters here and their layers throw when called.
   GptModel(Device& device, GptConfig config, DType parameter_dtype, GptDropout dropout = {},
-           GradientStorage gradient_storage = GradientStorage::whole);
+           GradientStorage gradient_storage = GradientStorage::whole, GptModelPart part = {});
 
   const GptConfig& config() const { return config_; }
   Device& device() const { return *device_; }
   DType parameter_dtype() const { return parameter_dtype_; }
+  const GptModelPart& part() const { return part_; }
   const GptParameters& parameters() const { return parameters_; }
   // Undefined tensors when gradients are streamed.
   const GptParameters& gradients() const { return gradients_; }
@@ -96,6 +109,12 @@ class GptModel {
   // Consumes the activations; `output_gradient` becomes the gradient of the block's input (returned).
   Tensor block_backward(std::int64_t layer, BlockActivations activations, Tensor output_gradient, cpu::RandomKey key);
   void embedding_backward(const Tensor& tokens, const Tensor& output_gradient, cpu::RandomKey key);
+  // Zero Bubble's split of block_backward: the input gradient now (returned), the projections' weight
+  // gradients later from `deferred` (filled here). Together they give block_backward's gradients
+  // bitwise. Needs GradientStorage::whole.
+  Tensor block_backward_input(std::int64_t layer, BlockActivations activations, Tensor output_gradient, cpu::RandomKey key,
+                              BlockWeightGradientInputs& deferred);
+  void block_backward_weight(std::int64_t layer, BlockWeightGradientInputs deferred);
 
   // A whole micro-batch: forward, loss, backward with gradients scaled by dloss (accumulating).
   // keep[layer] says what each block keeps (empty: all). Returns the mean token loss.
@@ -110,6 +129,10 @@ class GptModel {
   // A zeroed f32 gradient bucket (category gradients) for streamed gradients.
   Tensor gradient_bucket(const Shape& shape, const std::string& tag) const;
   GradientSink& sink() const;
+  const GptBlockParameters& block_parameters(std::int64_t layer) const;
+  // block_backward and block_backward_input: with `deferred`, the projections' weight gradients wait.
+  Tensor block_backward_impl(std::int64_t layer, BlockActivations activations, Tensor output_gradient, cpu::RandomKey key,
+                             BlockWeightGradientInputs* deferred);
 
   Device* device_;
   GptConfig config_;
@@ -118,6 +141,7 @@ class GptModel {
   GptParameters parameters_;
   GptParameters gradients_;
   GradientStorage gradient_storage_;
+  GptModelPart part_;
   GradientSink* gradient_sink_ = nullptr;
   std::int64_t loss_chunk_ = 0;
   std::int64_t vocab_slice_ = 0;

@@ -1,6 +1,8 @@
 #include "models/gpt_parameters.h"
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "models/kernels/cpu/counter_random.h"
@@ -43,31 +45,64 @@ std::array<std::pair<const char*, const Tensor*>, GptBlockParameters::kCount> Gp
            {"mlp.c_proj.bias", &mlp_c_proj_bias}}};
 }
 
+GptModelPart GptModelPart::layers(std::int64_t first, std::int64_t end, std::int64_t total_layers, bool embedding, bool head) {
+  if (first < 0 || end < first || end > total_layers) {
+    throw std::invalid_argument("blocks [" + std::to_string(first) + ", " + std::to_string(end) + ") are not within a model of " +
+                                std::to_string(total_layers) + " blocks");
+  }
+  GptModelPart part;
+  part.blocks.assign(static_cast<std::size_t>(total_layers), false);
+  for (std::int64_t layer = first; layer < end; ++layer) part.blocks[static_cast<std::size_t>(layer)] = true;
+  part.embedding = embedding;
+  part.head = head;
+  return part;
+}
+
+bool GptModelPart::whole() const {
+  return embedding && head && std::all_of(blocks.begin(), blocks.end(), [](bool held) { return held; });
+}
+
 GptParameters GptParameters::allocate(Device& device, const GptConfig& config, DType dtype, MemoryCategory category,
-                                      const std::string& tag_prefix) {
+                                      const std::string& tag_prefix, const GptModelPart& part) {
+  if (!part.blocks.empty() && static_cast<std::int64_t>(part.blocks.size()) != config.layers) {
+    throw std::invalid_argument("a model part of " + std::to_string(part.blocks.size()) + " blocks for a model of " +
+                                std::to_string(config.layers));
+  }
   const std::int64_t C = config.hidden;
   auto make = [&](const std::string& name, const Shape& shape) {
     return Tensor::zeros(device, shape, dtype, category, tag_prefix + name);
   };
   GptParameters parameters;
-  parameters.wte = make("wte.weight", {config.vocab, C});
-  parameters.wpe = make("wpe.weight", {config.max_sequence, C});
+  if (part.has_token_table()) parameters.wte = make("wte.weight", {config.vocab, C});
+  if (part.embedding) parameters.wpe = make("wpe.weight", {config.max_sequence, C});
+  parameters.blocks.resize(static_cast<std::size_t>(config.layers));
   for (std::int64_t layer = 0; layer < config.layers; ++layer) {
-    parameters.blocks.push_back(GptBlockParameters::allocate(device, C, layer, dtype, category, tag_prefix));
+    if (part.has_block(layer)) {
+      parameters.blocks[static_cast<std::size_t>(layer)] = GptBlockParameters::allocate(device, C, layer, dtype, category, tag_prefix);
+    }
   }
-  parameters.ln_f_weight = make("ln_f.weight", {C});
-  parameters.ln_f_bias = make("ln_f.bias", {C});
+  if (part.head) {
+    parameters.ln_f_weight = make("ln_f.weight", {C});
+    parameters.ln_f_bias = make("ln_f.bias", {C});
+  }
   return parameters;
 }
 
 std::vector<NamedTensor> GptParameters::named() const {
-  std::vector<NamedTensor> result{{"wte.weight", &wte}, {"wpe.weight", &wpe}};
+  std::vector<NamedTensor> result;
+  std::size_t index = 0;
+  auto add = [&](std::string name, const Tensor* tensor) {
+    if (tensor->defined()) result.push_back({std::move(name), tensor, index});
+    ++index;
+  };
+  add("wte.weight", &wte);
+  add("wpe.weight", &wpe);
   for (std::size_t layer = 0; layer < blocks.size(); ++layer) {
     const std::string prefix = "h." + std::to_string(layer) + ".";
-    for (const auto& [name, tensor] : blocks[layer].fields()) result.push_back({prefix + name, tensor});
+    for (const auto& [name, tensor] : blocks[layer].fields()) add(prefix + name, tensor);
   }
-  result.push_back({"ln_f.weight", &ln_f_weight});
-  result.push_back({"ln_f.bias", &ln_f_bias});
+  add("ln_f.weight", &ln_f_weight);
+  add("ln_f.bias", &ln_f_bias);
   return result;
 }
 
@@ -82,10 +117,9 @@ bool decays(const Tensor& parameter) { return parameter.dim() == 2; }
 void initialize_gpt_parameters(const GptParameters& parameters, const GptConfig& config, std::uint64_t seed) {
   const cpu::RandomKey root{cpu::mix64(seed)};
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.layers));
-  std::uint64_t index = 0;
   for (const NamedTensor& each : parameters.named()) {
     const Tensor& tensor = *each.tensor;
-    const cpu::RandomKey key = root.derive(++index);
+    const cpu::RandomKey key = root.derive(each.index + 1);  // by position in the whole model: stages agree
     if (!tensor.device().has_storage()) continue;
     const bool is_bias = each.name.ends_with(".bias");
     const bool is_layernorm = each.name.find("ln_") != std::string::npos;

@@ -32,6 +32,21 @@ struct GptBlockParameters {
 struct NamedTensor {
   std::string name;
   const Tensor* tensor;
+  std::size_t index = 0;  // position among the whole model's tensors (kWteIndex, block_index(layer), ...)
+};
+
+// The tensors one object holds: all of them, or a pipeline stage's share (its blocks, the embeddings on
+// the first stage, ln_f and the tied token table on the last; the table lives on both ends).
+struct GptModelPart {
+  std::vector<bool> blocks;  // [layer]; empty: every block
+  bool embedding = true;     // wte and wpe, and the embedding layer
+  bool head = true;          // ln_f and wte, and the LM head and loss
+
+  // Blocks [first, end) of a model, with the embedding and/or the head.
+  static GptModelPart layers(std::int64_t first, std::int64_t end, std::int64_t total_layers, bool embedding, bool head);
+  bool has_block(std::int64_t layer) const { return blocks.empty() || blocks.at(static_cast<std::size_t>(layer)); }
+  bool has_token_table() const { return embedding || head; }
+  bool whole() const;
 };
 
 struct GptParameters {
@@ -40,10 +55,11 @@ struct GptParameters {
   std::vector<GptBlockParameters> blocks;
   Tensor ln_f_weight, ln_f_bias;
 
-  // Allocates every tensor (zeros) on `device`; tags are `tag_prefix` + the HF name.
+  // Allocates the part's tensors (zeros) on `device`; the others stay undefined. Tags are `tag_prefix`
+  // + the HF name.
   static GptParameters allocate(Device& device, const GptConfig& config, DType dtype, MemoryCategory category,
-                                const std::string& tag_prefix = "");
-  // Every tensor with its HF name, in the order HF files list them.
+                                const std::string& tag_prefix = "", const GptModelPart& part = {});
+  // Every allocated tensor with its HF name, in the order HF files list them.
   std::vector<NamedTensor> named() const;
   std::int64_t numel() const;
   // Positions in named(): the embeddings first, then each block's kCount tensors, then ln_f.

@@ -118,8 +118,8 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
                      const Tensor& inp, const Tensor& weight, WeightLayout layout) {
   const std::int64_t in = layout == WeightLayout::in_out ? weight.size(0) : weight.size(1);
   const std::int64_t out_features = layout == WeightLayout::in_out ? weight.size(1) : weight.size(0);
-  const Tensor inp32 = as_f32(inp, "matmul.in.f32");
-  const Tensor weight32 = as_f32(weight, "matmul.weight.f32");
+  const Tensor inp32 = dweight.defined() ? as_f32(inp, "matmul.in.f32") : Tensor();
+  const Tensor weight32 = dinp.defined() ? as_f32(weight, "matmul.weight.f32") : Tensor();
   if (computes(dout)) {
     cpu::matmul_backward(f32(dinp), f32(dweight), f32(dbias), f32(dout), f32(inp32), f32(weight32), inp.numel() / in, in,
                          out_features, layout);

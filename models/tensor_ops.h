@@ -36,6 +36,7 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
 // bias may be undefined. in_out: weight [in, out]; out_in: weight [out, in].
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, WeightLayout layout);
 // dinp (may be undefined) is overwritten; dweight and dbias (may be undefined) accumulate.
+// inp is read only for dweight, weight only for dinp.
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, WeightLayout layout);
 

@@ -172,6 +172,10 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--checkpointing", o.checkpointing,
                     "Activation recompute: none | full | selective | every:K | first:N | auto (least recompute that fits --device-memory)");
   train->add_option("--loss-chunk", o.loss_chunk, "Tokens per LM-head + cross-entropy chunk (0: as many as fit 32 MiB of logits)");
+  train->add_option("--pp", o.pipeline_stages,
+                    "Pipeline stages: under `mpirun -np P` one per rank, else all P in this process (one device each)");
+  train->add_option("--micro-batches", o.micro_batches, "Micro-batches per step through the pipeline (default: --grad-accum)");
+  train->add_option("--schedule", o.schedule, "Pipeline schedule: gpipe | 1f1b | 1f1b-deep | interleaved:V | zb-h1");
   train->add_option("--profile", o.profile, "Record a memory profile into DIR (see `ferry report DIR`)");
   train->add_option("--profile-steps", o.profile_steps, "Steps the profile covers: N (the first N, default 3) or A-B");
   train->add_option("--offload-optimizer", o.offload_optimizer,

@@ -56,6 +56,11 @@ struct TrainOptions {
   std::string profile;          // memory-profile directory
   std::string profile_steps = "3";  // N (the first N steps) or A-B
   std::vector<std::string> notes;  // config keys accepted without effect, said once at the start
+  // Pipeline parallelism: --pp stages (one rank each under mpirun, or every stage in this process),
+  // --micro-batches per step (default --grad-accum), the schedule's name.
+  std::int32_t pipeline_stages = 1;
+  std::optional<std::int64_t> micro_batches;
+  std::string schedule = "1f1b";
 };
 
 struct EvalOptions {

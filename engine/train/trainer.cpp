@@ -13,10 +13,12 @@
 #include "engine/train/learning_rate.h"
 #include "engine/train/memory_advice.h"
 #include "engine/train/model_state_report.h"
+#include "engine/train/pipeline_trainer.h"
 #include "engine/train/progress.h"
 #include "engine/train/summary_file.h"
 #include "engine/train/token_data.h"
 #include "engine/train/training_profile.h"
+#include "engine/train/training_setup.h"
 #include "engine/train/training_step.h"
 #include "models/gpt_model.h"
 #include "models/gpt_weights.h"
@@ -26,24 +28,6 @@ namespace ferry {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-DType parse_precision(const std::string& precision) {
-  if (precision == "fp32") return DType::f32;
-  if (precision == "bf16") return DType::bf16;
-  if (precision == "fp16") throw std::invalid_argument("--precision fp16 is not supported yet; use fp32 or bf16");
-  throw std::invalid_argument("--precision '" + precision + "' is not one of fp32, bf16");
-}
-
-std::unique_ptr<Device> make_device(const std::string& kind, const std::string& memory) {
-  DeviceOptions device_options;
-  device_options.kind = parse_device_kind(kind);
-  if (device_options.kind == DeviceKind::cuda) {
-    throw std::invalid_argument("--device cuda: the cuda kernels are not built yet; train on --device cpu, or dry-run on --device meta");
-  }
-  device_options.memory_limit = memory.empty() ? 0 : parse_byte_size(memory);
-  device_options.allocator_config = AllocatorConfig::from_environment();
-  return create_device(device_options);
-}
 
 void require_positive(std::int64_t value, const char* flag) {
   if (value <= 0) throw std::invalid_argument(std::string(flag) + " must be positive, got " + std::to_string(value));
@@ -93,25 +77,6 @@ offload::ZeroOffloadSettings offload_settings(const TrainOptions& o) {
   return settings;
 }
 
-TokenDataset open_data(const std::string& path) {
-  return path.empty() ? TokenDataset::embedded_corpus() : TokenDataset::open(path);
-}
-
-void check_vocabulary(const TokenDataset& data, const GptConfig& config) {
-  if (data.vocab_needed() > config.vocab) {
-    throw std::invalid_argument("'" + data.name() + "' holds token ids up to " + std::to_string(data.vocab_needed() - 1) +
-                                " but the model's vocabulary is " + std::to_string(config.vocab) + "; use --vocab " +
-                                std::to_string(data.vocab_needed()) + " or a matching model");
-  }
-}
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const std::size_t middle = values.size() / 2;
-  return values.size() % 2 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
-}
-
 // Settings a resumed run must share with the run that saved, for the resume to be exact.
 nlohmann::json resume_contract(const TrainOptions& o, std::int64_t sequence, const std::string& data_name) {
   return {{"batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum}, {"precision", o.precision},
@@ -140,6 +105,7 @@ nlohmann::json memory_summary(const Device& device, const nlohmann::json& optimi
 
 nlohmann::json run_training(const TrainOptions& o) {
   validate(o);
+  if (pipeline_requested(o)) return run_pipeline_training(o);
   cpu::set_compute_threads(o.threads);
   const DType dtype = parse_precision(o.precision);
   const auto [beta1, beta2] = parse_betas(o.betas);
@@ -151,11 +117,11 @@ nlohmann::json run_training(const TrainOptions& o) {
   LearningRateSchedule schedule{o.lr_schedule, o.lr, o.warmup_steps, o.steps, o.min_lr_ratio};
   schedule.validate();
 
-  const std::unique_ptr<Device> device = make_device(o.device, o.device_memory);
+  const std::unique_ptr<Device> device = make_training_device(o.device, o.device_memory);
   if (!device->has_storage() && (!o.save.empty() || !o.resume.empty() || !o.init_from.empty())) {
     throw std::invalid_argument("--device meta is a dry run without values: it cannot --save, --resume or --init-from");
   }
-  const TokenDataset data = open_data(o.data);
+  const TokenDataset data = open_training_data(o.data);
   check_vocabulary(data, config);
   DataLoader loader(data, o.batch, sequence, o.shuffle, o.seed);
 
@@ -278,8 +244,7 @@ nlohmann::json run_training(const TrainOptions& o) {
 
   nlohmann::json summary = {
       {"command", "train"},
-      {"model", {{"name", config.name}, {"parameters", config.parameter_count()}, {"layers", config.layers}, {"hidden", config.hidden},
-                 {"heads", config.heads}, {"vocab", config.vocab}, {"max_sequence", config.max_sequence}}},
+      {"model", model_summary(config)},
       {"run", {{"device", std::string(device_kind_name(device->kind()))}, {"device_memory_limit", device->memory_limit()},
                {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum},
                {"steps", o.steps}, {"first_step", first_step + 1}, {"checkpointing", policy.name()}, {"checkpointing_requested", o.checkpointing},
@@ -329,8 +294,8 @@ nlohmann::json run_evaluation(const EvalOptions& o) {
   require_positive(o.batch, "--batch");
   if (sequence > config.max_sequence) throw std::invalid_argument("--seq exceeds the model's " + std::to_string(config.max_sequence) + " positions");
   if (o.batches < 0) throw std::invalid_argument("--batches must be >= 0 (0: the whole data)");
-  const std::unique_ptr<Device> device = make_device(o.device, o.device_memory);
-  const TokenDataset data = open_data(o.data);
+  const std::unique_ptr<Device> device = make_training_device(o.device, o.device_memory);
+  const TokenDataset data = open_training_data(o.data);
   check_vocabulary(data, config);
   DataLoader loader(data, o.batch, sequence, false, 0);
   GptModel model(*device, config, dtype);
@@ -358,7 +323,7 @@ nlohmann::json run_evaluation(const EvalOptions& o) {
 
 int run_train_command(const TrainOptions& options) {
   const nlohmann::json summary = run_training(options);
-  if (!options.summary.empty()) write_summary_file(options.summary, summary);
+  if (!options.summary.empty() && !summary.is_null()) write_summary_file(options.summary, summary);  // null: not rank 0
   return 0;
 }
 

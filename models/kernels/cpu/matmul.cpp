@@ -35,10 +35,12 @@ void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, c
       gemm(false, false, rows, in_features, out_features, Real(1), dout, out_features, weight, in_features, Real(0), dinp, in_features);
     }
   }
-  if (in_out) {
-    gemm(true, false, in_features, out_features, rows, Real(1), inp, in_features, dout, out_features, Real(1), dweight, out_features);
-  } else {
-    gemm(true, false, out_features, in_features, rows, Real(1), dout, out_features, inp, in_features, Real(1), dweight, in_features);
+  if (dweight != nullptr) {
+    if (in_out) {
+      gemm(true, false, in_features, out_features, rows, Real(1), inp, in_features, dout, out_features, Real(1), dweight, out_features);
+    } else {
+      gemm(true, false, out_features, in_features, rows, Real(1), dout, out_features, inp, in_features, Real(1), dweight, in_features);
+    }
   }
   if (dbias != nullptr) {
     for_each_column_block(out_features, [&](std::int64_t first, std::int64_t last) {

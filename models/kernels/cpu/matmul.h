@@ -14,8 +14,9 @@ template <typename Real>
 void matmul_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, std::int64_t rows,
                     std::int64_t in_features, std::int64_t out_features, WeightLayout layout);
 
-// dinp = dout x W^T (dinp may be null); dweight += inp^T x dout (in the weight's layout);
-// dbias += column sums of dout (dbias may be null).
+// dinp = dout x W^T (dinp may be null); dweight += inp^T x dout (in the weight's layout; dweight may be
+// null); dbias += column sums of dout (dbias may be null). Zero Bubble's split backward calls it twice:
+// once for dinp alone, later for dweight and dbias: the same results as one call.
 template <typename Real>
 void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp, const Real* weight,
                      std::int64_t rows, std::int64_t in_features, std::int64_t out_features, WeightLayout layout);

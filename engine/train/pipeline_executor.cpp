@@ -1,0 +1,267 @@
+#include "engine/train/pipeline_executor.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "engine/core/op_recorder.h"
+
+namespace ferry {
+namespace {
+
+std::string where(const PipelineAction& action, std::int32_t rank) {
+  return "rank " + std::to_string(rank) + ", action " + action.to_string();
+}
+
+}  // namespace
+
+GptModelPart pipeline_rank_part(const PipelineSchedule& schedule, std::int32_t rank, const std::vector<StageBlocks>& stage_blocks,
+                                std::int64_t layers) {
+  if (static_cast<std::int32_t>(stage_blocks.size()) != schedule.stages) {
+    throw std::invalid_argument("a block split into " + std::to_string(stage_blocks.size()) + " stages for a schedule of " +
+                                std::to_string(schedule.stages));
+  }
+  GptModelPart part;
+  part.blocks.assign(static_cast<std::size_t>(layers), false);
+  part.embedding = schedule.rank_of_stage(0) == rank;
+  part.head = schedule.rank_of_stage(schedule.stages - 1) == rank;
+  for (std::int32_t stage = 0; stage < schedule.stages; ++stage) {
+    if (schedule.rank_of_stage(stage) != rank) continue;
+    const StageBlocks& blocks = stage_blocks[static_cast<std::size_t>(stage)];
+    for (std::int64_t layer = blocks.first; layer < blocks.end; ++layer) part.blocks[static_cast<std::size_t>(layer)] = true;
+  }
+  return part;
+}
+
+PipelineRankExecutor::PipelineRankExecutor(GptModel& model, PipelineTransport& transport, PipelineRankSetup setup)
+    : model_(model), transport_(transport), setup_(std::move(setup)) {
+  if (setup_.schedule == nullptr) throw std::invalid_argument("a pipeline executor needs a schedule");
+  const PipelineSchedule& schedule = *setup_.schedule;
+  if (setup_.rank < 0 || setup_.rank >= schedule.ranks) {
+    throw std::invalid_argument("rank " + std::to_string(setup_.rank) + " is not in a schedule of " + std::to_string(schedule.ranks) + " ranks");
+  }
+  if (static_cast<std::int32_t>(setup_.stage_blocks.size()) != schedule.stages) {
+    throw std::invalid_argument("the model is split into " + std::to_string(setup_.stage_blocks.size()) + " stages but the schedule has " +
+                                std::to_string(schedule.stages));
+  }
+  for (const std::optional<PipelineAction>& action : schedule.actions.at(static_cast<std::size_t>(setup_.rank))) {
+    if (action) actions_.push_back(*action);
+  }
+}
+
+void PipelineRankExecutor::begin_step(std::int64_t step, const std::vector<MicroBatchTokens>& micro_batches) {
+  if (static_cast<std::int32_t>(micro_batches.size()) != setup_.schedule->micro_batches) {
+    throw std::invalid_argument(std::to_string(micro_batches.size()) + " micro-batches given to a schedule of " +
+                                std::to_string(setup_.schedule->micro_batches));
+  }
+  step_ = step;
+  micro_batches_ = &micro_batches;
+  next_ = 0;
+  loss_sum_ = 0;
+  states_.clear();
+  measured_first_forward_ = false;
+  stash_ = {};
+}
+
+bool PipelineRankExecutor::run() {
+  while (next_ < actions_.size()) {
+    const PipelineAction& action = actions_[next_];
+    if (action.type == PipelineActionType::receive_forward || action.type == PipelineActionType::receive_backward) {
+      if (!receive(action)) return false;
+    } else {
+      execute(action);
+    }
+    ++next_;
+    measure_stash(action.type == PipelineActionType::forward);
+  }
+  return true;
+}
+
+std::string PipelineRankExecutor::waiting_at() const {
+  return next_ < actions_.size() ? actions_[next_].to_string() : std::string("done");
+}
+
+void PipelineRankExecutor::finish_step() {
+  transport_.finish_sends();
+  for (const auto& [key, state] : states_) {
+    if (state.tokens.defined() || state.input.defined() || !state.blocks.empty() || state.output.defined() ||
+        state.output_gradient.defined() || state.input_gradient.defined() || !state.deferred.empty()) {
+      throw std::logic_error("rank " + std::to_string(setup_.rank) + ": stage " + std::to_string(key.first) + " micro-batch " +
+                             std::to_string(key.second) + " still holds tensors after the step: the schedule is incomplete");
+    }
+  }
+  states_.clear();
+}
+
+void PipelineRankExecutor::execute(const PipelineAction& action) {
+  if (setup_.schedule->rank_of_stage(action.stage) != setup_.rank) {
+    throw std::logic_error(where(action, setup_.rank) + ": the stage lives on rank " + std::to_string(setup_.schedule->rank_of_stage(action.stage)));
+  }
+  switch (action.type) {
+    case PipelineActionType::forward: return forward(action.stage, action.micro_batch);
+    case PipelineActionType::backward: return backward(action.stage, action.micro_batch, false);
+    case PipelineActionType::backward_input: return backward(action.stage, action.micro_batch, true);
+    case PipelineActionType::backward_weight: return backward_weight(action.stage, action.micro_batch);
+    case PipelineActionType::send_forward:
+    case PipelineActionType::send_backward: return send(action);
+    default: throw std::logic_error(where(action, setup_.rank) + ": not a compute or send action");
+  }
+}
+
+PipelineRankExecutor::MicroBatchState& PipelineRankExecutor::state(std::int32_t stage, std::int32_t micro_batch) {
+  if (micro_batch < 0 || micro_batch >= setup_.schedule->micro_batches) {
+    throw std::logic_error("micro-batch " + std::to_string(micro_batch) + " is outside the step's " +
+                           std::to_string(setup_.schedule->micro_batches));
+  }
+  return states_[{stage, micro_batch}];
+}
+
+cpu::RandomKey PipelineRankExecutor::key(std::int32_t micro_batch) const {
+  return MicroBatchKey{setup_.seed, static_cast<std::uint64_t>(step_), static_cast<std::uint64_t>(micro_batch)}.key();
+}
+
+Tensor PipelineRankExecutor::device_tokens(const std::vector<std::int32_t>& values, const char* tag) const {
+  if (static_cast<std::int64_t>(values.size()) != setup_.batch * setup_.sequence) {
+    throw std::invalid_argument("a micro-batch of " + std::to_string(values.size()) + " tokens, expected batch x seq = " +
+                                std::to_string(setup_.batch * setup_.sequence));
+  }
+  Tensor tensor = Tensor::empty(model_.device(), {setup_.batch, setup_.sequence}, DType::i32, MemoryCategory::activations, tag);
+  tensor.copy_from_host(values.data());
+  return tensor;
+}
+
+void PipelineRankExecutor::forward(std::int32_t stage, std::int32_t micro_batch) {
+  const PipelineSchedule& schedule = *setup_.schedule;
+  MicroBatchState& s = state(stage, micro_batch);
+  const cpu::RandomKey random = key(micro_batch);
+  Tensor x;
+  if (stage == 0) {
+    s.tokens = device_tokens((*micro_batches_)[static_cast<std::size_t>(micro_batch)].inputs, "tokens");
+    x = model_.embedding_forward(s.tokens, random);
+  } else {
+    if (!s.input.defined()) {
+      throw std::logic_error("rank " + std::to_string(setup_.rank) + ": " + PipelineAction{stage, PipelineActionType::forward, micro_batch}.to_string() +
+                             " has no input: the schedule receives it nowhere before (a RECV_F is missing)");
+    }
+    x = std::move(s.input);
+  }
+  const StageBlocks& blocks = setup_.stage_blocks[static_cast<std::size_t>(stage)];
+  for (std::int64_t layer = blocks.first; layer < blocks.end; ++layer) {
+    const ActivationKeep keep = setup_.keeps.empty() ? ActivationKeep::all : setup_.keeps[static_cast<std::size_t>(layer)];
+    s.blocks.push_back(model_.block_forward(layer, x, random, keep));
+    x = s.blocks.back().output;
+  }
+  // The stage's output: the backward of its last block does not need it, so only this reference keeps
+  // it, until the head takes it (last stage), the next stage on this rank does, or its send completes.
+  if (!s.blocks.empty()) s.blocks.back().output = Tensor();
+  if (stage == schedule.stages - 1) {
+    s.output = std::move(x);
+  } else if (schedule.rank_of_stage(stage + 1) == setup_.rank) {
+    state(stage + 1, micro_batch).input = std::move(x);
+  } else {
+    s.output = std::move(x);
+  }
+}
+
+void PipelineRankExecutor::backward(std::int32_t stage, std::int32_t micro_batch, bool split) {
+  const PipelineSchedule& schedule = *setup_.schedule;
+  MicroBatchState& s = state(stage, micro_batch);
+  const PipelineAction action{stage, split ? PipelineActionType::backward_input : PipelineActionType::backward, micro_batch};
+  if (s.blocks.empty() && !s.tokens.defined()) {
+    throw std::logic_error(where(action, setup_.rank) + ": the backward of a micro-batch whose forward did not run here");
+  }
+  const cpu::RandomKey random = key(micro_batch);
+  Tensor gradient;
+  if (stage == schedule.stages - 1) {
+    const Tensor targets = device_tokens((*micro_batches_)[static_cast<std::size_t>(micro_batch)].targets, "targets");
+    gradient = Tensor::empty(model_.device(), s.output.shape(), DType::f32, MemoryCategory::workspace, "residual.grad");
+    const auto tokens = static_cast<double>(setup_.batch * setup_.sequence);
+    const float dloss = 1.0f / static_cast<float>(schedule.micro_batches);
+    loss_sum_ += model_.head_forward(s.output, targets, dloss / static_cast<float>(tokens), gradient) / tokens;
+    s.output = Tensor();
+  } else {
+    if (!s.output_gradient.defined()) {
+      throw std::logic_error(where(action, setup_.rank) + ": no gradient from the next stage (a RECV_B is missing before it)");
+    }
+    gradient = std::move(s.output_gradient);
+  }
+  const StageBlocks& blocks = setup_.stage_blocks[static_cast<std::size_t>(stage)];
+  if (split) s.deferred.resize(s.blocks.size());
+  for (std::int64_t layer = blocks.end - 1; layer >= blocks.first; --layer) {
+    BlockActivations activations = std::move(s.blocks.back());
+    s.blocks.pop_back();
+    if (split) {
+      gradient = model_.block_backward_input(layer, std::move(activations), std::move(gradient), random,
+                                             s.deferred[static_cast<std::size_t>(layer - blocks.first)]);
+    } else {
+      gradient = model_.block_backward(layer, std::move(activations), std::move(gradient), random);
+    }
+  }
+  if (stage == 0) {
+    model_.embedding_backward(s.tokens, gradient, random);
+    s.tokens = Tensor();
+  } else if (schedule.rank_of_stage(stage - 1) == setup_.rank) {
+    state(stage - 1, micro_batch).output_gradient = std::move(gradient);
+  } else {
+    s.input_gradient = std::move(gradient);
+  }
+}
+
+void PipelineRankExecutor::backward_weight(std::int32_t stage, std::int32_t micro_batch) {
+  MicroBatchState& s = state(stage, micro_batch);
+  if (s.deferred.empty()) {
+    throw std::logic_error(where({stage, PipelineActionType::backward_weight, micro_batch}, setup_.rank) + ": W before its I");
+  }
+  const StageBlocks& blocks = setup_.stage_blocks[static_cast<std::size_t>(stage)];
+  for (std::int64_t layer = blocks.end - 1; layer >= blocks.first; --layer) {
+    model_.block_backward_weight(layer, std::move(s.deferred[static_cast<std::size_t>(layer - blocks.first)]));
+  }
+  s.deferred.clear();
+}
+
+int PipelineRankExecutor::message_tag(std::int32_t receiving_stage, std::int32_t micro_batch, bool gradient) const {
+  return (micro_batch * setup_.schedule->stages + receiving_stage) * 2 + (gradient ? 1 : 0);
+}
+
+void PipelineRankExecutor::send(const PipelineAction& action) {
+  const PipelineSchedule& schedule = *setup_.schedule;
+  MicroBatchState& s = state(action.stage, action.micro_batch);
+  const bool gradient = action.type == PipelineActionType::send_backward;
+  const std::int32_t peer_stage = gradient ? action.stage - 1 : action.stage + 1;
+  Tensor& tensor = gradient ? s.input_gradient : s.output;
+  if (peer_stage < 0 || peer_stage >= schedule.stages || !tensor.defined()) {
+    throw std::logic_error(where(action, setup_.rank) + ": nothing to send (its " + (gradient ? "backward" : "forward") + " did not run before it)");
+  }
+  transport_.send(schedule.rank_of_stage(peer_stage), message_tag(peer_stage, action.micro_batch, gradient), tensor);
+  tensor = Tensor();
+}
+
+bool PipelineRankExecutor::receive(const PipelineAction& action) {
+  const PipelineSchedule& schedule = *setup_.schedule;
+  const bool gradient = action.type == PipelineActionType::receive_backward;
+  const std::int32_t peer_stage = gradient ? action.stage + 1 : action.stage - 1;
+  if (peer_stage < 0 || peer_stage >= schedule.stages) throw std::logic_error(where(action, setup_.rank) + ": no stage to receive from");
+  const Shape shape{setup_.batch, setup_.sequence, model_.config().hidden};
+  // Activations travel in the parameters' dtype, gradients in f32 (as the model computes them).
+  Tensor buffer = gradient ? Tensor::empty(model_.device(), shape, DType::f32, MemoryCategory::workspace, "pipeline.output.grad")
+                           : Tensor::empty(model_.device(), shape, model_.parameter_dtype(), MemoryCategory::activations, "pipeline.input");
+  if (!transport_.receive(schedule.rank_of_stage(peer_stage), message_tag(action.stage, action.micro_batch, gradient), buffer)) return false;
+  MicroBatchState& s = state(action.stage, action.micro_batch);
+  (gradient ? s.output_gradient : s.input) = std::move(buffer);
+  return true;
+}
+
+void PipelineRankExecutor::measure_stash(bool forward_done) {
+  const AllocatorStatistics statistics = model_.device().allocator().statistics();
+  std::int64_t bytes = statistics.category_requested_bytes[static_cast<std::size_t>(MemoryCategory::activations)].current;
+  bytes -= transport_.in_flight_bytes(MemoryCategory::activations);
+  for (const auto& [key, s] : states_) {
+    if (s.output.defined() && key.first != setup_.schedule->stages - 1) bytes -= static_cast<std::int64_t>(s.output.storage()->bytes());
+  }
+  if (forward_done && !measured_first_forward_) {
+    stash_.after_first_forward = bytes;
+    measured_first_forward_ = true;
+  }
+  stash_.peak = std::max(stash_.peak, bytes);
+}
+
+}  // namespace ferry

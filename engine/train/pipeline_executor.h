@@ -1,0 +1,118 @@
+// Runs one rank's share of a pipeline schedule: its stages' forwards and backwards per micro-batch, the
+// sends and receives between stages, and a stash per (stage, micro-batch) that lives from the forward
+// to the backward. A transport moves tensors: MPI between processes, a mailbox inside one process.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/gpt_model.h"
+#include "schedule/pipeline_partition.h"
+#include "schedule/pipeline_schedule.h"
+
+namespace ferry {
+
+// Moves stage outputs and input gradients between ranks. Sends are asynchronous: the transport keeps
+// the tensor alive until the send completes.
+class PipelineTransport {
+ public:
+  virtual ~PipelineTransport() = default;
+  virtual void send(std::int32_t peer_rank, int tag, const Tensor& tensor) = 0;
+  // Fills `into`. Returns false when the message has not arrived and waiting would block other ranks
+  // of the same process (the in-process transport); a cross-process transport waits instead.
+  virtual bool receive(std::int32_t peer_rank, int tag, const Tensor& into) = 0;
+  // Bytes of the storages of sent tensors of `category` held until their sends complete (frees what
+  // completed first).
+  virtual std::int64_t in_flight_bytes(MemoryCategory category) = 0;
+  virtual void finish_sends() = 0;
+};
+
+// The tensors of one micro-batch (B*T inputs and targets), for the first and the last stage.
+struct MicroBatchTokens {
+  std::vector<std::int32_t> inputs;
+  std::vector<std::int32_t> targets;
+};
+
+// The model part a rank holds: the blocks of its stages, the embedding with stage 0, the head with the last.
+GptModelPart pipeline_rank_part(const PipelineSchedule& schedule, std::int32_t rank, const std::vector<StageBlocks>& stage_blocks,
+                                std::int64_t layers);
+
+struct PipelineRankSetup {
+  const PipelineSchedule* schedule = nullptr;  // lowered (sends and receives between ranks)
+  std::int32_t rank = 0;
+  std::vector<StageBlocks> stage_blocks;       // [stage], for every stage of the pipeline
+  std::int64_t batch = 1;
+  std::int64_t sequence = 1;
+  std::uint64_t seed = 0;
+  std::vector<ActivationKeep> keeps;           // [layer]; empty: keep all
+};
+
+// What a step held, measured at the boundaries between actions: the activations stashed for backward
+// (the allocator's activation bytes, less stage outputs waiting for or in their sends, which backward
+// does not need).
+struct PipelineStashMeasure {
+  std::int64_t after_first_forward = 0;  // one micro-batch's stash on the rank's first stage
+  std::int64_t peak = 0;
+};
+
+class PipelineRankExecutor {
+ public:
+  PipelineRankExecutor(GptModel& model, PipelineTransport& transport, PipelineRankSetup setup);
+
+  // Before a step: every micro-batch's tokens (the schedule's m of them; stages take what they need).
+  void begin_step(std::int64_t step, const std::vector<MicroBatchTokens>& micro_batches);
+  // Runs actions in order until the list ends (true) or a receive has not arrived (false: call again).
+  bool run();
+  // Waits for the last sends; checks that every stash was consumed.
+  void finish_step();
+  // The sum of the micro-batches' mean token losses (on the rank with the last stage; else 0).
+  double loss_sum() const { return loss_sum_; }
+  const PipelineStashMeasure& stash() const { return stash_; }
+  const PipelineRankSetup& setup() const { return setup_; }
+  GptModel& model() const { return model_; }
+  // The action the rank waits at ("done" at the end of its list), for deadlock reports.
+  std::string waiting_at() const;
+  bool holds_first_stage() const { return setup_.rank == setup_.schedule->rank_of_stage(0); }
+  bool holds_last_stage() const { return setup_.rank == setup_.schedule->rank_of_stage(setup_.schedule->stages - 1); }
+
+ private:
+  struct MicroBatchState {
+    Tensor tokens;                         // first stage: from F to B (the embedding's backward)
+    Tensor input;                          // the stage's input (received or handed over on this rank)
+    std::vector<BlockActivations> blocks;  // the stage's blocks, first to last
+    Tensor output;                         // last stage: the head's input; else waits for its SEND_F
+    Tensor output_gradient;                // received or handed over from the next stage
+    Tensor input_gradient;                 // waits for its SEND_B
+    std::vector<BlockWeightGradientInputs> deferred;  // Zero Bubble: from I to W, per block
+  };
+  using Key = std::pair<std::int32_t, std::int32_t>;  // (stage, micro-batch)
+
+  void execute(const PipelineAction& action);
+  void forward(std::int32_t stage, std::int32_t micro_batch);
+  void backward(std::int32_t stage, std::int32_t micro_batch, bool split);
+  void backward_weight(std::int32_t stage, std::int32_t micro_batch);
+  bool receive(const PipelineAction& action);
+  void send(const PipelineAction& action);
+  void measure_stash(bool first_forward);
+  int message_tag(std::int32_t receiving_stage, std::int32_t micro_batch, bool gradient) const;
+  MicroBatchState& state(std::int32_t stage, std::int32_t micro_batch);
+  cpu::RandomKey key(std::int32_t micro_batch) const;
+  Tensor device_tokens(const std::vector<std::int32_t>& values, const char* tag) const;
+
+  GptModel& model_;
+  PipelineTransport& transport_;
+  PipelineRankSetup setup_;
+  std::vector<PipelineAction> actions_;  // this rank's, bubbles dropped
+  std::size_t next_ = 0;
+  std::int64_t step_ = 0;
+  const std::vector<MicroBatchTokens>* micro_batches_ = nullptr;
+  std::map<Key, MicroBatchState> states_;
+  double loss_sum_ = 0;
+  bool measured_first_forward_ = false;
+  PipelineStashMeasure stash_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,41 @@
+// One optimizer step of a pipeline: every rank runs its schedule's actions; then the tied token table's
+// gradient is summed between the first and the last stage (both hold the table), the gradient norm and
+// the loss are reduced over the ranks, and each rank steps its optimizer over its own parameters.
+#pragma once
+
+#include <vector>
+
+#include "engine/comm/communicator.h"
+#include "engine/train/pipeline_executor.h"
+#include "engine/train/training_optimizer.h"
+
+namespace ferry {
+
+struct PipelineStepSettings {
+  std::int64_t step = 0;
+  double learning_rate = 0;
+  double grad_clip = 0;
+};
+
+struct PipelineStepResult {
+  double loss = 0;  // mean over micro-batches (NaN when the device holds no values)
+  double gradient_norm = 0;
+};
+
+// The sum of squares of the model's gradients (f64), without the token table when `count_token_table`
+// is false (the first stage's copy, when the last stage counts it). Throws on inf or NaN.
+double local_gradient_sum_of_squares(const GptModel& model, bool count_token_table);
+
+// This process is one rank of the pipeline; the others are reached through `communicator`.
+PipelineStepResult run_pipeline_step(PipelineRankExecutor& executor, TrainingOptimizer& optimizer, Communicator& communicator,
+                                     const std::vector<MicroBatchTokens>& micro_batches, const PipelineStepSettings& settings);
+
+// Every rank in this process: executors take turns until each has run its list.
+struct InProcessRank {
+  PipelineRankExecutor* executor = nullptr;
+  TrainingOptimizer* optimizer = nullptr;
+};
+PipelineStepResult run_pipeline_step_in_process(const std::vector<InProcessRank>& ranks, const std::vector<MicroBatchTokens>& micro_batches,
+                                                const PipelineStepSettings& settings);
+
+}  // namespace ferry

@@ -1,0 +1,247 @@
+#include "engine/train/pipeline_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include "allocator/byte_size.h"
+#include "engine/comm/communicator.h"
+#include "engine/train/learning_rate.h"
+#include "engine/train/pipeline_step.h"
+#include "engine/train/pipeline_transports.h"
+#include "engine/train/progress.h"
+#include "engine/train/trainer.h"
+#include "engine/train/training_setup.h"
+#include "engine/train/training_step.h"
+#include "models/kernels/cpu/compute_threads.h"
+#include "schedule/pipeline_simulator.h"
+
+namespace ferry {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::int64_t micro_batch_count(const TrainOptions& o) {
+  if (o.micro_batches && o.grad_accum != 1 && *o.micro_batches != o.grad_accum) {
+    throw std::invalid_argument("--micro-batches " + std::to_string(*o.micro_batches) + " and --grad-accum " + std::to_string(o.grad_accum) +
+                                " disagree: a pipeline step runs --micro-batches micro-batches (give one of the two)");
+  }
+  const std::int64_t count = o.micro_batches.value_or(o.grad_accum);
+  if (count < 1) throw std::invalid_argument("--micro-batches must be >= 1, got " + std::to_string(count));
+  return count;
+}
+
+void reject_unsupported(const TrainOptions& o) {
+  auto refuse = [](bool used, const char* what) {
+    if (used) throw std::invalid_argument(std::string(what) + " is not supported with --pp yet: run it without pipeline parallelism");
+  };
+  refuse(o.offload_optimizer != "none", "--offload-optimizer");
+  refuse(!o.save.empty() || !o.resume.empty(), "--save/--resume (checkpoints of pipeline stages)");
+  refuse(!o.init_from.empty(), "--init-from");
+  refuse(!o.profile.empty(), "--profile");
+  if (o.checkpointing == "auto") throw std::invalid_argument("--checkpointing auto is not supported with --pp yet: name a policy (none, selective, full, every:K)");
+  if (o.pipeline_stages < 1) throw std::invalid_argument("--pp must be >= 1, got " + std::to_string(o.pipeline_stages));
+}
+
+// Cost per token of each block (forward and backward are proportional to it), of the LM head, and of the
+// embedding (negligible): GEMM flops, attention's causal half included.
+std::vector<StageBlocks> partition_blocks(const GptConfig& config, std::int64_t sequence, std::int32_t stages) {
+  const auto C = static_cast<double>(config.hidden), T = static_cast<double>(sequence), V = static_cast<double>(config.vocab);
+  const std::vector<double> block_costs(static_cast<std::size_t>(config.layers), 24 * C * C + 2 * T * C);
+  return partition_pipeline_stages(block_costs, 0.0, 2 * C * V, stages);
+}
+
+// One rank's parts: its device, model, optimizer, transport and executor.
+struct PipelineRank {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<GptModel> model;
+  std::unique_ptr<TrainingOptimizer> optimizer;
+  std::unique_ptr<PipelineTransport> transport;
+  std::unique_ptr<PipelineRankExecutor> executor;
+};
+
+struct PipelinePlan {
+  PipelineSchedule schedule;  // lowered
+  std::vector<StageBlocks> stage_blocks;
+  PipelineSimulation simulation;  // unit costs
+};
+
+nlohmann::json rank_summary(const PipelineRank& rank, const PipelinePlan& plan) {
+  const std::int32_t r = rank.executor->setup().rank;
+  nlohmann::json stages = nlohmann::json::array();
+  for (std::int32_t stage = 0; stage < plan.schedule.stages; ++stage) {
+    if (plan.schedule.rank_of_stage(stage) == r) stages.push_back(stage);
+  }
+  const nlohmann::json memory = memory_summary(*rank.device, nlohmann::json::object());
+  const PipelineStashMeasure& stash = rank.executor->stash();
+  nlohmann::json predicted = nullptr;
+  if (plan.schedule.stages_per_rank() == 1) {
+    predicted = static_cast<std::int64_t>(plan.simulation.stages[static_cast<std::size_t>(r)].peak_in_flight) * stash.after_first_forward;
+  }
+  return {{"rank", r}, {"stage", stages.front()}, {"stages", stages},
+          {"peak_allocated", memory["peak_allocated"]}, {"peak_reserved", memory["peak_reserved"]},
+          {"max_by_category", memory["max_by_category"]}, {"at_peak", memory["at_peak"]},
+          {"activation_stash", {{"one_micro_batch", stash.after_first_forward}, {"peak", stash.peak}, {"predicted_peak", predicted}}}};
+}
+
+}  // namespace
+
+bool pipeline_requested(const TrainOptions& options) {
+  return options.pipeline_stages > 1 || detect_rank_environment().world_size > 1;
+}
+
+nlohmann::json run_pipeline_training(const TrainOptions& o) {
+  reject_unsupported(o);
+  const std::unique_ptr<Communicator> communicator = make_communicator();
+  const int world = communicator->size();
+  const std::int32_t ranks = o.pipeline_stages;
+  if (world > 1 && world != ranks) {
+    throw std::invalid_argument("launched as " + std::to_string(world) + " ranks for --pp " + std::to_string(ranks) +
+                                ": launch `mpirun -np " + std::to_string(ranks) + "` (one rank per stage; data parallelism is not built yet)");
+  }
+  const bool in_process = world == 1;
+  const int threads = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world);
+  cpu::set_compute_threads(threads);
+  try {
+    const DType dtype = parse_precision(o.precision);
+    const auto [beta1, beta2] = parse_betas(o.betas);
+    const GptConfig config = resolve_model_config(o);
+    const std::int64_t sequence = o.seq.value_or(config.max_sequence);
+    if (sequence > config.max_sequence) throw std::invalid_argument("--seq exceeds the model's " + std::to_string(config.max_sequence) + " positions");
+    const auto micro_batches = static_cast<std::int32_t>(micro_batch_count(o));
+    LearningRateSchedule learning_rate{o.lr_schedule, o.lr, o.warmup_steps, o.steps, o.min_lr_ratio};
+    learning_rate.validate();
+    PipelinePlan plan;
+    plan.schedule = lower_pipeline_communication(generate_pipeline_schedule(o.schedule, ranks, micro_batches));
+    if (const ScheduleValidation validation = validate_pipeline_schedule(plan.schedule); !validation.ok()) {
+      throw std::logic_error("the " + o.schedule + " schedule failed validation: " + validation.problems.front());
+    }
+    plan.stage_blocks = partition_blocks(config, sequence, plan.schedule.stages);
+    plan.simulation = simulate_pipeline_schedule(plan.schedule, PipelineCosts{});
+    const TokenDataset data = open_training_data(o.data);
+    check_vocabulary(data, config);
+    const std::vector<ActivationKeep> keeps = activation_keeps(RecomputePolicy::parse(o.checkpointing), config.layers);
+    const GptDropout dropout{o.dropout, o.dropout, o.dropout};
+    const cpu::AdamWHyperparameters hyperparameters{static_cast<float>(o.lr), beta1, beta2, static_cast<float>(o.eps),
+                                                    static_cast<float>(o.weight_decay)};
+
+    PipelineMailbox mailbox;
+    std::vector<PipelineRank> local;  // the ranks this process runs
+    for (std::int32_t r = in_process ? 0 : communicator->rank(); r < (in_process ? ranks : communicator->rank() + 1); ++r) {
+      PipelineRank rank;
+      rank.device = make_training_device(o.device, o.device_memory);
+      if (!in_process && !rank.device->has_storage()) {
+        throw std::invalid_argument("--device meta under mpirun: a dry run of a pipeline runs in one process (drop mpirun)");
+      }
+      rank.model = std::make_unique<GptModel>(*rank.device, config, dtype, dropout, GradientStorage::whole,
+                                              pipeline_rank_part(plan.schedule, r, plan.stage_blocks, config.layers));
+      rank.model->set_loss_chunk(o.loss_chunk);
+      initialize_gpt_parameters(rank.model->parameters(), config, o.seed);
+      rank.optimizer = make_device_optimizer(*rank.model, hyperparameters);
+      rank.transport = in_process ? std::unique_ptr<PipelineTransport>(std::make_unique<InProcessTransport>(mailbox, r))
+                                  : std::make_unique<CommunicatorTransport>(*communicator);
+      rank.executor = std::make_unique<PipelineRankExecutor>(
+          *rank.model, *rank.transport, PipelineRankSetup{&plan.schedule, r, plan.stage_blocks, o.batch, sequence, o.seed, keeps});
+      local.push_back(std::move(rank));
+    }
+    const bool prints = communicator->rank() == 0;
+    if (prints) {
+      std::printf("ferry train: %s, %lld layers, pipeline of %d stages (%s, %d micro-batches of %lld x %lld) on %s\n", config.name.c_str(),
+                  static_cast<long long>(config.layers), plan.schedule.stages, o.schedule.c_str(), micro_batches,
+                  static_cast<long long>(o.batch), static_cast<long long>(sequence),
+                  in_process ? ("one process (" + std::to_string(ranks) + " devices)").c_str() : (std::to_string(world) + " ranks").c_str());
+      for (std::int32_t stage = 0; stage < plan.schedule.stages; ++stage) {
+        const StageBlocks& blocks = plan.stage_blocks[static_cast<std::size_t>(stage)];
+        std::printf("  stage %d on rank %d: blocks %lld..%lld%s%s\n", stage, plan.schedule.rank_of_stage(stage),
+                    static_cast<long long>(blocks.first), static_cast<long long>(blocks.end - 1), stage == 0 ? " + embedding" : "",
+                    stage == plan.schedule.stages - 1 ? " + LM head and loss" : "");
+      }
+      std::fflush(stdout);
+    }
+
+    DataLoader loader(data, o.batch, sequence, o.shuffle, o.seed);
+    ProgressPrinter progress(stdout, prints && is_terminal(stdout), o.log_every);
+    nlohmann::json steps = nlohmann::json::array();
+    std::vector<double> throughputs;
+    const double tokens_per_step = static_cast<double>(o.batch * sequence * micro_batches);
+    double last_loss = std::nan("");
+    std::vector<MicroBatchTokens> tokens(static_cast<std::size_t>(micro_batches));
+    std::vector<InProcessRank> turns;
+    for (PipelineRank& rank : local) turns.push_back({rank.executor.get(), rank.optimizer.get()});
+    for (std::int64_t step = 0; step < o.steps; ++step) {
+      const auto start = Clock::now();
+      for (MicroBatchTokens& micro_batch : tokens) loader.next(micro_batch.inputs, micro_batch.targets);
+      const PipelineStepSettings settings{step, learning_rate.at(step), o.grad_clip};
+      const PipelineStepResult result = in_process ? run_pipeline_step_in_process(turns, tokens, settings)
+                                                   : run_pipeline_step(*local.front().executor, *local.front().optimizer, *communicator, tokens, settings);
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (step > 0) throughputs.push_back(tokens_per_step / seconds);
+      last_loss = result.loss;
+      steps.push_back({{"step", step + 1}, {"loss", result.loss}, {"tokens_per_second", tokens_per_step / seconds}, {"lr", settings.learning_rate},
+                       {"grad_norm", result.gradient_norm}, {"seconds", seconds}});
+      if (prints) {
+        progress.update(StepProgress{step + 1, o.steps, result.loss, tokens_per_step / seconds, settings.learning_rate, result.gradient_norm,
+                                     local.front().device->allocator().statistics().allocated_bytes.all().peak, 0.0});
+      }
+    }
+    progress.finish();
+
+    // Every rank's memory, gathered where the summary is written.
+    nlohmann::json rank_entries = nlohmann::json::array();
+    for (const PipelineRank& rank : local) rank_entries.push_back(rank_summary(rank, plan));
+    if (!in_process) {
+      const std::vector<std::string> gathered = communicator->gather_strings(rank_entries.front().dump(), 0);
+      rank_entries = nlohmann::json::array();
+      for (const std::string& entry : gathered) rank_entries.push_back(nlohmann::json::parse(entry));
+    }
+    if (!prints) return nullptr;
+    // The contract's memory section: the rank with the highest peak (the one that needs the largest device).
+    const auto fullest = std::max_element(rank_entries.begin(), rank_entries.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+      return a["peak_reserved"].get<std::int64_t>() < b["peak_reserved"].get<std::int64_t>();
+    });
+    nlohmann::json partition = nlohmann::json::array();
+    for (std::int32_t stage = 0; stage < plan.schedule.stages; ++stage) {
+      const StageBlocks& blocks = plan.stage_blocks[static_cast<std::size_t>(stage)];
+      partition.push_back({{"stage", stage}, {"rank", plan.schedule.rank_of_stage(stage)}, {"blocks", {blocks.first, blocks.end}}});
+    }
+    nlohmann::json summary = {
+        {"command", "train"},
+        {"model", model_summary(config)},
+        {"run", {{"device", o.device}, {"device_memory_limit", local.front().device->memory_limit()}, {"precision", o.precision},
+                 {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", micro_batches}, {"steps", o.steps},
+                 {"checkpointing", o.checkpointing}, {"offload_optimizer", o.offload_optimizer}, {"data", data.name()}, {"seed", o.seed},
+                 {"threads", threads}, {"dry_run", !local.front().device->has_storage()}}},
+        {"steps", steps},
+        {"final_loss", steps.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_loss)},
+        {"tokens_per_second", median(throughputs)},
+        {"memory", {{"peak_allocated", (*fullest)["peak_allocated"]}, {"peak_reserved", (*fullest)["peak_reserved"]},
+                    {"at_peak", (*fullest)["at_peak"]}, {"max_by_category", (*fullest)["max_by_category"]}, {"rank", (*fullest)["rank"]},
+                    {"host_pinned_peak", 0}, {"nvme_bytes", 0}, {"num_ooms", 0}, {"num_alloc_retries", 0}}},
+        {"pipeline", {{"pp", ranks}, {"stages", plan.schedule.stages}, {"schedule", o.schedule}, {"micro_batches", micro_batches},
+                      {"processes", world}, {"partition", partition},
+                      {"unit_cost_simulation", {{"makespan", plan.simulation.makespan}, {"bubble_fraction", plan.simulation.bubble_fraction}}}}},
+        {"ranks", rank_entries},
+    };
+    std::printf("  final loss %.4f | %.0f tok/s (median)\n", steps.empty() ? 0.0 : last_loss, median(throughputs));
+    for (const nlohmann::json& entry : rank_entries) {
+      std::printf("  rank %d (stage %d): peak allocated %s, peak reserved %s, activation stash peak %s (one micro-batch %s)\n",
+                  entry["rank"].get<int>(), entry["stage"].get<int>(), format_bytes(entry["peak_allocated"].get<std::size_t>()).c_str(),
+                  format_bytes(entry["peak_reserved"].get<std::size_t>()).c_str(),
+                  format_bytes(entry["activation_stash"]["peak"].get<std::size_t>()).c_str(),
+                  format_bytes(entry["activation_stash"]["one_micro_batch"].get<std::size_t>()).c_str());
+    }
+    return summary;
+  } catch (const std::exception& error) {
+    if (world == 1) throw;
+    // The other ranks would wait on this one: end the whole job with the reason.
+    std::fflush(stdout);
+    std::fprintf(stderr, "ferry: error: rank %d of %d: %s\n", communicator->rank(), world, error.what());
+    std::fflush(stderr);
+    communicator->abort(1);
+  }
+  return nullptr;  // not reached: abort ends the process
+}
+
+}  // namespace ferry

@@ -1,0 +1,53 @@
+#include "engine/train/training_setup.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "allocator/allocator_config.h"
+#include "allocator/byte_size.h"
+
+namespace ferry {
+
+DType parse_precision(const std::string& precision) {
+  if (precision == "fp32") return DType::f32;
+  if (precision == "bf16") return DType::bf16;
+  if (precision == "fp16") throw std::invalid_argument("--precision fp16 is not supported yet; use fp32 or bf16");
+  throw std::invalid_argument("--precision '" + precision + "' is not one of fp32, bf16");
+}
+
+std::unique_ptr<Device> make_training_device(const std::string& kind, const std::string& memory) {
+  DeviceOptions device_options;
+  device_options.kind = parse_device_kind(kind);
+  if (device_options.kind == DeviceKind::cuda) {
+    throw std::invalid_argument("--device cuda: the cuda kernels are not built yet; train on --device cpu, or dry-run on --device meta");
+  }
+  device_options.memory_limit = memory.empty() ? 0 : parse_byte_size(memory);
+  device_options.allocator_config = AllocatorConfig::from_environment();
+  return create_device(device_options);
+}
+
+TokenDataset open_training_data(const std::string& path) {
+  return path.empty() ? TokenDataset::embedded_corpus() : TokenDataset::open(path);
+}
+
+void check_vocabulary(const TokenDataset& data, const GptConfig& config) {
+  if (data.vocab_needed() > config.vocab) {
+    throw std::invalid_argument("'" + data.name() + "' holds token ids up to " + std::to_string(data.vocab_needed() - 1) +
+                                " but the model's vocabulary is " + std::to_string(config.vocab) + "; use --vocab " +
+                                std::to_string(data.vocab_needed()) + " or a matching model");
+  }
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const std::size_t middle = values.size() / 2;
+  return values.size() % 2 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
+}
+
+nlohmann::json model_summary(const GptConfig& config) {
+  return {{"name", config.name}, {"parameters", config.parameter_count()}, {"layers", config.layers}, {"hidden", config.hidden},
+          {"heads", config.heads}, {"vocab", config.vocab}, {"max_sequence", config.max_sequence}};
+}
+
+}  // namespace ferry

@@ -1,0 +1,25 @@
+// The pieces every training job sets up the same way (one process, or one rank of a pipeline): the
+// precision, the device, the data and its vocabulary check, and the summary's model section.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/core/device.h"
+#include "engine/core/dtype.h"
+#include "engine/train/token_data.h"
+#include "models/gpt_config.h"
+
+namespace ferry {
+
+DType parse_precision(const std::string& precision);
+// --device and --device-memory; refuses cuda until its kernels exist.
+std::unique_ptr<Device> make_training_device(const std::string& kind, const std::string& memory);
+TokenDataset open_training_data(const std::string& path);  // empty: the embedded corpus
+void check_vocabulary(const TokenDataset& data, const GptConfig& config);
+double median(std::vector<double> values);
+nlohmann::json model_summary(const GptConfig& config);
+
+}  // namespace ferry

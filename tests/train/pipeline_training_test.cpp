@@ -1,0 +1,163 @@
+// Pipeline training in one process (every rank an executor with its own device, taking turns): each
+// schedule gives the per-step losses of one rank with the same global batch; the measured activation
+// stash per stage equals the simulator's in-flight peak times one micro-batch's stash; bad setups fail
+// with the fix.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "engine/train/trainer.h"
+#include "schedule/pipeline_partition.h"
+
+namespace ferry {
+namespace {
+
+TrainOptions tiny_run(std::int64_t layers) {
+  TrainOptions o;
+  o.model = "gpt2-tiny";
+  o.layers = layers;
+  o.hidden = 32;
+  o.heads = 2;
+  o.vocab = 256;
+  o.seq = 16;
+  o.batch = 2;
+  o.steps = 3;
+  o.lr = 3e-3;
+  o.threads = 1;
+  o.log_every = 1000;
+  return o;
+}
+
+std::vector<double> losses(const nlohmann::json& summary) {
+  std::vector<double> result;
+  for (const nlohmann::json& step : summary["steps"]) result.push_back(step["loss"].get<double>());
+  return result;
+}
+
+void expect_same_losses(const std::vector<double>& expected, const std::vector<double>& actual, double relative, const std::string& what) {
+  ASSERT_EQ(expected.size(), actual.size()) << what;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_NEAR(actual[i], expected[i], relative * std::abs(expected[i])) << what << ", step " << i + 1;
+  }
+}
+
+// One rank, grad-accum m: the reference a pipeline of m micro-batches must match.
+std::vector<double> single_rank_losses(TrainOptions o, std::int64_t micro_batches) {
+  o.grad_accum = micro_batches;
+  return losses(run_training(o));
+}
+
+nlohmann::json pipeline_run(TrainOptions o, std::int32_t stages, std::int64_t micro_batches, const std::string& schedule) {
+  o.pipeline_stages = stages;
+  o.micro_batches = micro_batches;
+  o.schedule = schedule;
+  return run_training(o);
+}
+
+TEST(PipelineTraining, EverySchedulesLossesEqualOneRank) {
+  const TrainOptions base = tiny_run(8);
+  for (const std::int32_t stages : {2, 4}) {
+    const std::int64_t micro_batches = 4;
+    const std::vector<double> expected = single_rank_losses(base, micro_batches);
+    for (const std::string schedule : {"gpipe", "1f1b", "1f1b-deep", "interleaved:2", "zb-h1"}) {
+      const nlohmann::json summary = pipeline_run(base, stages, micro_batches, schedule);
+      expect_same_losses(expected, losses(summary), 1e-5, schedule + " with --pp " + std::to_string(stages));
+      EXPECT_EQ(summary["ranks"].size(), static_cast<std::size_t>(stages));
+    }
+  }
+}
+
+TEST(PipelineTraining, DropoutAndRecomputeGiveTheSameLossesAsOneRank) {
+  TrainOptions o = tiny_run(4);
+  o.dropout = 0.1f;
+  o.checkpointing = "full";
+  const std::vector<double> expected = single_rank_losses(o, 3);
+  expect_same_losses(expected, losses(pipeline_run(o, 2, 3, "1f1b")), 1e-5, "1f1b with dropout and full recompute");
+  o.checkpointing = "selective";
+  expect_same_losses(expected, losses(pipeline_run(o, 4, 3, "gpipe")), 1e-5, "gpipe with dropout and selective recompute");
+}
+
+// GPipe keeps every micro-batch on every stage; early backward keeps min(m, p - s) on stage s
+// (1f1b-deep min(m, 2(p - s) - 1)); the measured stash peak equals that many micro-batches' stashes.
+TEST(PipelineTraining, MeasuredActivationStashEqualsTheSimulatorsPrediction) {
+  TrainOptions o = tiny_run(4);
+  o.steps = 1;
+  const std::int32_t p = 4;
+  const std::int64_t m = 8;
+  for (const std::string schedule : {"gpipe", "1f1b", "1f1b-deep"}) {
+    const nlohmann::json summary = pipeline_run(o, p, m, schedule);
+    for (std::int32_t stage = 0; stage < p; ++stage) {
+      const nlohmann::json& stash = summary["ranks"][static_cast<std::size_t>(stage)]["activation_stash"];
+      const std::int64_t one = stash["one_micro_batch"].get<std::int64_t>();
+      const std::int64_t in_flight = schedule == "gpipe" ? m : schedule == "1f1b" ? std::min<std::int64_t>(m, p - stage)
+                                                                                  : std::min<std::int64_t>(m, 2 * (p - stage) - 1);
+      EXPECT_GT(one, 0);
+      EXPECT_EQ(stash["peak"].get<std::int64_t>(), in_flight * one) << schedule << " stage " << stage;
+      EXPECT_EQ(stash["predicted_peak"].get<std::int64_t>(), in_flight * one) << schedule << " stage " << stage;
+    }
+  }
+}
+
+TEST(PipelineTraining, DryRunOnMetaMeasuresTheSameStash) {
+  TrainOptions o = tiny_run(4);
+  o.steps = 1;
+  const nlohmann::json real = pipeline_run(o, 2, 4, "1f1b");
+  o.device = "meta";
+  const nlohmann::json dry = pipeline_run(o, 2, 4, "1f1b");
+  EXPECT_TRUE(std::isnan(dry["steps"][0]["loss"].get<double>()));
+  for (std::size_t rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(dry["ranks"][rank]["activation_stash"], real["ranks"][rank]["activation_stash"]);
+    EXPECT_EQ(dry["ranks"][rank]["peak_allocated"], real["ranks"][rank]["peak_allocated"]);
+  }
+}
+
+TEST(PipelineTraining, BadSetupsNameTheFix) {
+  const TrainOptions o = tiny_run(2);
+  auto message = [&](TrainOptions options) {
+    try {
+      run_training(options);
+    } catch (const std::exception& error) {
+      return std::string(error.what());
+    }
+    return std::string("no error");
+  };
+  TrainOptions too_many_stages = o;
+  too_many_stages.pipeline_stages = 4;
+  EXPECT_NE(message(too_many_stages).find("fewer than the 4 pipeline stages"), std::string::npos) << message(too_many_stages);
+  TrainOptions offloaded = o;
+  offloaded.pipeline_stages = 2;
+  offloaded.offload_optimizer = "cpu";
+  EXPECT_NE(message(offloaded).find("--offload-optimizer is not supported with --pp"), std::string::npos) << message(offloaded);
+  TrainOptions disagreeing = o;
+  disagreeing.pipeline_stages = 2;
+  disagreeing.grad_accum = 2;
+  disagreeing.micro_batches = 3;
+  EXPECT_NE(message(disagreeing).find("disagree"), std::string::npos) << message(disagreeing);
+  TrainOptions unknown = o;
+  unknown.pipeline_stages = 2;
+  unknown.schedule = "fastest";
+  EXPECT_NE(message(unknown).find("fastest"), std::string::npos) << message(unknown);
+}
+
+TEST(PipelinePartition, BalancesBlocksWithTheHeadOnTheLastStage) {
+  // Twelve equal blocks and a head worth five: the last stage takes fewer blocks.
+  const std::vector<StageBlocks> stages = partition_pipeline_stages(std::vector<double>(12, 1.0), 0.0, 5.0, 4);
+  ASSERT_EQ(stages.size(), 4u);
+  EXPECT_EQ(stages.front().first, 0);
+  EXPECT_EQ(stages.back().end, 12);
+  for (std::size_t s = 1; s < stages.size(); ++s) EXPECT_EQ(stages[s].first, stages[s - 1].end);
+  double most = 0;
+  for (const StageBlocks& stage : stages) {
+    EXPECT_GE(stage.end - stage.first, 1);
+    most = std::max(most, stage.cost);
+  }
+  EXPECT_DOUBLE_EQ(most, 6.0);  // 4 + 4 + 3 + (1 + 5): no split does better than 6
+  EXPECT_EQ(stages.back().end - stages.back().first, 1);
+  EXPECT_THROW(partition_pipeline_stages(std::vector<double>(3, 1.0), 0.0, 0.0, 4), std::invalid_argument);
+  const std::vector<StageBlocks> even = partition_pipeline_stages(std::vector<double>(8, 1.0), 0.0, 0.0, 4);
+  for (const StageBlocks& stage : even) EXPECT_EQ(stage.end - stage.first, 2);
+}
+
+}  // namespace
+}  // namespace ferry
