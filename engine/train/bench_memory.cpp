@@ -35,6 +35,26 @@ double korthikanti_activation_bytes(const GptConfig& config, std::int64_t batch,
   return static_cast<double>(config.layers) * per_layer * static_cast<double>(element_bytes) / 2.0;
 }
 
+// Writes the result's table to stdout, and `stem`.csv and `stem`.json (plus the --summary copy).
+void write_bench_outputs(const BenchMemoryOptions& options, const json& result, const std::string& stem, const std::string& table,
+                         const std::string& csv) {
+  std::fputs(table.c_str(), stdout);
+  std::error_code error;
+  std::filesystem::create_directories(options.output, error);
+  if (error) throw FileError(options.output, 0, "cannot create the output directory: " + error.message());
+  const std::filesystem::path directory(options.output);
+  write_file_atomically((directory / (stem + ".csv")).string(), csv);
+  write_summary_file((directory / (stem + ".json")).string(), result);
+  if (!options.summary.empty()) write_summary_file(options.summary, result);
+}
+
+int run_bench_pipeline_command(const BenchMemoryOptions& options) {
+  const json result = bench_pipeline_memory(options.run, options.pipeline);
+  write_bench_outputs(options, result, "pipeline", bench_pipeline_table(result), bench_pipeline_csv(result));
+  std::printf("\n  wrote %s/pipeline.csv and pipeline.json\n", options.output.c_str());
+  return 0;
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, BenchMemoryOptions& o) {
@@ -53,6 +73,9 @@ void add_bench_command(CLI::App& app, BenchMemoryOptions& o) {
   memory->add_option("--loss-chunk", o.run.loss_chunk, "Tokens per LM-head chunk (0: automatic)");
   memory->add_option("--output", o.output, "Directory for memory.csv, memory.json and memory.html (default ferry-bench-memory)");
   memory->add_option("--summary", o.summary, "Also write the JSON here");
+  memory->add_option("--pp", o.pipeline.pipeline_stages, "Pipeline stages: benchmark the pipeline schedules instead (with --micro-batches)");
+  memory->add_option("--micro-batches", o.pipeline.micro_batches, "Micro-batch counts for --pp, e.g. 8,16,32")->delimiter(',');
+  memory->add_option("--schedules", o.pipeline.schedules, "Schedules for --pp (default gpipe,1f1b,1f1b-deep,interleaved:2,zb-h1)")->delimiter(',');
 }
 
 bool bench_memory_requested(const CLI::App& app) {
@@ -169,16 +192,10 @@ std::string bench_memory_csv(const json& result) {
 }
 
 int run_bench_memory_command(const BenchMemoryOptions& options) {
+  if (options.pipeline.pipeline_stages > 1) return run_bench_pipeline_command(options);
   const json result = bench_memory(options);
-  std::fputs(bench_memory_table(result).c_str(), stdout);
-  std::error_code error;
-  std::filesystem::create_directories(options.output, error);
-  if (error) throw FileError(options.output, 0, "cannot create the output directory: " + error.message());
-  const std::filesystem::path directory(options.output);
-  write_file_atomically((directory / "memory.csv").string(), bench_memory_csv(result));
-  write_summary_file((directory / "memory.json").string(), result);
-  write_file_atomically((directory / "memory.html").string(), bench_memory_html(result));
-  if (!options.summary.empty()) write_summary_file(options.summary, result);
+  write_bench_outputs(options, result, "memory", bench_memory_table(result), bench_memory_csv(result));
+  write_file_atomically((std::filesystem::path(options.output) / "memory.html").string(), bench_memory_html(result));
   std::printf("\n  wrote %s/memory.csv, memory.json and memory.html\n", options.output.c_str());
   return 0;
 }

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/train/bench_pipeline.h"
 #include "engine/train/train_options.h"
 
 namespace CLI {
@@ -20,6 +21,7 @@ struct BenchMemoryOptions {
   TrainOptions run;  // model shape, batch, seq, grad-accum, precision, loss chunk
   std::string output = "ferry-bench-memory";  // memory.csv, memory.json, memory.html
   std::string summary;
+  BenchPipelineOptions pipeline;  // --pp P --micro-batches M,...: the schedules' table instead
 };
 
 void add_bench_command(CLI::App& app, BenchMemoryOptions& options);

@@ -146,7 +146,8 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
           *rank.model, *rank.transport, PipelineRankSetup{&plan.schedule, r, plan.stage_blocks, o.batch, sequence, o.seed, keeps});
       local.push_back(std::move(rank));
     }
-    const bool prints = communicator->rank() == 0;
+    const bool writes_summary = communicator->rank() == 0;
+    const bool prints = writes_summary && !o.quiet;
     if (prints) {
       std::printf("ferry train: %s, %lld layers, pipeline of %d stages (%s, %d micro-batches of %lld x %lld) on %s\n", config.name.c_str(),
                   static_cast<long long>(config.layers), plan.schedule.stages, o.schedule.c_str(), micro_batches,
@@ -196,7 +197,7 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
       rank_entries = nlohmann::json::array();
       for (const std::string& entry : gathered) rank_entries.push_back(nlohmann::json::parse(entry));
     }
-    if (!prints) return nullptr;
+    if (!writes_summary) return nullptr;
     // The contract's memory section: the rank with the highest peak (the one that needs the largest device).
     const auto fullest = std::max_element(rank_entries.begin(), rank_entries.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
       return a["peak_reserved"].get<std::int64_t>() < b["peak_reserved"].get<std::int64_t>();
@@ -224,6 +225,7 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
                       {"unit_cost_simulation", {{"makespan", plan.simulation.makespan}, {"bubble_fraction", plan.simulation.bubble_fraction}}}}},
         {"ranks", rank_entries},
     };
+    if (!prints) return summary;
     std::printf("  final loss %.4f | %.0f tok/s (median)\n", steps.empty() ? 0.0 : last_loss, median(throughputs));
     for (const nlohmann::json& entry : rank_entries) {
       std::printf("  rank %d (stage %d): peak allocated %s, peak reserved %s, activation stash peak %s (one micro-batch %s)\n",

@@ -61,6 +61,7 @@ struct TrainOptions {
   std::int32_t pipeline_stages = 1;
   std::optional<std::int64_t> micro_batches;
   std::string schedule = "1f1b";
+  bool quiet = false;  // no progress or banner lines (benchmarks run many trainings)
 };
 
 struct EvalOptions {

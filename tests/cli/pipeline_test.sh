@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Pipeline training across processes (mpirun, more ranks than cores): every schedule with --pp 2 and
+# --pp 4 gives the per-step losses of one rank with the same global batch (1e-5 relative in fp32); the
+# summary on rank 0 lists every rank; a bad flag on every rank, or a launch with the wrong rank count,
+# fails fast with one clear error instead of hanging.
+source "$(dirname "$0")/common.sh"
+mpirun=${MPIRUN:-mpirun}
+launch() {  # launch RANKS ARGS...: ferry under mpirun, one rank per core or more
+  local ranks=$1; shift
+  timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -np "$ranks" "$ferry" "$@"
+}
+model=(--model gpt2-tiny --layers 8 --hidden 32 --heads 2 --vocab 256 --seq 16 --batch 2 --steps 3 --lr 3e-3 --threads 1)
+
+"$ferry" train "${model[@]}" --grad-accum 4 --summary "$work/one.json" > "$work/one.txt"
+
+compare() {  # compare SUMMARY RANKS: same losses as one rank, and a memory entry per rank
+  /usr/bin/python3 - "$work/one.json" "$1" "$2" <<'PY'
+import json, sys
+one, pipe = (json.load(open(path)) for path in sys.argv[1:3])
+ranks = int(sys.argv[3])
+expected = [step["loss"] for step in one["steps"]]
+actual = [step["loss"] for step in pipe["steps"]]
+assert len(expected) == len(actual) == 3, (expected, actual)
+for e, a in zip(expected, actual):
+    assert abs(a - e) <= 1e-5 * abs(e), f"{pipe['pipeline']['schedule']} pp {ranks}: {actual} vs {expected}"
+assert pipe["pipeline"]["processes"] == ranks and len(pipe["ranks"]) == ranks, pipe["pipeline"]
+assert sorted(entry["rank"] for entry in pipe["ranks"]) == list(range(ranks))
+for entry in pipe["ranks"]:
+    assert entry["peak_allocated"] > 0 and entry["max_by_category"]["activations"] > 0, entry
+PY
+}
+
+for ranks in 2 4; do
+  for schedule in gpipe 1f1b 1f1b-deep interleaved:2 zb-h1; do
+    launch "$ranks" train "${model[@]}" --pp "$ranks" --micro-batches 4 --schedule "$schedule" --summary "$work/pipe.json" \
+      > "$work/pipe.txt" 2>&1 || { cat "$work/pipe.txt"; exit 1; }
+    compare "$work/pipe.json" "$ranks"
+    echo "pp $ranks $schedule: same losses as one rank"
+  done
+done
+
+# A flag every rank rejects, and a launch whose rank count does not match --pp: an error, no hang.
+if launch 2 train "${model[@]}" --pp 2 --schedule fastest > "$work/out.txt" 2> "$work/err.txt"; then echo "accepted --schedule fastest"; exit 1; fi
+[[ $? -ne 124 ]] || { echo "mpirun hung on a bad schedule"; exit 1; }
+grep -q "fastest" "$work/err.txt" || { echo "no error naming the schedule:"; cat "$work/err.txt"; exit 1; }
+if launch 3 train "${model[@]}" --pp 2 > "$work/out.txt" 2> "$work/err.txt"; then echo "accepted 3 ranks for --pp 2"; exit 1; fi
+grep -q "mpirun -np 2" "$work/err.txt" || { echo "no error naming the launch:"; cat "$work/err.txt"; exit 1; }
+echo "cli.pipeline: ok"
