@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
@@ -118,7 +119,9 @@ int run_schedule_command(const ScheduleCommandOptions& options) {
   std::printf("\ncompute actions per rank (%s, '-' = bubble):\n",
               schedule.has_communication() ? "from the lowered lists" : "one column per unit time slot");
   print_rank_lines(compute);
-  std::printf("\nwith sends and receives (odd ranks receive first where two neighbours would both send):\n");
+  std::printf("\nwith sends and receives (%s):\n", schedule.has_communication()
+                                                       ? "as given"
+                                                       : "odd ranks receive first where two neighbours would both send");
   print_rank_lines(lowered);
 
   const ScheduleValidation validation = validate_pipeline_schedule(lowered);
