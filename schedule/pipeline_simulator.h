@@ -20,7 +20,13 @@ struct PipelineCosts {
   double transfer = 0;
   // "F,B,W" (W optional); throws std::invalid_argument on anything else or a negative cost.
   static PipelineCosts parse(const std::string& text);
+  // The time `action` computes: forward, backward + weight (B), backward (I), weight (W); 0 for sends and receives.
+  double duration(const PipelineAction& action) const;
 };
+
+// One time unit per compute action: F = B = 1, W = 1 when the schedule splits its backward (else 0, so a
+// full B costs 1), no transfer time. The generators place actions in these unit slots.
+PipelineCosts unit_pipeline_costs(const PipelineSchedule& schedule);
 
 // Bytes one micro-batch keeps on a stage between its F and its B (or I), and between its I and its W
 // (the inputs and output gradients the weight gradient needs). Empty: 1 byte per micro-batch (so the

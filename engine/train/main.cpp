@@ -11,6 +11,7 @@
 #include "engine/train/bench_memory.h"
 #include "engine/train/memory_report.h"
 #include "engine/train/replay_command.h"
+#include "engine/train/schedule_command.h"
 #include "engine/train/train_options.h"
 #include "engine/train/trainer.h"
 #include "models/kernels/cpu/compute_threads.h"
@@ -36,6 +37,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   ferry::ReplayCommandOptions replay;
   ferry::add_replay_command(app, replay);
+  ferry::ScheduleCommandOptions schedule;
+  ferry::add_schedule_command(app, schedule);
   ferry::TrainOptions train;
   ferry::add_train_command(app, train);
   ferry::EvalOptions eval;
@@ -58,6 +61,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (app.got_subcommand("replay")) return ferry::run_replay_command(replay);
+    if (app.got_subcommand("schedule")) return ferry::run_schedule_command(schedule);
     if (app.got_subcommand("train")) return ferry::run_train_command(train);
     if (app.got_subcommand("eval")) return ferry::run_eval_command(eval);
     if (app.got_subcommand("report")) return ferry::run_report_command(report);
