@@ -1,8 +1,10 @@
 // The world of one rank: collectives leave or copy the data, messages have nowhere to go and say why,
-// abort ends the process with its code after flushing what was printed.
+// abort ends the process with its code after flushing what was printed; make_communicator picks this
+// backend without a launcher and refuses torchrun.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "engine/comm/communicator.h"
@@ -84,6 +86,44 @@ TEST(SingleRankCommunicatorDeathTest, AbortFlushesOutputAndExitsWithTheCode) {
         communicator->abort(3);
       },
       ::testing::ExitedWithCode(3), "the error that ends the job");
+}
+
+// Sets an environment variable for one test (each test runs in its own process under CTest).
+class ScopedVariable {
+ public:
+  ScopedVariable(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedVariable() { ::unsetenv(name_); }
+  ScopedVariable(const ScopedVariable&) = delete;
+  ScopedVariable& operator=(const ScopedVariable&) = delete;
+
+ private:
+  const char* name_;
+};
+
+void skip_under_a_launcher() {
+  if (detect_rank_environment().launcher != "none") GTEST_SKIP() << "the unit tests run under a launcher";
+}
+
+TEST(MakeCommunicator, NoLauncherGivesOneRankWithTheTimeoutFromTheEnvironment) {
+  skip_under_a_launcher();
+  const ScopedVariable timeout(kCommTimeoutVariable, "7");
+  const std::unique_ptr<Communicator> communicator = make_communicator();
+  EXPECT_EQ(communicator->backend(), "single");
+  EXPECT_EQ(communicator->timeout(), std::chrono::seconds(7));
+}
+
+TEST(MakeCommunicator, BadTimeoutIsRejected) {
+  skip_under_a_launcher();
+  const ScopedVariable timeout(kCommTimeoutVariable, "soon");
+  EXPECT_THROW(make_communicator(), std::invalid_argument);
+}
+
+TEST(MakeCommunicator, TorchrunIsRefused) {
+  skip_under_a_launcher();
+  const ScopedVariable rank("RANK", "0");
+  const ScopedVariable world_size("WORLD_SIZE", "1");
+  const std::string error = error_of<CommunicationError>([] { make_communicator(); });
+  EXPECT_TRUE(contains(error, "launch with mpirun -np N or srun, not torchrun")) << error;
 }
 
 }  // namespace
