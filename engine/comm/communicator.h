@@ -35,9 +35,13 @@ RankEnvironment detect_rank_environment(EnvironmentLookup lookup = nullptr);
 
 enum class CommDataType : std::uint8_t { f32, f64, i64 };
 enum class ReduceOperation : std::uint8_t { sum, max };
+std::size_t comm_data_type_size(CommDataType type);  // bytes per element
+const char* comm_data_type_name(CommDataType type);  // "f32", "f64", "i64"
+const char* reduce_operation_name(ReduceOperation operation);  // "sum", "max"
 
 // A message in flight; wait() blocks until done or the communicator's timeout (CommunicationError).
-// Destroying a pending request waits for it.
+// Destroying a pending request waits for it (and ends the job when that fails: a destructor cannot
+// throw). Requests are used from the communicator's thread and complete before the communicator dies.
 class CommRequest {
  public:
   virtual ~CommRequest() = default;
@@ -63,12 +67,16 @@ class Communicator {
   virtual std::vector<std::string> gather_strings(const std::string& value, int root) = 0;
 
   // Point to point: messages between a pair of ranks with the same tag arrive in the order sent. The
-  // buffer of a send must stay alive until its request completes.
+  // buffer of a send must stay alive until its request completes. A receive takes a message of exactly
+  // `bytes`; a longer or shorter one is a CommunicationError naming both sizes.
   virtual std::unique_ptr<CommRequest> send_async(const void* data, std::size_t bytes, int peer, int tag) = 0;
   virtual std::unique_ptr<CommRequest> receive_async(void* data, std::size_t bytes, int peer, int tag) = 0;
   void send(const void* data, std::size_t bytes, int peer, int tag) { send_async(data, bytes, peer, tag)->wait(); }
   void receive(void* data, std::size_t bytes, int peer, int tag) { receive_async(data, bytes, peer, tag)->wait(); }
   virtual void barrier() = 0;
+
+  // A timed-out receive is withdrawn and the communicator stays usable; after a timed-out collective or
+  // send (MPI cannot withdraw those) every further operation throws and MPI is not finalized.
 
   // Ends the whole job at once (MPI_Abort): for an error on one rank that the others would wait on.
   [[noreturn]] virtual void abort(int exit_code) = 0;
@@ -80,11 +88,19 @@ class Communicator {
   std::chrono::milliseconds timeout_{std::chrono::minutes(5)};
 };
 
+// The timeout every communicator made by make_communicator gets: FERRY_COMM_TIMEOUT_SECONDS (a positive
+// integer number of seconds) read through `lookup` (std::getenv by default), 300 s when unset; a bad value
+// throws std::invalid_argument naming the variable.
+inline constexpr char kCommTimeoutVariable[] = "FERRY_COMM_TIMEOUT_SECONDS";
+inline constexpr std::chrono::seconds kDefaultCommTimeout{300};
+std::chrono::milliseconds comm_timeout_from_environment(EnvironmentLookup lookup = nullptr);
+
 // One rank: collectives copy or do nothing, a message to oneself is an error.
 std::unique_ptr<Communicator> make_single_rank_communicator();
 
 // MPI when the job was launched with more than one rank (mpirun, srun) or `force_mpi`; one rank
-// otherwise. Initializes MPI (thread level funneled) and finalizes it when the communicator dies.
+// otherwise. Initializes MPI (thread level funneled) and finalizes it when the communicator dies. Every
+// call goes from the thread that made it. Its timeout comes from comm_timeout_from_environment().
 // Throws CommunicationError when the environment says several ranks but ferry was built without MPI,
 // or when torchrun started it (MPI cannot join a torchrun job: use mpirun or srun).
 std::unique_ptr<Communicator> make_communicator(bool force_mpi = false);

@@ -1,0 +1,91 @@
+// MpiCommunicator: the Communicator over a duplicate of MPI_COMM_WORLD. Every operation starts
+// nonblocking MPI calls (several for buffers above the chunk size) and polls them to completion under
+// the communicator's timeout. Private to engine/comm: its lifetime, collectives and point-to-point
+// messages live in mpi_communicator.cpp, mpi_collectives.cpp and mpi_point_to_point.cpp.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+#include "engine/comm/mpi_communicator.h"
+#include "engine/comm/mpi_pending_operation.h"
+#include "engine/comm/mpi_session.h"
+
+namespace ferry {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(const RankEnvironment& environment, const MpiCommunicatorOptions& options);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  std::string backend() const override { return "mpi"; }
+
+  void all_reduce(void* data, std::size_t count, CommDataType type, ReduceOperation operation) override;
+  void reduce_scatter(const void* input, void* output, std::size_t count, CommDataType type) override;
+  void all_gather(const void* input, void* output, std::size_t count, CommDataType type) override;
+  void broadcast(void* data, std::size_t bytes, int root) override;
+  std::vector<std::string> gather_strings(const std::string& value, int root) override;
+  std::unique_ptr<CommRequest> send_async(const void* data, std::size_t bytes, int peer, int tag) override;
+  std::unique_ptr<CommRequest> receive_async(void* data, std::size_t bytes, int peer, int tag) override;
+  void barrier() override;
+  [[noreturn]] void abort(int exit_code) override;
+
+  // For requests: poll once, or wait under timeout(). A failure that leaves MPI holding requests makes
+  // the communicator refuse every later operation.
+  bool test(PendingOperation& operation);
+  void complete(PendingOperation& operation);
+
+ private:
+  // A new operation named "rank R: `what`"; throws when called from a thread other than the creator's
+  // (MPI_THREAD_FUNNELED) or after a failure that left MPI requests behind.
+  PendingOperation begin(const std::string& what) const;
+  // Runs `start_requests(operation)` (which adds the MPI requests it starts); a start that fails
+  // leaves the communicator failed, since the requests started before it are out of reach.
+  template <typename StartRequests>
+  void start(PendingOperation& operation, StartRequests&& start_requests) {
+    try {
+      start_requests(operation);
+    } catch (const CommunicationError&) {
+      retain_if_in_flight(operation);
+      throw;
+    }
+  }
+  template <typename StartRequests>
+  void run(const std::string& what, StartRequests&& start_requests) {
+    PendingOperation operation = begin(what);
+    start(operation, start_requests);
+    complete(operation);
+  }
+  void retain_if_in_flight(PendingOperation& operation);
+  void require_owner_thread(const std::string& what) const;
+  // Throws CommunicationError unless `rank` names a rank of the world (and, for a peer, not this one).
+  void require_root(int root, const std::string& what) const;
+  void require_peer(int peer, int tag, const std::string& what) const;
+  // True when `elements` elements of `element_bytes` fit one MPI call.
+  bool fits_one_call(std::size_t elements, std::size_t element_bytes) const {
+    return elements * element_bytes <= max_chunk_bytes_;
+  }
+  std::string world_text() const { return "over " + std::to_string(size_) + " ranks"; }
+
+  MpiSession session_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  int local_rank_ = 0;
+  int tag_upper_bound_ = 32767;  // MPI guarantees at least this much
+  std::size_t max_chunk_bytes_;
+  std::thread::id owner_thread_;
+  // Operations that failed while MPI still held their requests (and buffers): kept, never finalized.
+  std::vector<PendingOperation> failed_operations_;
+};
+
+}  // namespace ferry
