@@ -256,6 +256,7 @@ void PipelineRankExecutor::measure_stash(bool forward_done) {
   bytes -= transport_.in_flight_bytes(MemoryCategory::activations);
   for (const auto& [key, s] : states_) {
     if (s.output.defined() && key.first != setup_.schedule->stages - 1) bytes -= static_cast<std::int64_t>(s.output.storage()->bytes());
+    if (s.input.defined()) bytes -= static_cast<std::int64_t>(s.input.storage()->bytes());  // received, its F has not run
   }
   if (forward_done && !measured_first_forward_) {
     stash_.after_first_forward = bytes;

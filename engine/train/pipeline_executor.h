@@ -51,8 +51,8 @@ struct PipelineRankSetup {
 };
 
 // What a step held, measured at the boundaries between actions: the activations stashed for backward
-// (the allocator's activation bytes, less stage outputs waiting for or in their sends, which backward
-// does not need).
+// between a micro-batch's F and its B (the allocator's activation bytes, less the tensors in transit:
+// stage outputs waiting for or in their sends, and received inputs whose F has not run yet).
 struct PipelineStashMeasure {
   std::int64_t after_first_forward = 0;  // one micro-batch's stash on the rank's first stage
   std::int64_t peak = 0;

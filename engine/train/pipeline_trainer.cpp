@@ -163,7 +163,7 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
     }
 
     DataLoader loader(data, o.batch, sequence, o.shuffle, o.seed);
-    ProgressPrinter progress(stdout, prints && is_terminal(stdout), o.log_every);
+    ProgressPrinter progress(stdout, prints && world == 1 && is_terminal(stdout), o.log_every);  // mpirun forwards output: no live line
     nlohmann::json steps = nlohmann::json::array();
     std::vector<double> throughputs;
     const double tokens_per_step = static_cast<double>(o.batch * sequence * micro_batches);
