@@ -110,6 +110,7 @@ void write_memory_profile(const std::string& directory, const MemoryProfile& pro
       {"metadata", profile.metadata},
       {"memory_limit", profile.memory_limit},
       {"duration_ns", profile.end_ns - profile.start_ns},
+      {"clock_start_ns", profile.clock_start_ns != 0 ? profile.clock_start_ns : profile.start_ns},
       {"initial_reserved", profile.initial_reserved},
       {"initial_allocations_columns", {"address", "size", "category", "tag", "stream"}},
       {"initial_allocations", initial},
@@ -146,6 +147,7 @@ MemoryProfile read_memory_profile(const std::string& directory) {
     profile.memory_limit = document.at("memory_limit").get<std::size_t>();
     profile.start_ns = 0;
     profile.end_ns = document.at("duration_ns").get<std::uint64_t>();
+    profile.clock_start_ns = document.value("clock_start_ns", std::uint64_t{0});
     profile.initial_reserved = document.at("initial_reserved").get<std::int64_t>();
     for (const nlohmann::json& each : document.at("initial_allocations")) {
       profile.initial_allocations.push_back(LiveAllocation{each.at(0).get<std::uintptr_t>(), each.at(1).get<std::size_t>(),

@@ -37,6 +37,9 @@ struct MemoryProfile {
   std::size_t memory_limit = 0;
   std::uint64_t start_ns = 0;
   std::uint64_t end_ns = 0;
+  // The machine's monotonic clock when recording started (0 when unknown): lines up the profiles of a
+  // pipeline's ranks, which run as processes on one machine.
+  std::uint64_t clock_start_ns = 0;
   std::vector<LiveAllocation> initial_allocations;  // live when recording started
   std::int64_t initial_reserved = 0;
   std::vector<TraceEvent> events;  // oldest first

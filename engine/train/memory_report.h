@@ -22,6 +22,8 @@ struct ReportOptions {
 };
 
 void add_report_command(CLI::App& app, ReportOptions& options);
+// A pipeline's profile directory holds one profile per rank: DIR/rank-0, DIR/rank-1, ... (empty: none).
+std::vector<std::string> rank_profile_directories(const std::string& directory);
 int run_report_command(const ReportOptions& options);
 
 // Pieces of the report, also used by tests.

@@ -13,6 +13,7 @@
 #include "engine/train/pipeline_transports.h"
 #include "engine/train/progress.h"
 #include "engine/train/trainer.h"
+#include "engine/train/training_profile.h"
 #include "engine/train/training_setup.h"
 #include "engine/train/training_step.h"
 #include "models/kernels/cpu/compute_threads.h"
@@ -22,6 +23,10 @@ namespace ferry {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The summary's simulation: a backward costs two forwards (input and weight gradients, one each), the
+// same for every schedule so that their bubbles compare; Zero Bubble moves the weight part.
+constexpr PipelineCosts kUnitCosts{1.0, 1.0, 1.0, 0.0};
 
 std::int64_t micro_batch_count(const TrainOptions& o) {
   if (o.micro_batches && o.grad_accum != 1 && *o.micro_batches != o.grad_accum) {
@@ -40,7 +45,6 @@ void reject_unsupported(const TrainOptions& o) {
   refuse(o.offload_optimizer != "none", "--offload-optimizer");
   refuse(!o.save.empty() || !o.resume.empty(), "--save/--resume (checkpoints of pipeline stages)");
   refuse(!o.init_from.empty(), "--init-from");
-  refuse(!o.profile.empty(), "--profile");
   if (o.checkpointing == "auto") throw std::invalid_argument("--checkpointing auto is not supported with --pp yet: name a policy (none, selective, full, every:K)");
   if (o.pipeline_stages < 1) throw std::invalid_argument("--pp must be >= 1, got " + std::to_string(o.pipeline_stages));
 }
@@ -56,6 +60,7 @@ std::vector<StageBlocks> partition_blocks(const GptConfig& config, std::int64_t 
 // One rank's parts: its device, model, optimizer, transport and executor.
 struct PipelineRank {
   std::unique_ptr<Device> device;
+  std::unique_ptr<TrainingProfile> profile;  // --profile: DIR/rank-R
   std::unique_ptr<GptModel> model;
   std::unique_ptr<TrainingOptimizer> optimizer;
   std::unique_ptr<PipelineTransport> transport;
@@ -119,7 +124,7 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
       throw std::logic_error("the " + o.schedule + " schedule failed validation: " + validation.problems.front());
     }
     plan.stage_blocks = partition_blocks(config, sequence, plan.schedule.stages);
-    plan.simulation = simulate_pipeline_schedule(plan.schedule, PipelineCosts{});
+    plan.simulation = simulate_pipeline_schedule(plan.schedule, kUnitCosts);
     const TokenDataset data = open_training_data(o.data);
     check_vocabulary(data, config);
     const std::vector<ActivationKeep> keeps = activation_keeps(RecomputePolicy::parse(o.checkpointing), config.layers);
@@ -134,6 +139,13 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
       rank.device = make_training_device(o.device, o.device_memory);
       if (!in_process && !rank.device->has_storage()) {
         throw std::invalid_argument("--device meta under mpirun: a dry run of a pipeline runs in one process (drop mpirun)");
+      }
+      if (!o.profile.empty()) {
+        rank.profile = std::make_unique<TrainingProfile>(
+            *rank.device, o.profile + "/rank-" + std::to_string(r), ProfileSteps::parse(o.profile_steps),
+            nlohmann::json{{"command", "train"}, {"model", config.name}, {"parameters", config.parameter_count()}, {"device", o.device},
+                           {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", micro_batches},
+                           {"checkpointing", o.checkpointing}, {"pipeline_rank", r}, {"schedule", o.schedule}, {"pp", ranks}});
       }
       rank.model = std::make_unique<GptModel>(*rank.device, config, dtype, dropout, GradientStorage::whole,
                                               pipeline_rank_part(plan.schedule, r, plan.stage_blocks, config.layers));
@@ -175,8 +187,14 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
       const auto start = Clock::now();
       for (MicroBatchTokens& micro_batch : tokens) loader.next(micro_batch.inputs, micro_batch.targets);
       const PipelineStepSettings settings{step, learning_rate.at(step), o.grad_clip};
+      for (PipelineRank& rank : local) {
+        if (rank.profile) rank.profile->begin_step(step + 1);
+      }
       const PipelineStepResult result = in_process ? run_pipeline_step_in_process(turns, tokens, settings)
                                                    : run_pipeline_step(*local.front().executor, *local.front().optimizer, *communicator, tokens, settings);
+      for (PipelineRank& rank : local) {
+        if (rank.profile) rank.profile->end_step(step + 1);
+      }
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       if (step > 0) throughputs.push_back(tokens_per_step / seconds);
       last_loss = result.loss;
@@ -188,6 +206,9 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
       }
     }
     progress.finish();
+    for (PipelineRank& rank : local) {
+      if (rank.profile) rank.profile->finish();
+    }
 
     // Every rank's memory, gathered where the summary is written.
     nlohmann::json rank_entries = nlohmann::json::array();
@@ -209,6 +230,7 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
     }
     nlohmann::json summary = {
         {"command", "train"},
+        {"profile", o.profile.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.profile)},
         {"model", model_summary(config)},
         {"run", {{"device", o.device}, {"device_memory_limit", local.front().device->memory_limit()}, {"precision", o.precision},
                  {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", micro_batches}, {"steps", o.steps},
@@ -222,11 +244,13 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
                     {"host_pinned_peak", 0}, {"nvme_bytes", 0}, {"num_ooms", 0}, {"num_alloc_retries", 0}}},
         {"pipeline", {{"pp", ranks}, {"stages", plan.schedule.stages}, {"schedule", o.schedule}, {"micro_batches", micro_batches},
                       {"processes", world}, {"partition", partition},
-                      {"unit_cost_simulation", {{"makespan", plan.simulation.makespan}, {"bubble_fraction", plan.simulation.bubble_fraction}}}}},
+                      {"unit_cost_simulation", {{"costs", "F=1 B=1 W=1"}, {"makespan", plan.simulation.makespan},
+                                                {"bubble_fraction", plan.simulation.bubble_fraction}}}}},
         {"ranks", rank_entries},
     };
     if (!prints) return summary;
     std::printf("  final loss %.4f | %.0f tok/s (median)\n", steps.empty() ? 0.0 : last_loss, median(throughputs));
+    if (!o.profile.empty()) std::printf("  memory profiles in %s/rank-*: run `ferry report %s`\n", o.profile.c_str(), o.profile.c_str());
     for (const nlohmann::json& entry : rank_entries) {
       std::printf("  rank %d (stage %d): peak allocated %s, peak reserved %s, activation stash peak %s (one micro-batch %s)\n",
                   entry["rank"].get<int>(), entry["stage"].get<int>(), format_bytes(entry["peak_allocated"].get<std::size_t>()).c_str(),

@@ -45,4 +45,32 @@ if launch 2 train "${model[@]}" --pp 2 --schedule fastest > "$work/out.txt" 2> "
 grep -q "fastest" "$work/err.txt" || { echo "no error naming the schedule:"; cat "$work/err.txt"; exit 1; }
 if launch 3 train "${model[@]}" --pp 2 > "$work/out.txt" 2> "$work/err.txt"; then echo "accepted 3 ranks for --pp 2"; exit 1; fi
 grep -q "mpirun -np 2" "$work/err.txt" || { echo "no error naming the launch:"; cat "$work/err.txt"; exit 1; }
+# --profile: one profile per rank; `ferry report` puts every rank on one timeline (a process per rank,
+# rank 1's first block forward after rank 0's).
+launch 2 train "${model[@]}" --pp 2 --micro-batches 4 --profile "$work/profile" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+"$ferry" report "$work/profile" > "$work/report.txt"
+grep -q "rank 1" "$work/report.txt" || { echo "the report lacks rank 1"; exit 1; }
+/usr/bin/python3 - "$work/profile/trace.json" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+assert sorted({e["pid"] for e in events}) == [0, 1], "one process per rank"
+names = [e["args"]["name"] for e in events if e["name"] == "process_name"]
+assert names[0].startswith("rank 0") and names[1].startswith("rank 1"), names
+first = {pid: min(e["ts"] for e in events if e["pid"] == pid and e["ph"] == "X" and e["name"].startswith("forward h.")) for pid in (0, 1)}
+assert first[0] < first[1], first
+PY
+
+# The schedules' memory benchmark (dry runs on meta): early backward's stage 0 keeps p of m micro-batches.
+"$ferry" bench memory --layers 4 --hidden 32 --heads 2 --vocab 256 --seq 16 --batch 2 --pp 2 --micro-batches 4,8 \
+  --schedules gpipe,1f1b --output "$work/bench" > "$work/bench.txt"
+/usr/bin/python3 - "$work/bench/pipeline.json" <<'PY'
+import json, sys
+rows = {(r["micro_batches"], r["schedule"]): r for r in json.load(open(sys.argv[1]))["rows"]}
+for m in (4, 8):
+    gpipe, early = rows[(m, "gpipe")], rows[(m, "1f1b")]
+    assert early["stage0_activation_vs_gpipe"] <= early["goal_vs_gpipe"], early
+    for stage in gpipe["stages"] + early["stages"]:
+        assert stage["stash_peak"] == stage["stash_predicted"], stage
+    assert abs(gpipe["simulated_bubble"] - (2 - 1) / (m + 2 - 1)) < 1e-9, gpipe
+PY
 echo "cli.pipeline: ok"
