@@ -59,6 +59,7 @@ class Communicator {
 
   // In place over every rank. reduce_scatter: `count` elements per rank, rank r keeps block r of the
   // sum in `output`. all_gather: each rank's `count` elements land at offset rank * count of `output`.
+  // Input and output do not overlap, except that all_gather's input may be its own block of `output`.
   virtual void all_reduce(void* data, std::size_t count, CommDataType type, ReduceOperation operation) = 0;
   virtual void reduce_scatter(const void* input, void* output, std::size_t count, CommDataType type) = 0;
   virtual void all_gather(const void* input, void* output, std::size_t count, CommDataType type) = 0;

@@ -65,6 +65,11 @@ class MpiCommunicator final : public Communicator {
     start(operation, start_requests);
     complete(operation);
   }
+  // One message of `bytes` with `peer`, one MPI call per chunk (`start_chunk(chunk, request)` starts
+  // one); each chunk of a receive must bring exactly its bytes.
+  template <typename StartChunk>
+  std::unique_ptr<CommRequest> start_message(const std::string& what, std::size_t bytes, int peer, int tag,
+                                             bool is_receive, StartChunk&& start_chunk);
   void retain_if_in_flight(PendingOperation& operation);
   void require_owner_thread(const std::string& what) const;
   // Throws CommunicationError unless `rank` names a rank of the world (and, for a peer, not this one).
