@@ -25,6 +25,7 @@ json bench_pipeline_memory(const TrainOptions& run, const BenchPipelineOptions& 
     for (const std::string& schedule : options.schedules) {
       TrainOptions o = run;
       o.device = "meta";
+      o.device_memory = "1024TiB";  // a dry run measures; it does not enforce a limit
       o.steps = 1;
       o.pipeline_stages = p;
       o.micro_batches = m;
@@ -51,10 +52,9 @@ json bench_pipeline_memory(const TrainOptions& run, const BenchPipelineOptions& 
                   {"theory_bubble", theory_bubble}};
       const std::int64_t stage0 = stages[0]["activation_peak"].get<std::int64_t>();
       if (schedule == "gpipe") gpipe_stage0 = stage0;
-      if (!gpipe_stage0.is_null()) {
-        row["stage0_activation_vs_gpipe"] = static_cast<double>(stage0) / gpipe_stage0.get<double>();
-        row["goal_vs_gpipe"] = static_cast<double>(p + 1) / static_cast<double>(m + 1);
-      }
+      if (!gpipe_stage0.is_null()) row["stage0_activation_vs_gpipe"] = static_cast<double>(stage0) / gpipe_stage0.get<double>();
+      // The goal: early backward stashes p micro-batches on stage 0 instead of m, plus one working set.
+      if (schedule == "1f1b") row["goal_vs_gpipe"] = static_cast<double>(p + 1) / static_cast<double>(m + 1);
       rows.push_back(row);
     }
   }
@@ -68,7 +68,7 @@ std::string bench_pipeline_table(const json& result) {
                 result["pp"].get<int>());
   out += line;
   std::snprintf(line, sizeof line, "  %4s %-14s %-44s %9s %9s %12s\n", "m", "schedule", "activation peak per stage (stage 0 first)", "bubble",
-                "theory", "stage 0 / gpipe (goal)");
+                "theory", "stage 0 / gpipe");
   out += line;
   for (const json& row : result["rows"]) {
     if (row.contains("skipped")) {
@@ -80,8 +80,10 @@ std::string bench_pipeline_table(const json& result) {
     std::string peaks;
     for (const json& stage : row["stages"]) peaks += (peaks.empty() ? "" : " ") + format_bytes(stage["activation_peak"].get<std::size_t>());
     char ratio[48] = "";
-    if (row.contains("stage0_activation_vs_gpipe")) {
-      std::snprintf(ratio, sizeof ratio, "%.3f (<= %.3f)", row["stage0_activation_vs_gpipe"].get<double>(), row["goal_vs_gpipe"].get<double>());
+    if (row.contains("goal_vs_gpipe")) {
+      std::snprintf(ratio, sizeof ratio, "%.3f (goal <= %.3f)", row["stage0_activation_vs_gpipe"].get<double>(), row["goal_vs_gpipe"].get<double>());
+    } else if (row.contains("stage0_activation_vs_gpipe")) {
+      std::snprintf(ratio, sizeof ratio, "%.3f", row["stage0_activation_vs_gpipe"].get<double>());
     }
     std::snprintf(line, sizeof line, "  %4lld %-14s %-44s %8.1f%% %8.1f%% %s\n", static_cast<long long>(row["micro_batches"].get<std::int64_t>()),
                   row["schedule"].get<std::string>().c_str(), peaks.c_str(), 100.0 * row["simulated_bubble"].get<double>(),

@@ -17,6 +17,7 @@
 #include "engine/train/training_setup.h"
 #include "engine/train/training_step.h"
 #include "models/kernels/cpu/compute_threads.h"
+#include "schedule/pipeline_lowering.h"
 #include "schedule/pipeline_simulator.h"
 
 namespace ferry {
@@ -25,7 +26,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The summary's simulation: a backward costs two forwards (input and weight gradients, one each), the
-// same for every schedule so that their bubbles compare; Zero Bubble moves the weight part.
+// same for every schedule so that their bubbles compare; Zero Bubble moves the weight part. Interleaved
+// virtual stages cost 1/V each.
 constexpr PipelineCosts kUnitCosts{1.0, 1.0, 1.0, 0.0};
 
 std::int64_t micro_batch_count(const TrainOptions& o) {
@@ -119,12 +121,18 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
     LearningRateSchedule learning_rate{o.lr_schedule, o.lr, o.warmup_steps, o.steps, o.min_lr_ratio};
     learning_rate.validate();
     PipelinePlan plan;
-    plan.schedule = lower_pipeline_communication(generate_pipeline_schedule(o.schedule, ranks, micro_batches));
+    const PipelineSchedule compute = generate_pipeline_schedule(o.schedule, ranks, micro_batches);
+    PipelineCosts costs = kUnitCosts;  // per rank's share of the blocks: a virtual stage costs 1/V of it
+    const double chunks = compute.stages_per_rank();
+    costs.forward /= chunks;
+    costs.backward /= chunks;
+    costs.weight /= chunks;
+    plan.schedule = lower_pipeline_communication(compute, costs);  // receives placed where they delay least
     if (const ScheduleValidation validation = validate_pipeline_schedule(plan.schedule); !validation.ok()) {
       throw std::logic_error("the " + o.schedule + " schedule failed validation: " + validation.problems.front());
     }
     plan.stage_blocks = partition_blocks(config, sequence, plan.schedule.stages);
-    plan.simulation = simulate_pipeline_schedule(plan.schedule, kUnitCosts);
+    plan.simulation = simulate_pipeline_schedule(plan.schedule, costs);
     const TokenDataset data = open_training_data(o.data);
     check_vocabulary(data, config);
     const std::vector<ActivationKeep> keeps = activation_keeps(RecomputePolicy::parse(o.checkpointing), config.layers);
@@ -132,8 +140,8 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
     const cpu::AdamWHyperparameters hyperparameters{static_cast<float>(o.lr), beta1, beta2, static_cast<float>(o.eps),
                                                     static_cast<float>(o.weight_decay)};
 
-    PipelineMailbox mailbox;
     std::vector<PipelineRank> local;  // the ranks this process runs
+    PipelineMailbox mailbox;          // after `local`: its tensors go before their devices do
     for (std::int32_t r = in_process ? 0 : communicator->rank(); r < (in_process ? ranks : communicator->rank() + 1); ++r) {
       PipelineRank rank;
       rank.device = make_training_device(o.device, o.device_memory);
@@ -244,7 +252,7 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
                     {"host_pinned_peak", 0}, {"nvme_bytes", 0}, {"num_ooms", 0}, {"num_alloc_retries", 0}}},
         {"pipeline", {{"pp", ranks}, {"stages", plan.schedule.stages}, {"schedule", o.schedule}, {"micro_batches", micro_batches},
                       {"processes", world}, {"partition", partition},
-                      {"unit_cost_simulation", {{"costs", "F=1 B=1 W=1"}, {"makespan", plan.simulation.makespan},
+                      {"unit_cost_simulation", {{"costs", "F=1 B=1 W=1 per rank's blocks"}, {"makespan", plan.simulation.makespan},
                                                 {"bubble_fraction", plan.simulation.bubble_fraction}}}}},
         {"ranks", rank_entries},
     };
