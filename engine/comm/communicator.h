@@ -102,8 +102,8 @@ std::unique_ptr<Communicator> make_single_rank_communicator();
 // MPI when the job was launched with more than one rank (mpirun, srun) or `force_mpi`; one rank
 // otherwise. Initializes MPI (thread level funneled) and finalizes it when the communicator dies. Every
 // call goes from the thread that made it. Its timeout comes from comm_timeout_from_environment().
-// Throws CommunicationError when the environment says several ranks but ferry was built without MPI,
-// or when torchrun started it (MPI cannot join a torchrun job: use mpirun or srun).
+// Throws CommunicationError when torchrun started it (MPI cannot join a torchrun job: use mpirun or
+// srun), or when MPI's rank and size disagree with the launcher's environment.
 std::unique_ptr<Communicator> make_communicator(bool force_mpi = false);
 
 }  // namespace ferry
