@@ -16,6 +16,7 @@
 #include "engine/train/training_profile.h"
 #include "engine/train/training_setup.h"
 #include "engine/train/training_step.h"
+#include "models/activation_memory.h"
 #include "models/kernels/cpu/compute_threads.h"
 #include "schedule/pipeline_lowering.h"
 #include "schedule/pipeline_simulator.h"
@@ -51,12 +52,12 @@ void reject_unsupported(const TrainOptions& o) {
   if (o.pipeline_stages < 1) throw std::invalid_argument("--pp must be >= 1, got " + std::to_string(o.pipeline_stages));
 }
 
-// Cost per token of each block (forward and backward are proportional to it), of the LM head, and of the
-// embedding (negligible): GEMM flops, attention's causal half included.
+// Each block's cost is its forward FLOPs (backward is proportional), the LM head's its logits GEMM; the
+// embedding's is negligible.
 std::vector<StageBlocks> partition_blocks(const GptConfig& config, std::int64_t sequence, std::int32_t stages) {
-  const auto C = static_cast<double>(config.hidden), T = static_cast<double>(sequence), V = static_cast<double>(config.vocab);
-  const std::vector<double> block_costs(static_cast<std::size_t>(config.layers), 24 * C * C + 2 * T * C);
-  return partition_pipeline_stages(block_costs, 0.0, 2 * C * V, stages);
+  const double block = block_recompute_flops(config, 1, sequence, ActivationKeep::input_only);
+  const double head = 2.0 * static_cast<double>(sequence) * static_cast<double>(config.hidden) * static_cast<double>(config.vocab);
+  return partition_pipeline_stages(std::vector<double>(static_cast<std::size_t>(config.layers), block), 0.0, head, stages);
 }
 
 // One rank's parts: its device, model, optimizer, transport and executor.
