@@ -1,6 +1,8 @@
 #include "models/adamw_optimizer.h"
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "engine/core/op_recorder.h"
 
@@ -26,15 +28,23 @@ AdamWOptimizer::AdamWOptimizer(const GptParameters& parameters, const GptParamet
   }
 }
 
-double AdamWOptimizer::gradient_norm() const {
+double AdamWOptimizer::gradient_sum_of_squares(std::optional<std::size_t> excluded) const {
   if (gradients_.empty()) return 0.0;
   const OpScope op(gradients_.front().tensor->device(), "optimizer", "gradient_norm");
   double sum = 0;
   for (const NamedTensor& each : gradients_) {
     if (!each.tensor->device().has_storage()) return 0.0;
+    if (excluded && each.index == *excluded) continue;
     sum += cpu::sum_of_squares(each.tensor->data_as<float>(), each.tensor->numel());
   }
-  return std::sqrt(sum);
+  return sum;
+}
+
+const Tensor& AdamWOptimizer::gradient_of(std::size_t index) const {
+  for (const NamedTensor& each : gradients_) {
+    if (each.index == index) return *each.tensor;
+  }
+  throw std::out_of_range("the optimizer holds no gradient of parameter " + std::to_string(index));
 }
 
 std::int64_t AdamWOptimizer::step(float learning_rate, float gradient_scale) {

@@ -3,7 +3,9 @@
 // 2-D weights only; optional clipping by the global gradient norm, as torch.nn.utils.clip_grad_norm_.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,8 +26,14 @@ class AdamWOptimizer {
  public:
   AdamWOptimizer(const GptParameters& parameters, const GptParameters& gradients, cpu::AdamWHyperparameters hyperparameters);
 
-  // The global L2 norm of all gradients (f64 accumulation).
-  double gradient_norm() const;
+  // The sum of squares of the gradients (f64 accumulation), leaving out the model's parameter
+  // `excluded` (NamedTensor::index) when given; 0 on a device without storage.
+  double gradient_sum_of_squares(std::optional<std::size_t> excluded = std::nullopt) const;
+  // The global L2 norm of all gradients.
+  double gradient_norm() const { return std::sqrt(gradient_sum_of_squares()); }
+  // The gradient of the model's parameter `index` (NamedTensor::index); throws std::out_of_range when
+  // this optimizer does not hold it.
+  const Tensor& gradient_of(std::size_t index) const;
   // One update at `learning_rate`; gradients are scaled by gradient_scale first. Returns the step count.
   std::int64_t step(float learning_rate, float gradient_scale);
 

@@ -271,9 +271,6 @@ Tensor GptModel::block_backward(std::int64_t layer, BlockActivations a, Tensor o
 
 Tensor GptModel::block_backward_input(std::int64_t layer, BlockActivations a, Tensor output_gradient, cpu::RandomKey key,
                                       BlockWeightGradientInputs& deferred) {
-  if (gradient_storage_ == GradientStorage::streamed) {
-    throw std::logic_error("the split backward (Zero Bubble) needs gradients on the device, not streamed to a sink");
-  }
   deferred = BlockWeightGradientInputs();
   return block_backward_impl(layer, std::move(a), std::move(output_gradient), key, &deferred);
 }
@@ -282,12 +279,15 @@ void GptModel::block_backward_weight(std::int64_t layer, BlockWeightGradientInpu
   if (!d.defined()) throw std::logic_error("block " + std::to_string(layer) + ": a weight-gradient pass without its input-gradient pass");
   const OpScope op(*device_, "backward_weight", layer_name(layer));
   const GptBlockParameters& p = block_parameters(layer);
-  const GptBlockParameters& g = gradients_.blocks[static_cast<std::size_t>(layer)];
+  // Streamed: the projections' gradients are this pass's bucket (the input pass handed over the LayerNorms').
+  const GptBlockParameters bucket = block_gradient_bucket(layer, GptBlockParameters::kProjectionFields);
+  const GptBlockParameters& g = gradient_storage_ == GradientStorage::streamed ? bucket : gradients_.blocks[static_cast<std::size_t>(layer)];
   ops::matmul_backward(Tensor(), g.mlp_c_proj_weight, g.mlp_c_proj_bias, d.mlp_branch_gradient, d.gelu, p.mlp_c_proj_weight, WeightLayout::in_out);
   ops::matmul_backward(Tensor(), g.mlp_c_fc_weight, g.mlp_c_fc_bias, d.fc_gradient, d.ln_2, p.mlp_c_fc_weight, WeightLayout::in_out);
   ops::matmul_backward(Tensor(), g.attn_c_proj_weight, g.attn_c_proj_bias, d.attention_branch_gradient, d.attn, p.attn_c_proj_weight,
                        WeightLayout::in_out);
   ops::matmul_backward(Tensor(), g.attn_c_attn_weight, g.attn_c_attn_bias, d.qkv_gradient, d.ln_1, p.attn_c_attn_weight, WeightLayout::in_out);
+  hand_over_block_gradients(layer, bucket);
 }
 
 Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Tensor output_gradient, cpu::RandomKey key,
@@ -297,9 +297,10 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
   const GptBlockParameters& p = block_parameters(layer);
   const std::int64_t B = a.input.size(0), T = a.input.size(1), C = config_.hidden, NH = config_.heads;
   const bool streamed = gradient_storage_ == GradientStorage::streamed;
-  // Streamed: this block's gradients are one bucket, handed to the sink when the block is done.
+  // Streamed: this block's gradients are one bucket, handed to the sink when the block is done (only
+  // the LayerNorms' when the projections' wait for the weight pass).
   const GptBlockParameters bucket =
-      streamed ? GptBlockParameters::allocate(*device_, C, layer, DType::f32, MemoryCategory::gradients, "grad.") : GptBlockParameters();
+      block_gradient_bucket(layer, deferred != nullptr ? GptBlockParameters::kLayerNormFields : GptBlockParameters::kAllFields);
   const GptBlockParameters& g = streamed ? bucket : gradients_.blocks.at(static_cast<std::size_t>(layer));
   const cpu::RandomKey keys = layer_key(key, layer);
   const float attention_dropout = training_ ? dropout_.attention : 0.0f;
@@ -369,11 +370,21 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
   dqkv = Tensor();
   a.qkv = Tensor();
   ops::layernorm_backward(dresidual, g.ln_1_weight, g.ln_1_bias, dln, a.input, p.ln_1_weight, a.ln_1_mean, a.ln_1_rstd);
-  if (streamed) {
-    std::size_t index = GptParameters::block_index(layer);
-    for (const auto& field : bucket.fields()) sink().accumulate(index++, 0, *field.second);
-  }
+  hand_over_block_gradients(layer, bucket);
   return dresidual;
+}
+
+GptBlockParameters GptModel::block_gradient_bucket(std::int64_t layer, GptBlockParameters::FieldSet fields) const {
+  if (gradient_storage_ != GradientStorage::streamed) return {};
+  return GptBlockParameters::allocate(*device_, config_.hidden, layer, DType::f32, MemoryCategory::gradients, "grad.", fields);
+}
+
+void GptModel::hand_over_block_gradients(std::int64_t layer, const GptBlockParameters& bucket) const {
+  std::size_t index = GptParameters::block_index(layer);
+  for (const auto& field : bucket.fields()) {
+    if (field.second->defined()) sink().accumulate(index, 0, *field.second);
+    ++index;
+  }
 }
 
 void GptModel::embedding_backward(const Tensor& tokens, const Tensor& output_gradient, cpu::RandomKey key) {

@@ -111,7 +111,8 @@ class GptModel {
   void embedding_backward(const Tensor& tokens, const Tensor& output_gradient, cpu::RandomKey key);
   // Zero Bubble's split of block_backward: the input gradient now (returned), the projections' weight
   // gradients later from `deferred` (filled here). Together they give block_backward's gradients
-  // bitwise. Needs GradientStorage::whole.
+  // bitwise. Streamed, the input pass hands the sink the LayerNorms' gradients, the weight pass the
+  // projections'.
   Tensor block_backward_input(std::int64_t layer, BlockActivations activations, Tensor output_gradient, cpu::RandomKey key,
                               BlockWeightGradientInputs& deferred);
   void block_backward_weight(std::int64_t layer, BlockWeightGradientInputs deferred);
@@ -128,6 +129,10 @@ class GptModel {
   Tensor workspace(const Shape& shape, const std::string& tag) const;
   // A zeroed f32 gradient bucket (category gradients) for streamed gradients.
   Tensor gradient_bucket(const Shape& shape, const std::string& tag) const;
+  // Streamed gradients: a zeroed bucket for `fields` of block `layer` (nothing when gradients are whole),
+  // and its defined tensors handed to the sink.
+  GptBlockParameters block_gradient_bucket(std::int64_t layer, GptBlockParameters::FieldSet fields) const;
+  void hand_over_block_gradients(std::int64_t layer, const GptBlockParameters& bucket) const;
   GradientSink& sink() const;
   const GptBlockParameters& block_parameters(std::int64_t layer) const;
   // block_backward and block_backward_input: with `deferred`, the projections' weight gradients wait.

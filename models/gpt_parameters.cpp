@@ -10,23 +10,17 @@
 namespace ferry {
 
 GptBlockParameters GptBlockParameters::allocate(Device& device, std::int64_t hidden, std::int64_t layer, DType dtype,
-                                                MemoryCategory category, const std::string& tag_prefix) {
+                                                MemoryCategory category, const std::string& tag_prefix, FieldSet present) {
   const std::int64_t C = hidden;
+  const std::array<Shape, kCount> shapes{{{C}, {C}, {C, 3 * C}, {3 * C}, {C, C}, {C}, {C}, {C}, {C, 4 * C}, {4 * C}, {4 * C, C}, {C}}};
   const std::string prefix = tag_prefix + "h." + std::to_string(layer) + ".";
-  auto make = [&](const char* name, const Shape& shape) { return Tensor::zeros(device, shape, dtype, category, prefix + name); };
   GptBlockParameters block;
-  block.ln_1_weight = make("ln_1.weight", {C});
-  block.ln_1_bias = make("ln_1.bias", {C});
-  block.attn_c_attn_weight = make("attn.c_attn.weight", {C, 3 * C});
-  block.attn_c_attn_bias = make("attn.c_attn.bias", {3 * C});
-  block.attn_c_proj_weight = make("attn.c_proj.weight", {C, C});
-  block.attn_c_proj_bias = make("attn.c_proj.bias", {C});
-  block.ln_2_weight = make("ln_2.weight", {C});
-  block.ln_2_bias = make("ln_2.bias", {C});
-  block.mlp_c_fc_weight = make("mlp.c_fc.weight", {C, 4 * C});
-  block.mlp_c_fc_bias = make("mlp.c_fc.bias", {4 * C});
-  block.mlp_c_proj_weight = make("mlp.c_proj.weight", {4 * C, C});
-  block.mlp_c_proj_bias = make("mlp.c_proj.bias", {C});
+  const auto fields = block.fields();
+  for (std::size_t i = 0; i < kCount; ++i) {
+    if (!present.test(i)) continue;
+    // fields() lists this block's own members; they are written here, while the block is being built.
+    *const_cast<Tensor*>(fields[i].second) = Tensor::zeros(device, shapes[i], dtype, category, prefix + fields[i].first);
+  }
   return block;
 }
 

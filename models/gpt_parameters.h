@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <bitset>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,9 +23,15 @@ struct GptBlockParameters {
   Tensor mlp_c_proj_weight, mlp_c_proj_bias;  // [4C, C], [C]
 
   static constexpr std::size_t kCount = 12;
-  // Allocates one block's tensors (zeros); tags are `tag_prefix` + the HF name under h.`layer`.
-  static GptBlockParameters allocate(Device& device, std::int64_t hidden, std::int64_t layer, DType dtype,
-                                     MemoryCategory category, const std::string& tag_prefix = "");
+  // Sets of fields, bit i = fields()[i]: the LayerNorms' (ln_1, ln_2) and the projections'.
+  using FieldSet = std::bitset<kCount>;
+  static constexpr FieldSet kLayerNormFields{0b0000'1100'0011};
+  static constexpr FieldSet kProjectionFields{0b1111'0011'1100};
+  static constexpr FieldSet kAllFields{0b1111'1111'1111};
+  // Allocates one block's tensors in `present` (zeros; the others stay undefined); tags are
+  // `tag_prefix` + the HF name under h.`layer`.
+  static GptBlockParameters allocate(Device& device, std::int64_t hidden, std::int64_t layer, DType dtype, MemoryCategory category,
+                                     const std::string& tag_prefix = "", FieldSet present = kAllFields);
   // The tensors in HF order with their names after "h.N." (ln_1.weight, ...).
   std::array<std::pair<const char*, const Tensor*>, kCount> fields() const;
 };

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,8 +59,9 @@ class ZeroOffloadOptimizer {
   HostGradients& gradients() { return *gradients_; }
   // Zeroes the host gradients: call before a step's first micro-batch.
   void begin_step();
-  // The global L2 norm of the host gradients (f64) and whether they are all finite.
-  GradientCheck check_gradients() const;
+  // The sum of squares of the host gradients (f64) and whether they are all finite, leaving out
+  // parameters()[excluded] when given.
+  GradientCheck check_gradients(std::optional<std::size_t> excluded = std::nullopt) const;
   // One pipelined AdamW step at `learning_rate` with gradients scaled by gradient_scale. Returns the step count.
   std::int64_t step(float learning_rate, float gradient_scale);
 

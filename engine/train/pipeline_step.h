@@ -22,10 +22,6 @@ struct PipelineStepResult {
   double gradient_norm = 0;
 };
 
-// The sum of squares of the model's gradients (f64), without the token table when `count_token_table`
-// is false (the first stage's copy, when the last stage counts it). Throws on inf or NaN.
-double local_gradient_sum_of_squares(const GptModel& model, bool count_token_table);
-
 // This process is one rank of the pipeline; the others are reached through `communicator`.
 PipelineStepResult run_pipeline_step(PipelineRankExecutor& executor, TrainingOptimizer& optimizer, Communicator& communicator,
                                      const std::vector<MicroBatchTokens>& micro_batches, const PipelineStepSettings& settings);

@@ -45,7 +45,6 @@ void reject_unsupported(const TrainOptions& o) {
   auto refuse = [](bool used, const char* what) {
     if (used) throw std::invalid_argument(std::string(what) + " is not supported with --pp yet: run it without pipeline parallelism");
   };
-  refuse(o.offload_optimizer != "none", "--offload-optimizer");
   refuse(!o.save.empty() || !o.resume.empty(), "--save/--resume (checkpoints of pipeline stages)");
   refuse(!o.init_from.empty(), "--init-from");
   if (o.checkpointing == "auto") throw std::invalid_argument("--checkpointing auto is not supported with --pp yet: name a policy (none, selective, full, every:K)");
@@ -76,13 +75,22 @@ struct PipelinePlan {
   PipelineSimulation simulation;  // unit costs
 };
 
+// ZeRO-Offload for one rank: its own NVMe directory (DIR/rank-R) and its share of the cores.
+offload::ZeroOffloadSettings rank_offload_settings(const TrainOptions& o, std::int32_t rank, int threads) {
+  offload::ZeroOffloadSettings settings = offload_settings(o);
+  if (!settings.nvme_path.empty()) settings.nvme_path += "/rank-" + std::to_string(rank);
+  settings.adam.threads = threads;
+  return settings;
+}
+
 nlohmann::json rank_summary(const PipelineRank& rank, const PipelinePlan& plan) {
   const std::int32_t r = rank.executor->setup().rank;
   nlohmann::json stages = nlohmann::json::array();
   for (std::int32_t stage = 0; stage < plan.schedule.stages; ++stage) {
     if (plan.schedule.rank_of_stage(stage) == r) stages.push_back(stage);
   }
-  const nlohmann::json memory = memory_summary(*rank.device, nlohmann::json::object());
+  const nlohmann::json optimizer = rank.optimizer->describe();
+  const nlohmann::json memory = memory_summary(*rank.device, optimizer);
   const PipelineStashMeasure& stash = rank.executor->stash();
   nlohmann::json predicted = nullptr;
   if (plan.schedule.stages_per_rank() == 1) {
@@ -91,7 +99,16 @@ nlohmann::json rank_summary(const PipelineRank& rank, const PipelinePlan& plan) 
   return {{"rank", r}, {"stage", stages.front()}, {"stages", stages},
           {"peak_allocated", memory["peak_allocated"]}, {"peak_reserved", memory["peak_reserved"]},
           {"max_by_category", memory["max_by_category"]}, {"at_peak", memory["at_peak"]},
+          {"host_pinned_peak", memory["host_pinned_peak"]}, {"nvme_bytes", memory["nvme_bytes"]}, {"num_ooms", memory["num_ooms"]},
+          {"num_alloc_retries", memory["num_alloc_retries"]}, {"optimizer", optimizer},
           {"activation_stash", {{"one_micro_batch", stash.after_first_forward}, {"peak", stash.peak}, {"predicted_peak", predicted}}}};
+}
+
+// The whole job's host and NVMe bytes and allocator failures: every rank's together.
+std::int64_t sum_over(const nlohmann::json& rank_entries, const char* key) {
+  std::int64_t sum = 0;
+  for (const nlohmann::json& entry : rank_entries) sum += entry[key].get<std::int64_t>();
+  return sum;
 }
 
 }  // namespace
@@ -141,6 +158,7 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
     const cpu::AdamWHyperparameters hyperparameters{static_cast<float>(o.lr), beta1, beta2, static_cast<float>(o.eps),
                                                     static_cast<float>(o.weight_decay)};
 
+    const bool offloaded = o.offload_optimizer != "none";
     std::vector<PipelineRank> local;  // the ranks this process runs
     PipelineMailbox mailbox;          // after `local`: its tensors go before their devices do
     for (std::int32_t r = in_process ? 0 : communicator->rank(); r < (in_process ? ranks : communicator->rank() + 1); ++r) {
@@ -156,11 +174,13 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
                            {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", micro_batches},
                            {"checkpointing", o.checkpointing}, {"pipeline_rank", r}, {"schedule", o.schedule}, {"pp", ranks}});
       }
-      rank.model = std::make_unique<GptModel>(*rank.device, config, dtype, dropout, GradientStorage::whole,
+      rank.model = std::make_unique<GptModel>(*rank.device, config, dtype, dropout, offloaded ? GradientStorage::streamed : GradientStorage::whole,
                                               pipeline_rank_part(plan.schedule, r, plan.stage_blocks, config.layers));
       rank.model->set_loss_chunk(o.loss_chunk);
       initialize_gpt_parameters(rank.model->parameters(), config, o.seed);
-      rank.optimizer = make_device_optimizer(*rank.model, hyperparameters);
+      rank.optimizer = !offloaded                    ? make_device_optimizer(*rank.model, hyperparameters)
+                       : rank.device->has_storage() ? make_offload_optimizer(*rank.model, hyperparameters, rank_offload_settings(o, r, threads))
+                                                    : make_discarding_optimizer(*rank.model);
       rank.transport = in_process ? std::unique_ptr<PipelineTransport>(std::make_unique<InProcessTransport>(mailbox, r))
                                   : std::make_unique<CommunicatorTransport>(*communicator);
       rank.executor = std::make_unique<PipelineRankExecutor>(
@@ -250,7 +270,8 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
         {"tokens_per_second", median(throughputs)},
         {"memory", {{"peak_allocated", (*fullest)["peak_allocated"]}, {"peak_reserved", (*fullest)["peak_reserved"]},
                     {"at_peak", (*fullest)["at_peak"]}, {"max_by_category", (*fullest)["max_by_category"]}, {"rank", (*fullest)["rank"]},
-                    {"host_pinned_peak", 0}, {"nvme_bytes", 0}, {"num_ooms", 0}, {"num_alloc_retries", 0}}},
+                    {"host_pinned_peak", sum_over(rank_entries, "host_pinned_peak")}, {"nvme_bytes", sum_over(rank_entries, "nvme_bytes")},
+                    {"num_ooms", sum_over(rank_entries, "num_ooms")}, {"num_alloc_retries", sum_over(rank_entries, "num_alloc_retries")}}},
         {"pipeline", {{"pp", ranks}, {"stages", plan.schedule.stages}, {"schedule", o.schedule}, {"micro_batches", micro_batches},
                       {"processes", world}, {"partition", partition},
                       {"unit_cost_simulation", {{"costs", "F=1 B=1 W=1 per rank's blocks"}, {"makespan", plan.simulation.makespan},

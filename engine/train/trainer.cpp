@@ -63,20 +63,6 @@ void validate(const TrainOptions& o) {
   }
 }
 
-offload::ZeroOffloadSettings offload_settings(const TrainOptions& o) {
-  offload::ZeroOffloadSettings settings;
-  settings.device = offload::parse_offload_device(o.offload_optimizer);
-  settings.nvme_path = o.nvme_path;
-  settings.pin_memory = o.offload_pin_memory;
-  settings.buffer_count = o.offload_buffer_count;
-  settings.buffer_pool_bytes = parse_byte_size(o.offload_buffer_size);
-  settings.sub_group_elements = o.offload_sub_group;
-  settings.queue_depth = static_cast<unsigned>(o.offload_queue_depth);
-  settings.chunk_bytes = static_cast<std::size_t>(o.offload_chunk_bytes);
-  settings.adam.threads = o.threads;
-  return settings;
-}
-
 // Settings a resumed run must share with the run that saved, for the resume to be exact.
 nlohmann::json resume_contract(const TrainOptions& o, std::int64_t sequence, const std::string& data_name) {
   return {{"batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum}, {"precision", o.precision},

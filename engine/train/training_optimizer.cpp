@@ -37,13 +37,30 @@ void require_matching(const OptimizerSnapshot& snapshot, const GptModel& model) 
   }
 }
 
+double require_finite(double sum_of_squares) {
+  if (!std::isfinite(sum_of_squares)) {
+    throw std::runtime_error("a gradient became inf or NaN; lower --lr or enable --grad-clip (the optimizer state was not updated)");
+  }
+  return sum_of_squares;
+}
+
 class DeviceAdamW final : public TrainingOptimizer {
  public:
   DeviceAdamW(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters)
       : model_(model), optimizer_(model.parameters(), model.gradients(), hyperparameters) {}
   std::string mode() const override { return "none"; }
   void begin_step() override { model_.zero_gradients(); }
-  double gradient_norm() override { return optimizer_.gradient_norm(); }
+  double gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
+    return require_finite(optimizer_.gradient_sum_of_squares(excluded));
+  }
+  std::span<float> host_gradient(std::size_t index) override {
+    const Tensor& gradient = optimizer_.gradient_of(index);
+    if (gradient.device().kind() != DeviceKind::cpu || gradient.dtype() != DType::f32) {
+      throw std::logic_error("the gradient of parameter " + std::to_string(index) + " is not f32 in host memory (" +
+                             std::string(device_kind_name(gradient.device().kind())) + " device)");
+    }
+    return {gradient.data_as<float>(), static_cast<std::size_t>(gradient.numel())};
+  }
   void step(float learning_rate, float gradient_scale) override { optimizer_.step(learning_rate, gradient_scale); }
   std::int64_t steps_taken() const override { return optimizer_.steps_taken(); }
   void set_steps_taken(std::int64_t steps) override { optimizer_.set_steps_taken(steps); }
@@ -88,15 +105,45 @@ std::vector<offload::OffloadedParameter> offloaded_parameters(const GptModel& mo
   return parameters;
 }
 
+// Hands the optimizer's gradient list the gradients of a model (or of a pipeline stage's part of one)
+// under their positions in that list; the model names them by their whole-model index.
+class PartGradientSink final : public GradientSink {
+ public:
+  PartGradientSink(GradientSink& target, const std::vector<NamedTensor>& parameters) : target_(target) {
+    for (std::size_t position = 0; position < parameters.size(); ++position) {
+      const std::size_t index = parameters[position].index;
+      if (positions_.size() <= index) positions_.resize(index + 1);
+      positions_[index] = position;
+    }
+  }
+  std::optional<std::size_t> position_of(std::size_t index) const { return index < positions_.size() ? positions_[index] : std::nullopt; }
+  void accumulate(std::size_t index, std::int64_t offset, const Tensor& gradient) override {
+    target_.accumulate(required(index), offset, gradient);
+  }
+  void accumulate_rows(std::size_t index, const Tensor& ids, const Tensor& rows) override {
+    target_.accumulate_rows(required(index), ids, rows);
+  }
+
+ private:
+  std::size_t required(std::size_t index) const {
+    const std::optional<std::size_t> position = position_of(index);
+    if (!position) throw std::logic_error("a gradient of parameter " + std::to_string(index) + ", which this model part does not hold");
+    return *position;
+  }
+  GradientSink& target_;
+  std::vector<std::optional<std::size_t>> positions_;  // [whole-model index] -> position in the list
+};
+
 class OffloadedAdamW final : public TrainingOptimizer {
  public:
   OffloadedAdamW(GptModel& model, const cpu::AdamWHyperparameters& h, const offload::ZeroOffloadSettings& settings)
       : model_(model),
-        optimizer_(model.device(), offloaded_parameters(model), h, settings) {
+        optimizer_(model.device(), offloaded_parameters(model), h, settings),
+        sink_(optimizer_.gradients(), model.parameters().named()) {
     if (model.gradient_storage() != GradientStorage::streamed) {
       throw std::logic_error("ZeRO-Offload needs a model whose gradients stream to the host (GradientStorage::streamed)");
     }
-    model_.set_gradient_sink(&optimizer_.gradients());
+    model_.set_gradient_sink(&sink_);
   }
   ~OffloadedAdamW() override { model_.set_gradient_sink(nullptr); }
   OffloadedAdamW(const OffloadedAdamW&) = delete;
@@ -104,12 +151,16 @@ class OffloadedAdamW final : public TrainingOptimizer {
 
   std::string mode() const override { return optimizer_.tier_name(); }
   void begin_step() override { optimizer_.begin_step(); }
-  double gradient_norm() override {
-    const offload::GradientCheck check = optimizer_.check_gradients();
-    if (!check.finite) {
-      throw std::runtime_error("a gradient became inf or NaN; lower --lr or enable --grad-clip (the optimizer state was not updated)");
-    }
-    return std::sqrt(check.sum_of_squares);
+  double gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
+    std::optional<std::size_t> position;
+    if (excluded) position = sink_.position_of(*excluded);
+    const offload::GradientCheck check = optimizer_.check_gradients(position);
+    return require_finite(check.finite ? check.sum_of_squares : std::nan(""));
+  }
+  std::span<float> host_gradient(std::size_t index) override {
+    const std::optional<std::size_t> position = sink_.position_of(index);
+    if (!position) throw std::out_of_range("the optimizer holds no gradient of parameter " + std::to_string(index));
+    return optimizer_.gradients().of(*position);
   }
   void step(float learning_rate, float gradient_scale) override { optimizer_.step(learning_rate, gradient_scale); }
   std::int64_t steps_taken() const override { return optimizer_.steps_taken(); }
@@ -143,6 +194,7 @@ class OffloadedAdamW final : public TrainingOptimizer {
  private:
   GptModel& model_;
   offload::ZeroOffloadOptimizer optimizer_;
+  PartGradientSink sink_;
 };
 
 // Drops every gradient: a dry run on meta measures the device's allocations, not values.
@@ -160,7 +212,8 @@ class DiscardingOptimizer final : public TrainingOptimizer {
   DiscardingOptimizer& operator=(const DiscardingOptimizer&) = delete;
   std::string mode() const override { return "dry run"; }
   void begin_step() override {}
-  double gradient_norm() override { return 0.0; }
+  double gradient_sum_of_squares(std::optional<std::size_t>) override { return 0.0; }
+  std::span<float> host_gradient(std::size_t) override { throw std::logic_error("a dry run holds no gradients"); }
   void step(float, float) override { ++steps_; }
   std::int64_t steps_taken() const override { return steps_; }
   void set_steps_taken(std::int64_t steps) override { steps_ = steps; }

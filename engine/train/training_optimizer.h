@@ -3,9 +3,12 @@
 // read and write either through the same host snapshot, so they move between modes.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,8 +37,14 @@ class TrainingOptimizer {
   virtual std::string mode() const = 0;  // "none", "cpu" or "nvme" (--offload-optimizer)
   // Before a step's first micro-batch: gradients to zero.
   virtual void begin_step() = 0;
-  // The global L2 norm of the step's gradients; throws when one is inf or NaN.
-  virtual double gradient_norm() = 0;
+  // The sum of squares (f64) of the step's gradients, leaving out the model's parameter `excluded`
+  // (NamedTensor::index; a pipeline stage's duplicate of the tied token table) when given. Throws when
+  // a gradient is inf or NaN.
+  virtual double gradient_sum_of_squares(std::optional<std::size_t> excluded) = 0;
+  double gradient_norm() { return std::sqrt(gradient_sum_of_squares(std::nullopt)); }
+  // The step's gradient (f32) of the model's parameter `index` in host memory, for sums between
+  // pipeline stages; throws when the gradients are not host-addressable (a cuda device's).
+  virtual std::span<float> host_gradient(std::size_t index) = 0;
   virtual void step(float learning_rate, float gradient_scale) = 0;
   virtual std::int64_t steps_taken() const = 0;
   virtual void set_steps_taken(std::int64_t steps) = 0;

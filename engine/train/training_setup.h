@@ -1,5 +1,6 @@
 // The pieces every training job sets up the same way (one process, or one rank of a pipeline): the
-// precision, the device, the data and its vocabulary check, and the summary's model section.
+// precision, the device, the data and its vocabulary check, the summary's model section and the
+// offload settings.
 #pragma once
 
 #include <memory>
@@ -10,7 +11,9 @@
 #include "engine/core/device.h"
 #include "engine/core/dtype.h"
 #include "engine/train/token_data.h"
+#include "engine/train/train_options.h"
 #include "models/gpt_config.h"
+#include "offload/zero_offload_optimizer.h"
 
 namespace ferry {
 
@@ -21,5 +24,7 @@ TokenDataset open_training_data(const std::string& path);  // empty: the embedde
 void check_vocabulary(const TokenDataset& data, const GptConfig& config);
 double median(std::vector<double> values);
 nlohmann::json model_summary(const GptConfig& config);
+// ZeRO-Offload's settings from --offload-optimizer, --nvme-path, --offload-* and --threads.
+offload::ZeroOffloadSettings offload_settings(const TrainOptions& options);
 
 }  // namespace ferry

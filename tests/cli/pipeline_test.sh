@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Pipeline training across processes (mpirun, more ranks than cores): every schedule with --pp 2 and
-# --pp 4 gives the per-step losses of one rank with the same global batch (1e-5 relative in fp32); the
+# --pp 4 gives the per-step losses of one rank with the same global batch (1e-5 relative in fp32), with
+# ZeRO-Offload too; the
 # summary on rank 0 lists every rank; a bad flag on every rank, or a launch with the wrong rank count,
 # fails fast with one clear error instead of hanging.
 source "$(dirname "$0")/common.sh"
@@ -38,6 +39,23 @@ for ranks in 2 4; do
     echo "pp $ranks $schedule: same losses as one rank"
   done
 done
+
+# ZeRO-Offload on every rank (nvme: a directory per rank under --nvme-path), the tied table's gradient
+# summed between host copies: still one rank's losses.
+for offload in cpu nvme; do
+  nvme=(); [[ $offload == nvme ]] && nvme=(--nvme-path "$work/nvme")
+  launch 2 train "${model[@]}" --pp 2 --micro-batches 4 --schedule zb-h1 --offload-optimizer "$offload" "${nvme[@]}" \
+    --summary "$work/pipe.json" > "$work/pipe.txt" 2>&1 || { cat "$work/pipe.txt"; exit 1; }
+  compare "$work/pipe.json" 2
+  /usr/bin/python3 -c "
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert [r['optimizer']['mode'] for r in s['ranks']] == [sys.argv[2]] * 2, s['ranks']
+assert s['memory']['host_pinned_peak'] == sum(r['host_pinned_peak'] for r in s['ranks']) > 0, s['memory']
+" "$work/pipe.json" "$offload"
+  echo "pp 2 zb-h1 --offload-optimizer $offload: same losses as one rank"
+done
+[[ -d $work/nvme/rank-0 && -d $work/nvme/rank-1 ]] || { echo "no NVMe directory per rank"; ls -R "$work/nvme"; exit 1; }
 
 # A flag every rank rejects, and a launch whose rank count does not match --pp: an error, no hang.
 if launch 2 train "${model[@]}" --pp 2 --schedule fastest > "$work/out.txt" 2> "$work/err.txt"; then echo "accepted --schedule fastest"; exit 1; fi

@@ -1,8 +1,11 @@
 // Zero Bubble's split backward: a block's input-gradient pass (I) then its weight-gradient pass (W) give
 // bitwise the gradients of the whole backward, with and without dropout (whose branch gradients are not
-// aliased to the residual gradient) and under every recompute level; W without I is refused; a model
-// part holds only its blocks.
+// aliased to the residual gradient) and under every recompute level, and with gradients streamed to a
+// sink; W without I is refused; a model part holds only its blocks.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
 
 #include "models/gpt_model.h"
 #include "tests/models/random_tokens.h"
@@ -16,12 +19,29 @@ GptConfig config() { return GptConfig{"split-test", 2, 16, 2, 13, 8}; }
 
 struct Gradients {
   std::vector<float> input;
-  std::vector<float> parameters;
+  std::vector<float> parameters;  // block 1's, in fields() order
 };
 
-Gradients block_gradients(GptDropout dropout, ActivationKeep keep, bool split) {
+// Adds what a streamed backward hands over into host copies keyed by the parameter index.
+class RecordingSink final : public GradientSink {
+ public:
+  void accumulate(std::size_t index, std::int64_t offset, const Tensor& gradient) override {
+    const std::vector<float> values = copy_to_host_f32(gradient);
+    std::vector<float>& sum = sums[index];
+    sum.resize(std::max(sum.size(), static_cast<std::size_t>(offset) + values.size()));
+    for (std::size_t i = 0; i < values.size(); ++i) sum[static_cast<std::size_t>(offset) + i] += values[i];
+    ++calls[index];
+  }
+  void accumulate_rows(std::size_t, const Tensor&, const Tensor&) override { ADD_FAILURE() << "a block hands over no rows"; }
+  std::map<std::size_t, std::vector<float>> sums;
+  std::map<std::size_t, int> calls;
+};
+
+Gradients block_gradients(GptDropout dropout, ActivationKeep keep, bool split, GradientStorage storage = GradientStorage::whole) {
   auto device = create_device(DeviceOptions{});
-  GptModel model(*device, config(), DType::f32, dropout);
+  GptModel model(*device, config(), DType::f32, dropout, storage);
+  RecordingSink sink;
+  if (storage == GradientStorage::streamed) model.set_gradient_sink(&sink);
   initialize_gpt_parameters(model.parameters(), config(), 5);
   model.zero_gradients();
   const cpu::RandomKey key{17};
@@ -41,9 +61,17 @@ Gradients block_gradients(GptDropout dropout, ActivationKeep keep, bool split) {
     input_gradient = model.block_backward(1, std::move(activations), gradient, key);
   }
   Gradients result{copy_to_host_f32(input_gradient), {}};
-  for (const NamedTensor& each : model.gradients().named()) {
-    const std::vector<float> values = copy_to_host_f32(*each.tensor);
+  for (std::size_t i = 0; i < GptBlockParameters::kCount; ++i) {
+    const std::size_t index = GptParameters::block_index(1) + i;
+    if (storage == GradientStorage::streamed) {
+      EXPECT_EQ(sink.calls[index], 1) << "parameter " << index << " handed over once";
+    }
+    const std::vector<float> values =
+        storage == GradientStorage::streamed ? sink.sums[index] : copy_to_host_f32(*model.gradients().blocks[1].fields()[i].second);
     result.parameters.insert(result.parameters.end(), values.begin(), values.end());
+  }
+  if (storage == GradientStorage::streamed) {
+    EXPECT_EQ(sink.sums.size(), GptBlockParameters::kCount) << "only block 1's gradients";
   }
   return result;
 }
@@ -59,6 +87,18 @@ TEST(SplitBackward, InputThenWeightPassGivesBitwiseTheWholeBackward) {
       for (float value : whole.parameters) nonzero = nonzero || value != 0.0f;
       EXPECT_TRUE(nonzero);
     }
+  }
+}
+
+TEST(SplitBackward, StreamedGradientsReachTheSinkOnceEachAndEqualTheWholeBackward) {
+  // The input pass hands over the LayerNorms' gradients, the weight pass the projections'.
+  for (const GptDropout dropout : {GptDropout{}, GptDropout{0.0f, 0.2f, 0.3f}}) {
+    const Gradients whole = block_gradients(dropout, ActivationKeep::selective, false);
+    const Gradients streamed_split = block_gradients(dropout, ActivationKeep::selective, true, GradientStorage::streamed);
+    const Gradients streamed_whole = block_gradients(dropout, ActivationKeep::selective, false, GradientStorage::streamed);
+    EXPECT_EQ(streamed_split.input, whole.input);
+    EXPECT_EQ(streamed_split.parameters, whole.parameters);
+    EXPECT_EQ(streamed_whole.parameters, whole.parameters);
   }
 }
 
