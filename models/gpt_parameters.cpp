@@ -82,21 +82,35 @@ GptParameters GptParameters::allocate(Device& device, const GptConfig& config, D
   return parameters;
 }
 
+namespace {
+
+// Calls visit(name, tensor, index) for every tensor of the whole model, held or not, in named() order.
+template <typename Visit>
+void visit_every_tensor(const GptParameters& parameters, Visit visit) {
+  std::size_t index = 0;
+  visit(std::string("wte.weight"), &parameters.wte, index++);
+  visit(std::string("wpe.weight"), &parameters.wpe, index++);
+  for (std::size_t layer = 0; layer < parameters.blocks.size(); ++layer) {
+    const std::string prefix = "h." + std::to_string(layer) + ".";
+    for (const auto& [name, tensor] : parameters.blocks[layer].fields()) visit(prefix + name, tensor, index++);
+  }
+  visit(std::string("ln_f.weight"), &parameters.ln_f_weight, index++);
+  visit(std::string("ln_f.bias"), &parameters.ln_f_bias, index++);
+}
+
+}  // namespace
+
 std::vector<NamedTensor> GptParameters::named() const {
   std::vector<NamedTensor> result;
-  std::size_t index = 0;
-  auto add = [&](std::string name, const Tensor* tensor) {
+  visit_every_tensor(*this, [&](std::string name, const Tensor* tensor, std::size_t index) {
     if (tensor->defined()) result.push_back({std::move(name), tensor, index});
-    ++index;
-  };
-  add("wte.weight", &wte);
-  add("wpe.weight", &wpe);
-  for (std::size_t layer = 0; layer < blocks.size(); ++layer) {
-    const std::string prefix = "h." + std::to_string(layer) + ".";
-    for (const auto& [name, tensor] : blocks[layer].fields()) add(prefix + name, tensor);
-  }
-  add("ln_f.weight", &ln_f_weight);
-  add("ln_f.bias", &ln_f_bias);
+  });
+  return result;
+}
+
+std::vector<std::string> GptParameters::whole_model_names() const {
+  std::vector<std::string> result;
+  visit_every_tensor(*this, [&](std::string name, const Tensor*, std::size_t) { result.push_back(std::move(name)); });
   return result;
 }
 

@@ -68,6 +68,8 @@ struct GptParameters {
                                 const std::string& tag_prefix = "", const GptModelPart& part = {});
   // Every allocated tensor with its HF name, in the order HF files list them.
   std::vector<NamedTensor> named() const;
+  // The names of the whole model's tensors, those a part does not hold included.
+  std::vector<std::string> whole_model_names() const;
   std::int64_t numel() const;
   // Positions in named(): the embeddings first, then each block's kCount tensors, then ln_f.
   static constexpr std::size_t kWteIndex = 0;

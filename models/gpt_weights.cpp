@@ -90,8 +90,9 @@ GptConfig infer_gpt_config(const SafetensorsFile& file, std::int64_t heads) {
 }
 
 void load_gpt_parameters(const SafetensorsFile& file, const GptParameters& parameters) {
+  // A pipeline stage's part loads its own tensors from the whole model's file.
   std::set<std::string> expected;
-  for (const NamedTensor& each : parameters.named()) expected.insert(each.name);
+  for (std::string& name : parameters.whole_model_names()) expected.insert(std::move(name));
   for (const SafetensorsEntry& entry : file.entries()) {
     const std::string name = strip_prefix(entry.name);
     if (!expected.contains(name) && !is_ignored_buffer(name)) {

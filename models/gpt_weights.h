@@ -23,8 +23,9 @@ std::optional<GptConfig> read_hf_gpt_config_beside(const std::string& weights_pa
 // The shape implied by the tensors (heads cannot be inferred: taken from `heads`).
 GptConfig infer_gpt_config(const SafetensorsFile& file, std::int64_t heads);
 
-// Copies every parameter from the file, converting to the parameter dtype. Missing tensors, unknown
-// tensors and shapes that disagree are SafetensorsErrors naming the tensor.
+// Copies every parameter from the file, converting to the parameter dtype (a pipeline stage's part
+// takes its own from the whole model's file). Missing tensors, tensors the whole model does not have
+// and shapes that disagree are SafetensorsErrors naming the tensor.
 void load_gpt_parameters(const SafetensorsFile& file, const GptParameters& parameters);
 
 // Writes the parameters with HF names as F32 (bf16 parameters are widened) to `path`, atomically.

@@ -4,10 +4,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <thread>
 
 #include "allocator/byte_size.h"
 #include "engine/comm/communicator.h"
+#include "engine/core/safetensors.h"
 #include "engine/train/learning_rate.h"
 #include "engine/train/pipeline_step.h"
 #include "engine/train/pipeline_transports.h"
@@ -17,6 +19,7 @@
 #include "engine/train/training_setup.h"
 #include "engine/train/training_step.h"
 #include "models/activation_memory.h"
+#include "models/gpt_weights.h"
 #include "models/kernels/cpu/compute_threads.h"
 #include "schedule/pipeline_lowering.h"
 #include "schedule/pipeline_simulator.h"
@@ -46,8 +49,6 @@ void reject_unsupported(const TrainOptions& o) {
     if (used) throw std::invalid_argument(std::string(what) + " is not supported with --pp yet: run it without pipeline parallelism");
   };
   refuse(!o.save.empty() || !o.resume.empty(), "--save/--resume (checkpoints of pipeline stages)");
-  refuse(!o.init_from.empty(), "--init-from");
-  if (o.checkpointing == "auto") throw std::invalid_argument("--checkpointing auto is not supported with --pp yet: name a policy (none, selective, full, every:K)");
   if (o.pipeline_stages < 1) throw std::invalid_argument("--pp must be >= 1, got " + std::to_string(o.pipeline_stages));
 }
 
@@ -111,16 +112,44 @@ std::int64_t sum_over(const nlohmann::json& rank_entries, const char* key) {
   return sum;
 }
 
-}  // namespace
+nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator);
 
-bool pipeline_requested(const TrainOptions& options) {
-  return options.pipeline_stages > 1 || detect_rank_environment().world_size > 1;
+// --checkpointing auto: the candidate with the least recompute whose every stage fits the device, by an
+// in-process dry run of all stages on meta per candidate (every rank computes the same choice).
+RecomputePolicy choose_recompute_policy_for_stages(const TrainOptions& o, const GptConfig& config, bool prints) {
+  const std::size_t limit = make_training_device(o.device, o.device_memory)->memory_limit();
+  std::string smallest_policy;
+  std::int64_t smallest_peak = std::numeric_limits<std::int64_t>::max();
+  for (const RecomputePolicy& candidate : recompute_candidates(config.layers)) {
+    TrainOptions dry = o;
+    dry.device = "meta";
+    dry.device_memory = "1024TiB";  // a dry run measures; it does not enforce a limit
+    dry.steps = 1;
+    dry.quiet = true;
+    dry.profile.clear();
+    dry.checkpointing = candidate.name();
+    if (dry.offload_optimizer == "nvme") dry.offload_optimizer = "cpu";  // the same device memory, nothing written
+    dry.nvme_path.clear();
+    const nlohmann::json summary = train_pipeline(dry, *make_single_rank_communicator());
+    std::int64_t peak = 0;
+    for (const nlohmann::json& rank : summary["ranks"]) peak = std::max(peak, rank["peak_reserved"].get<std::int64_t>());
+    if (peak <= static_cast<std::int64_t>(limit)) {
+      if (prints) {
+        std::printf("  checkpointing auto: %s (dry run: the fullest stage reserves %s of %s)\n", candidate.name().c_str(),
+                    format_bytes(static_cast<std::size_t>(peak)).c_str(), format_bytes(limit).c_str());
+      }
+      return candidate;
+    }
+    if (peak < smallest_peak) smallest_peak = peak, smallest_policy = candidate.name();
+  }
+  throw std::invalid_argument("--checkpointing auto: no recompute policy fits every stage in --device-memory " + format_bytes(limit) +
+                              "; the smallest, " + smallest_policy + ", needs " + format_bytes(static_cast<std::size_t>(smallest_peak)) +
+                              " on its fullest stage (raise --device-memory or --pp, lower --batch, --seq or --micro-batches)");
 }
 
-nlohmann::json run_pipeline_training(const TrainOptions& o) {
-  reject_unsupported(o);
-  const std::unique_ptr<Communicator> communicator = make_communicator();
-  const int world = communicator->size();
+
+nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator) {
+  const int world = communicator.size();
   const std::int32_t ranks = o.pipeline_stages;
   if (world > 1 && world != ranks) {
     throw std::invalid_argument("launched as " + std::to_string(world) + " ranks for --pp " + std::to_string(ranks) +
@@ -153,7 +182,10 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
     plan.simulation = simulate_pipeline_schedule(plan.schedule, costs);
     const TokenDataset data = open_training_data(o.data);
     check_vocabulary(data, config);
-    const std::vector<ActivationKeep> keeps = activation_keeps(RecomputePolicy::parse(o.checkpointing), config.layers);
+    const bool writes_summary = communicator.rank() == 0;
+    const bool prints = writes_summary && !o.quiet;
+    const RecomputePolicy policy = o.checkpointing == "auto" ? choose_recompute_policy_for_stages(o, config, prints) : RecomputePolicy::parse(o.checkpointing);
+    const std::vector<ActivationKeep> keeps = activation_keeps(policy, config.layers);
     const GptDropout dropout{o.dropout, o.dropout, o.dropout};
     const cpu::AdamWHyperparameters hyperparameters{static_cast<float>(o.lr), beta1, beta2, static_cast<float>(o.eps),
                                                     static_cast<float>(o.weight_decay)};
@@ -161,7 +193,7 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
     const bool offloaded = o.offload_optimizer != "none";
     std::vector<PipelineRank> local;  // the ranks this process runs
     PipelineMailbox mailbox;          // after `local`: its tensors go before their devices do
-    for (std::int32_t r = in_process ? 0 : communicator->rank(); r < (in_process ? ranks : communicator->rank() + 1); ++r) {
+    for (std::int32_t r = in_process ? 0 : communicator.rank(); r < (in_process ? ranks : communicator.rank() + 1); ++r) {
       PipelineRank rank;
       rank.device = make_training_device(o.device, o.device_memory);
       if (!in_process && !rank.device->has_storage()) {
@@ -172,23 +204,25 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
             *rank.device, o.profile + "/rank-" + std::to_string(r), ProfileSteps::parse(o.profile_steps),
             nlohmann::json{{"command", "train"}, {"model", config.name}, {"parameters", config.parameter_count()}, {"device", o.device},
                            {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", micro_batches},
-                           {"checkpointing", o.checkpointing}, {"pipeline_rank", r}, {"schedule", o.schedule}, {"pp", ranks}});
+                           {"checkpointing", policy.name()}, {"pipeline_rank", r}, {"schedule", o.schedule}, {"pp", ranks}});
       }
       rank.model = std::make_unique<GptModel>(*rank.device, config, dtype, dropout, offloaded ? GradientStorage::streamed : GradientStorage::whole,
                                               pipeline_rank_part(plan.schedule, r, plan.stage_blocks, config.layers));
       rank.model->set_loss_chunk(o.loss_chunk);
-      initialize_gpt_parameters(rank.model->parameters(), config, o.seed);
+      if (o.init_from.empty()) {
+        initialize_gpt_parameters(rank.model->parameters(), config, o.seed);
+      } else {
+        load_gpt_parameters(SafetensorsFile(o.init_from), rank.model->parameters());
+      }
       rank.optimizer = !offloaded                    ? make_device_optimizer(*rank.model, hyperparameters)
                        : rank.device->has_storage() ? make_offload_optimizer(*rank.model, hyperparameters, rank_offload_settings(o, r, threads))
                                                     : make_discarding_optimizer(*rank.model);
       rank.transport = in_process ? std::unique_ptr<PipelineTransport>(std::make_unique<InProcessTransport>(mailbox, r))
-                                  : std::make_unique<CommunicatorTransport>(*communicator);
+                                  : std::make_unique<CommunicatorTransport>(communicator);
       rank.executor = std::make_unique<PipelineRankExecutor>(
           *rank.model, *rank.transport, PipelineRankSetup{&plan.schedule, r, plan.stage_blocks, o.batch, sequence, o.seed, keeps});
       local.push_back(std::move(rank));
     }
-    const bool writes_summary = communicator->rank() == 0;
-    const bool prints = writes_summary && !o.quiet;
     if (prints) {
       std::printf("ferry train: %s, %lld layers, pipeline of %d stages (%s, %d micro-batches of %lld x %lld) on %s\n", config.name.c_str(),
                   static_cast<long long>(config.layers), plan.schedule.stages, o.schedule.c_str(), micro_batches,
@@ -220,7 +254,7 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
         if (rank.profile) rank.profile->begin_step(step + 1);
       }
       const PipelineStepResult result = in_process ? run_pipeline_step_in_process(turns, tokens, settings)
-                                                   : run_pipeline_step(*local.front().executor, *local.front().optimizer, *communicator, tokens, settings);
+                                                   : run_pipeline_step(*local.front().executor, *local.front().optimizer, communicator, tokens, settings);
       for (PipelineRank& rank : local) {
         if (rank.profile) rank.profile->end_step(step + 1);
       }
@@ -243,7 +277,7 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
     nlohmann::json rank_entries = nlohmann::json::array();
     for (const PipelineRank& rank : local) rank_entries.push_back(rank_summary(rank, plan));
     if (!in_process) {
-      const std::vector<std::string> gathered = communicator->gather_strings(rank_entries.front().dump(), 0);
+      const std::vector<std::string> gathered = communicator.gather_strings(rank_entries.front().dump(), 0);
       rank_entries = nlohmann::json::array();
       for (const std::string& entry : gathered) rank_entries.push_back(nlohmann::json::parse(entry));
     }
@@ -263,7 +297,7 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
         {"model", model_summary(config)},
         {"run", {{"device", o.device}, {"device_memory_limit", local.front().device->memory_limit()}, {"precision", o.precision},
                  {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", micro_batches}, {"steps", o.steps},
-                 {"checkpointing", o.checkpointing}, {"offload_optimizer", o.offload_optimizer}, {"data", data.name()}, {"seed", o.seed},
+                 {"checkpointing", policy.name()}, {"checkpointing_requested", o.checkpointing}, {"offload_optimizer", o.offload_optimizer}, {"data", data.name()}, {"seed", o.seed},
                  {"threads", threads}, {"dry_run", !local.front().device->has_storage()}}},
         {"steps", steps},
         {"final_loss", steps.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_loss)},
@@ -293,11 +327,23 @@ nlohmann::json run_pipeline_training(const TrainOptions& o) {
     if (world == 1) throw;
     // The other ranks would wait on this one: end the whole job with the reason.
     std::fflush(stdout);
-    std::fprintf(stderr, "ferry: error: rank %d of %d: %s\n", communicator->rank(), world, error.what());
+    std::fprintf(stderr, "ferry: error: rank %d of %d: %s\n", communicator.rank(), world, error.what());
     std::fflush(stderr);
-    communicator->abort(1);
+    communicator.abort(1);
   }
   return nullptr;  // not reached: abort ends the process
+}
+
+}  // namespace
+
+bool pipeline_requested(const TrainOptions& options) {
+  return options.pipeline_stages > 1 || detect_rank_environment().world_size > 1;
+}
+
+nlohmann::json run_pipeline_training(const TrainOptions& options) {
+  reject_unsupported(options);
+  const std::unique_ptr<Communicator> communicator = make_communicator();
+  return train_pipeline(options, *communicator);
 }
 
 }  // namespace ferry

@@ -1,7 +1,7 @@
 // Pipeline training in one process (every rank an executor with its own device, taking turns): each
 // schedule gives the per-step losses of one rank with the same global batch; the measured activation
 // stash per stage equals the simulator's in-flight peak times one micro-batch's stash; ZeRO-Offload
-// works on every rank; bad setups fail with the fix.
+// works on every rank; --checkpointing auto and --init-from work per stage; bad setups fail with the fix.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -11,6 +11,8 @@
 #include <string>
 
 #include "engine/train/trainer.h"
+#include "models/gpt_model.h"
+#include "models/gpt_weights.h"
 #include "schedule/pipeline_partition.h"
 
 namespace ferry {
@@ -165,6 +167,51 @@ TEST(PipelineTraining, OutOfMemoryMidScheduleIsReportedAndCleanedUp) {
     EXPECT_NE(message.find("out of memory"), std::string::npos) << message;
     EXPECT_NE(message.find("activations 'h."), std::string::npos) << message;
   }
+}
+
+// --checkpointing auto picks the least recompute whose fullest stage fits (a dry run of every stage per
+// candidate); the losses stay one rank's. Nothing fitting is an error naming the smallest need.
+TEST(PipelineTraining, AutomaticRecomputeFitsEveryStage) {
+  TrainOptions o = tiny_run(4);
+  o.steps = 2;
+  const std::vector<double> expected = single_rank_losses(o, 16);
+  o.checkpointing = "auto";
+  o.device_memory = "2MiB";  // GPipe's 16 micro-batches need 4 MiB without recompute
+  const nlohmann::json summary = pipeline_run(o, 2, 16, "gpipe");
+  const std::string chosen = summary["run"]["checkpointing"].get<std::string>();
+  EXPECT_NE(chosen, "none");
+  EXPECT_NE(chosen, "auto");
+  EXPECT_EQ(summary["run"]["checkpointing_requested"], "auto");
+  for (const nlohmann::json& rank : summary["ranks"]) EXPECT_LE(rank["peak_reserved"].get<std::int64_t>(), std::int64_t{2} << 20);
+  expect_same_losses(expected, losses(summary), 1e-5, "gpipe with --checkpointing auto (" + chosen + ")");
+  o.device_memory = "1MiB";
+  try {
+    pipeline_run(o, 2, 16, "gpipe");
+    FAIL() << "a policy fitted 1 MiB";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("no recompute policy fits every stage"), std::string::npos) << error.what();
+  }
+}
+
+// --init-from: each stage loads its own tensors from the whole model's file.
+TEST(PipelineTraining, InitFromLoadsEachStagesShareOfTheWeights) {
+  TrainOptions o = tiny_run(4);
+  const std::string path = ::testing::TempDir() + "/pipeline_init." + std::to_string(::getpid()) + ".safetensors";
+  {
+    auto device = create_device(DeviceOptions{});
+    const GptConfig config = resolve_model_config(o);
+    GptModel model(*device, config, DType::f32);
+    initialize_gpt_parameters(model.parameters(), config, 1234);  // not the run's --seed
+    save_gpt_parameters(path, model.parameters());
+  }
+  o.init_from = path;  // the shape comes from the file (and --heads)
+  o.layers.reset();
+  o.hidden.reset();
+  o.vocab.reset();
+  const std::vector<double> expected = single_rank_losses(o, 4);
+  expect_same_losses(expected, losses(pipeline_run(o, 4, 4, "1f1b")), 1e-5, "1f1b with --init-from");
+  EXPECT_NE(single_rank_losses(tiny_run(4), 4).front(), expected.front()) << "the file's weights were not used";
+  std::filesystem::remove(path);
 }
 
 TEST(PipelineTraining, BadSetupsNameTheFix) {
