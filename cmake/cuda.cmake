@@ -12,6 +12,9 @@ if(FERRY_ENABLE_CUDA AND NOT FERRY_SANITIZE)
       set(CMAKE_CUDA_ARCHITECTURES 90)  # "90" = sm_90 machine code plus compute_90 PTX
     endif()
     enable_language(CUDA)
+    # CMake 3.25 does not know nvcc 13's flag for C++20: name it, then ask for it.
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
     set(CMAKE_CUDA_STANDARD 20)
     find_package(CUDAToolkit REQUIRED)
     set(FERRY_HAVE_CUDA ON)

@@ -6,9 +6,16 @@
 #include <cmath>
 #include <cstdint>
 
+// Compiled for the GPU too (models/kernels/cuda): the same key gives the same mask on both devices.
+#ifdef __CUDACC__
+#define FERRY_HOST_DEVICE __host__ __device__
+#else
+#define FERRY_HOST_DEVICE
+#endif
+
 namespace ferry::cpu {
 
-constexpr std::uint64_t mix64(std::uint64_t x) {
+FERRY_HOST_DEVICE constexpr std::uint64_t mix64(std::uint64_t x) {
   // splitmix64's finalizer: a bijection with good avalanche.
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -19,10 +26,10 @@ constexpr std::uint64_t mix64(std::uint64_t x) {
 struct RandomKey {
   std::uint64_t value = 0;
   // A new key for a sub-purpose (a layer, a micro-batch, a tensor...).
-  constexpr RandomKey derive(std::uint64_t salt) const { return RandomKey{mix64(value ^ mix64(salt))}; }
-  constexpr std::uint64_t bits(std::uint64_t index) const { return mix64(value ^ mix64(index + 0x632be59bd9b4e019ull)); }
+  FERRY_HOST_DEVICE constexpr RandomKey derive(std::uint64_t salt) const { return RandomKey{mix64(value ^ mix64(salt))}; }
+  FERRY_HOST_DEVICE constexpr std::uint64_t bits(std::uint64_t index) const { return mix64(value ^ mix64(index + 0x632be59bd9b4e019ull)); }
   // Uniform in [0, 1) with 24 bits.
-  float uniform(std::uint64_t index) const { return static_cast<float>(bits(index) >> 40) * 0x1.0p-24f; }
+  FERRY_HOST_DEVICE float uniform(std::uint64_t index) const { return static_cast<float>(bits(index) >> 40) * 0x1.0p-24f; }
   // Standard normal (Box-Muller over two independent uniforms).
   double normal(std::uint64_t index) const {
     const double u1 = (static_cast<double>(bits(2 * index) >> 11) + 1.0) * 0x1.0p-53;
@@ -32,7 +39,7 @@ struct RandomKey {
 };
 
 // Dropout keeps an element when its uniform draw is at least the drop probability.
-inline bool dropout_keeps(RandomKey key, std::uint64_t index, float probability) {
+FERRY_HOST_DEVICE inline bool dropout_keeps(RandomKey key, std::uint64_t index, float probability) {
   return key.uniform(index) >= probability;
 }
 

@@ -1,0 +1,73 @@
+#include "models/kernels/cuda/encoder.h"
+#include "models/kernels/cuda/launch_check.h"
+
+namespace ferry::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ float table_value(const float* table, std::int64_t at) { return table[at]; }
+__device__ float table_value(const std::uint16_t* table, std::int64_t at) { return __uint_as_float(static_cast<std::uint32_t>(table[at]) << 16); }
+
+// One thread per output element.
+template <typename Table>
+__global__ void encoder_forward_kernel(float* out, const std::int32_t* tokens, const Table* wte, const float* wpe, std::int64_t positions,
+                                       std::int64_t sequence, std::int64_t channels) {
+  const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= positions * channels) return;
+  const std::int64_t position = i / channels, c = i % channels;
+  const std::int64_t t = position % sequence;
+  out[i] = table_value(wte, static_cast<std::int64_t>(tokens[position]) * channels + c) + wpe[t * channels + c];
+}
+
+// dwpe[t, c]: one thread each, adding batch rows in order.
+__global__ void position_gradient_kernel(float* dwpe, const float* dout, std::int64_t batch, std::int64_t sequence, std::int64_t channels) {
+  const std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= sequence * channels) return;
+  float sum = dwpe[i];
+  for (std::int64_t b = 0; b < batch; ++b) sum += dout[b * sequence * channels + i];
+  dwpe[i] = sum;
+}
+
+// dwte[:, c]: one thread per channel walks every position in order, so a token row that repeats is
+// summed in the CPU's order. (Parallel over channels only: a sort by token would parallelize further.)
+__global__ void token_gradient_kernel(float* dwte, const float* dout, const std::int32_t* tokens, std::int64_t positions, std::int64_t channels) {
+  const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= channels) return;
+  for (std::int64_t position = 0; position < positions; ++position) {
+    dwte[static_cast<std::int64_t>(tokens[position]) * channels + c] += dout[position * channels + c];
+  }
+}
+
+template <typename Table>
+void launch_encoder_forward(float* out, const std::int32_t* tokens, const Table* wte, const float* wpe, std::int64_t batch,
+                            std::int64_t sequence, std::int64_t channels, cudaStream_t stream) {
+  const std::int64_t count = batch * sequence * channels;
+  if (count == 0) return;
+  encoder_forward_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(out, tokens, wte, wpe, batch * sequence, sequence, channels);
+  FERRY_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void encoder_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, std::int64_t batch, std::int64_t sequence,
+                     std::int64_t channels, cudaStream_t stream) {
+  launch_encoder_forward(out, tokens, wte, wpe, batch, sequence, channels, stream);
+}
+
+void encoder_forward_bf16_table(float* out, const std::int32_t* tokens, const std::uint16_t* wte, const float* wpe, std::int64_t batch,
+                                std::int64_t sequence, std::int64_t channels, cudaStream_t stream) {
+  launch_encoder_forward(out, tokens, wte, wpe, batch, sequence, channels, stream);
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, std::int64_t batch, std::int64_t sequence,
+                      std::int64_t channels, cudaStream_t stream) {
+  if (batch * sequence * channels == 0) return;
+  position_gradient_kernel<<<blocks_for(sequence * channels, kThreads), kThreads, 0, stream>>>(dwpe, dout, batch, sequence, channels);
+  FERRY_CUDA_LAUNCH_CHECK();
+  if (dwte == nullptr) return;
+  token_gradient_kernel<<<blocks_for(channels, kThreads), kThreads, 0, stream>>>(dwte, dout, tokens, batch * sequence, channels);
+  FERRY_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace ferry::cuda

@@ -1,0 +1,412 @@
+#include "models/kernels/cuda/flash_attention.h"
+
+#include <climits>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "models/kernels/cuda/launch_check.h"
+#include "models/kernels/cuda/warp_reduce.cuh"
+
+// Every block owns one square tile of query rows (forward, dQ) or key rows (dK, dV) of one (batch, head) and
+// walks the tiles of the other side that the causal mask leaves visible, staging both in shared memory.
+// Each tile row is worked on by `lanes` adjacent threads of a warp: for scores they split the row's entries,
+// for the head-size-wide accumulators they split the head dimensions. Nothing is summed by two threads, so
+// there are no atomics and results repeat bit for bit.
+namespace ferry::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Tile geometry for heads of up to HeadCapacity floats (shorter heads are zero-padded in shared memory).
+template <int HeadCapacity>
+struct Tiles {
+  static constexpr int rows = HeadCapacity <= 64 ? 32 : 16;      // queries or keys per tile
+  static constexpr int lanes = kThreads / rows;                 // threads per tile row: 8 or 16
+  static constexpr int entries_per_thread = rows / lanes;       // score entries of a row per thread: 4 or 1
+  static constexpr int dimensions_per_thread = HeadCapacity / lanes;
+  static constexpr int stride = HeadCapacity + 1;               // padded: a column's reads hit distinct banks
+  static_assert(kThreads % rows == 0 && rows % lanes == 0 && HeadCapacity % lanes == 0 && kWarpSize % lanes == 0);
+};
+
+// Sizes and constants of one call, passed by value to the kernels.
+struct Problem {
+  int sequence;       // T
+  int channels;       // C
+  int heads;          // NH
+  int head_size;      // C / NH
+  float scale;        // 1 / sqrt(head size), as the CPU twin computes it
+  float dropout;      // probability of dropping an attention weight
+  float keep_scale;   // 1 / (1 - dropout)
+  cpu::RandomKey key;
+};
+
+// Where one (batch, head) lives in the tensors.
+struct HeadView {
+  std::int64_t qkv_offset;        // of its q in qkv and dqkv (k at + C, v at + 2C); rows of 3C
+  std::int64_t out_offset;        // of its slice in out and dout; rows of C
+  std::int64_t statistics_offset; // of its T rows in logsumexp and row_dot
+  std::uint64_t mask_offset;      // its first dropout index: (b * NH + h) * T * T, as the CPU twin
+};
+
+__device__ HeadView head_view(const Problem& problem, int batch_head) {
+  const std::int64_t batch = batch_head / problem.heads, head = batch_head % problem.heads;
+  const std::int64_t sequence = problem.sequence, channels = problem.channels;
+  return {batch * sequence * 3 * channels + head * problem.head_size, batch * sequence * channels + head * problem.head_size,
+          batch_head * sequence, static_cast<std::uint64_t>(batch_head) * sequence * sequence};
+}
+
+// tile[r][d] = source[(first_row + r) * row_stride + d], zero past the sequence's end and past the head size.
+template <int HeadCapacity>
+__device__ void load_tile(float (*tile)[Tiles<HeadCapacity>::stride], const float* source, std::int64_t row_stride, int first_row,
+                          const Problem& problem) {
+  for (int element = threadIdx.x; element < Tiles<HeadCapacity>::rows * HeadCapacity; element += kThreads) {
+    const int row = element / HeadCapacity, dimension = element % HeadCapacity;
+    const int position = first_row + row;
+    tile[row][dimension] =
+        position < problem.sequence && dimension < problem.head_size ? source[position * row_stride + dimension] : 0.0f;
+  }
+}
+
+template <int HeadCapacity>
+__device__ float dot(const float* a, const float* b) {
+  float sum = 0;
+#pragma unroll 16
+  for (int dimension = 0; dimension < HeadCapacity; ++dimension) sum += a[dimension] * b[dimension];
+  return sum;
+}
+
+// Max and sum over the `lanes` adjacent threads of a tile row (a butterfly: every lane gets the same bits).
+template <int Lanes>
+__device__ float row_max(float value) {
+  for (int offset = Lanes / 2; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
+template <int Lanes>
+__device__ float row_sum(float value) {
+  for (int offset = Lanes / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+// What dropout multiplies probability (query, key) by: 0 when dropped, 1 / (1 - p) when kept. The index is
+// the CPU twin's: the head's offset plus query * T + key in its T x T block.
+__device__ float dropout_factor(const Problem& problem, const HeadView& head, int query, int key) {
+  if (problem.dropout <= 0.0f) return 1.0f;
+  const std::uint64_t index = head.mask_offset + static_cast<std::uint64_t>(query) * static_cast<std::uint64_t>(problem.sequence) +
+                              static_cast<std::uint64_t>(key);
+  return cpu::dropout_keeps(problem.key, index, problem.dropout) ? problem.keep_scale : 0.0f;
+}
+
+template <int HeadCapacity>
+__global__ void __launch_bounds__(kThreads) forward_kernel(float* out, float* logsumexp, const float* qkv, Problem problem) {
+  using Tile = Tiles<HeadCapacity>;
+  constexpr int rows = Tile::rows, lanes = Tile::lanes;
+  __shared__ float query_tile[rows][Tile::stride];
+  __shared__ float key_tile[rows][Tile::stride];
+  __shared__ float value_tile[rows][Tile::stride];
+  __shared__ float weight_tile[rows][rows + 1];  // [query][key]: this key tile's dropped, unnormalized probabilities
+
+  const int query_tile_index = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // the longest rows start first
+  const HeadView head = head_view(problem, static_cast<int>(blockIdx.y));
+  const int row = static_cast<int>(threadIdx.x) / lanes, lane = static_cast<int>(threadIdx.x) % lanes;
+  const int first_query = query_tile_index * rows;
+  const int query = first_query + row;  // past the sequence's end in a ragged last tile: computed, never stored
+  const std::int64_t qkv_stride = 3 * static_cast<std::int64_t>(problem.channels);
+  const float* queries = qkv + head.qkv_offset;
+  load_tile<HeadCapacity>(query_tile, queries, qkv_stride, first_query, problem);
+
+  float running_max = -INFINITY, running_sum = 0.0f;
+  float accumulator[Tile::dimensions_per_thread] = {};
+  // Key tiles past the diagonal one are entirely in the future of every query here.
+  for (int key_tile_index = 0; key_tile_index <= query_tile_index; ++key_tile_index) {
+    const int first_key = key_tile_index * rows;
+    __syncthreads();  // the previous tile's keys, values and weights are read
+    load_tile<HeadCapacity>(key_tile, queries + problem.channels, qkv_stride, first_key, problem);
+    load_tile<HeadCapacity>(value_tile, queries + 2 * problem.channels, qkv_stride, first_key, problem);
+    __syncthreads();
+
+    float scores[Tile::entries_per_thread];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int entry = 0; entry < Tile::entries_per_thread; ++entry) {
+      const int column = lane + entry * lanes, key = first_key + column;
+      scores[entry] = key <= query && key < problem.sequence
+                          ? problem.scale * dot<HeadCapacity>(query_tile[row], key_tile[column])
+                          : -INFINITY;
+      tile_max = fmaxf(tile_max, scores[entry]);
+    }
+    // Finite: the tile's first key is at most the query and inside the sequence.
+    const float new_max = fmaxf(running_max, row_max<lanes>(tile_max));
+    const float correction = expf(running_max - new_max);  // 0 on the first tile
+    float tile_sum = 0.0f;
+#pragma unroll
+    for (int entry = 0; entry < Tile::entries_per_thread; ++entry) {
+      const int column = lane + entry * lanes;
+      const float probability = expf(scores[entry] - new_max);  // up to the row's final normalization
+      tile_sum += probability;
+      weight_tile[row][column] =
+          probability > 0.0f ? probability * dropout_factor(problem, head, query, first_key + column) : 0.0f;
+    }
+    running_sum = running_sum * correction + row_sum<lanes>(tile_sum);  // of undropped probabilities
+    running_max = new_max;
+#pragma unroll
+    for (int i = 0; i < Tile::dimensions_per_thread; ++i) accumulator[i] *= correction;
+    __syncthreads();  // the weight tile is complete
+    for (int column = 0; column < rows; ++column) {
+      const float weight = weight_tile[row][column];
+#pragma unroll
+      for (int i = 0; i < Tile::dimensions_per_thread; ++i) accumulator[i] += weight * value_tile[column][lane + i * lanes];
+    }
+  }
+  if (query >= problem.sequence) return;
+  const float inverse_sum = 1.0f / running_sum;
+  float* out_row = out + head.out_offset + query * static_cast<std::int64_t>(problem.channels);
+#pragma unroll
+  for (int i = 0; i < Tile::dimensions_per_thread; ++i) {
+    const int dimension = lane + i * lanes;
+    if (dimension < problem.head_size) out_row[dimension] = accumulator[i] * inverse_sum;
+  }
+  if (lane == 0) logsumexp[head.statistics_offset + query] = running_max + logf(running_sum);
+}
+
+// row_dot[b, h, t] = dout[b, t, h] . out[b, t, h], FlashAttention-2's D: one warp per query row. With dropout
+// it still equals rowsum(P * dP) of the undropped P, since out already carries the mask.
+__global__ void __launch_bounds__(kThreads) row_dot_kernel(float* row_dot, const float* dout, const float* out, Problem problem,
+                                                           std::int64_t row_count) {
+  const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * (kThreads / kWarpSize) + threadIdx.x / kWarpSize;
+  if (row >= row_count) return;  // the whole warp
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const std::int64_t position = row % problem.sequence, batch_head = row / problem.sequence;
+  const std::int64_t offset = (batch_head / problem.heads * problem.sequence + position) * problem.channels +
+                              batch_head % problem.heads * problem.head_size;
+  float sum = 0.0f;
+  for (int dimension = lane; dimension < problem.head_size; dimension += kWarpSize) sum += dout[offset + dimension] * out[offset + dimension];
+  sum = warp_sum(sum);
+  if (lane == 0) row_dot[row] = sum;
+}
+
+// One entry (query, key) of the backward, recomputed from the saved log-sum-exp: the dropped probability
+// (for dV) and the score gradient dS = P * (dP - D) * scale (for dQ and dK); both 0 under the causal mask.
+struct EntryGradient {
+  float dropped_probability;
+  float score_gradient;
+};
+
+template <int HeadCapacity>
+__device__ EntryGradient entry_gradient(const Problem& problem, const HeadView& head, int query, int key, const float* query_row,
+                                        const float* key_row, const float* dout_row, const float* value_row, float row_logsumexp,
+                                        float row_dot) {
+  if (key > query || query >= problem.sequence) return {0.0f, 0.0f};
+  const float probability = expf(problem.scale * dot<HeadCapacity>(query_row, key_row) - row_logsumexp);
+  const float factor = dropout_factor(problem, head, query, key);
+  // The gradient of the undropped probability: that of the dropped one through the same mask and scale.
+  const float probability_gradient = dot<HeadCapacity>(dout_row, value_row) * factor;
+  return {probability * factor, probability * (probability_gradient - row_dot) * problem.scale};
+}
+
+// dK and dV of one key tile, over the query tiles from the diagonal one down.
+template <int HeadCapacity>
+__global__ void __launch_bounds__(kThreads) key_value_gradient_kernel(float* dqkv, const float* dout, const float* qkv,
+                                                                      const float* logsumexp, const float* row_dot, Problem problem) {
+  using Tile = Tiles<HeadCapacity>;
+  constexpr int rows = Tile::rows, lanes = Tile::lanes;
+  __shared__ float key_tile[rows][Tile::stride];
+  __shared__ float value_tile[rows][Tile::stride];
+  __shared__ float query_tile[rows][Tile::stride];
+  __shared__ float dout_tile[rows][Tile::stride];
+  __shared__ float dropped_probability_tile[rows][rows + 1];  // [query][key]
+  __shared__ float score_gradient_tile[rows][rows + 1];       // [query][key]
+  __shared__ float tile_logsumexp[rows];
+  __shared__ float tile_row_dot[rows];
+
+  const int key_tile_index = static_cast<int>(blockIdx.x);  // the first key tiles see the most queries: they start first
+  const int query_tile_count = static_cast<int>(gridDim.x);
+  const HeadView head = head_view(problem, static_cast<int>(blockIdx.y));
+  const int key_row = static_cast<int>(threadIdx.x) / lanes, lane = static_cast<int>(threadIdx.x) % lanes;
+  const int first_key = key_tile_index * rows;
+  const int key = first_key + key_row;
+  const std::int64_t qkv_stride = 3 * static_cast<std::int64_t>(problem.channels);
+  const float* queries = qkv + head.qkv_offset;
+  const float* dout_rows = dout + head.out_offset;
+  load_tile<HeadCapacity>(key_tile, queries + problem.channels, qkv_stride, first_key, problem);
+  load_tile<HeadCapacity>(value_tile, queries + 2 * problem.channels, qkv_stride, first_key, problem);
+
+  float key_gradient[Tile::dimensions_per_thread] = {};
+  float value_gradient[Tile::dimensions_per_thread] = {};
+  for (int query_tile_index = key_tile_index; query_tile_index < query_tile_count; ++query_tile_index) {
+    const int first_query = query_tile_index * rows;
+    __syncthreads();  // the previous query tile and entry tiles are read
+    load_tile<HeadCapacity>(query_tile, queries, qkv_stride, first_query, problem);
+    load_tile<HeadCapacity>(dout_tile, dout_rows, problem.channels, first_query, problem);
+    if (static_cast<int>(threadIdx.x) < rows) {
+      const int query = first_query + static_cast<int>(threadIdx.x);
+      const bool inside = query < problem.sequence;
+      tile_logsumexp[threadIdx.x] = inside ? logsumexp[head.statistics_offset + query] : 0.0f;
+      tile_row_dot[threadIdx.x] = inside ? row_dot[head.statistics_offset + query] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int entry = 0; entry < Tile::entries_per_thread; ++entry) {
+      const int query_row = lane + entry * lanes;
+      const EntryGradient gradient = entry_gradient<HeadCapacity>(
+          problem, head, first_query + query_row, key, query_tile[query_row], key_tile[key_row], dout_tile[query_row],
+          value_tile[key_row], tile_logsumexp[query_row], tile_row_dot[query_row]);
+      dropped_probability_tile[query_row][key_row] = gradient.dropped_probability;
+      score_gradient_tile[query_row][key_row] = gradient.score_gradient;
+    }
+    __syncthreads();
+    for (int query_row = 0; query_row < rows; ++query_row) {
+      const float dropped_probability = dropped_probability_tile[query_row][key_row];
+      const float score_gradient = score_gradient_tile[query_row][key_row];
+#pragma unroll
+      for (int i = 0; i < Tile::dimensions_per_thread; ++i) {
+        const int dimension = lane + i * lanes;
+        value_gradient[i] += dropped_probability * dout_tile[query_row][dimension];  // dV = P_dropped^T dO
+        key_gradient[i] += score_gradient * query_tile[query_row][dimension];        // dK = dS^T Q
+      }
+    }
+  }
+  if (key >= problem.sequence) return;
+  float* key_gradient_row = dqkv + head.qkv_offset + key * qkv_stride + problem.channels;
+  float* value_gradient_row = key_gradient_row + problem.channels;
+#pragma unroll
+  for (int i = 0; i < Tile::dimensions_per_thread; ++i) {
+    const int dimension = lane + i * lanes;
+    if (dimension >= problem.head_size) continue;
+    key_gradient_row[dimension] = key_gradient[i];
+    value_gradient_row[dimension] = value_gradient[i];
+  }
+}
+
+// dQ of one query tile, over the key tiles up to the diagonal one.
+template <int HeadCapacity>
+__global__ void __launch_bounds__(kThreads) query_gradient_kernel(float* dqkv, const float* dout, const float* qkv,
+                                                                  const float* logsumexp, const float* row_dot, Problem problem) {
+  using Tile = Tiles<HeadCapacity>;
+  constexpr int rows = Tile::rows, lanes = Tile::lanes;
+  __shared__ float query_tile[rows][Tile::stride];
+  __shared__ float dout_tile[rows][Tile::stride];
+  __shared__ float key_tile[rows][Tile::stride];
+  __shared__ float value_tile[rows][Tile::stride];
+  __shared__ float score_gradient_tile[rows][rows + 1];  // [query][key]
+
+  const int query_tile_index = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // the longest rows start first
+  const HeadView head = head_view(problem, static_cast<int>(blockIdx.y));
+  const int row = static_cast<int>(threadIdx.x) / lanes, lane = static_cast<int>(threadIdx.x) % lanes;
+  const int first_query = query_tile_index * rows;
+  const int query = first_query + row;
+  const bool inside = query < problem.sequence;
+  const std::int64_t qkv_stride = 3 * static_cast<std::int64_t>(problem.channels);
+  const float* queries = qkv + head.qkv_offset;
+  load_tile<HeadCapacity>(query_tile, queries, qkv_stride, first_query, problem);
+  load_tile<HeadCapacity>(dout_tile, dout + head.out_offset, problem.channels, first_query, problem);
+  const float row_logsumexp = inside ? logsumexp[head.statistics_offset + query] : 0.0f;
+  const float row_dot_value = inside ? row_dot[head.statistics_offset + query] : 0.0f;
+
+  float query_gradient[Tile::dimensions_per_thread] = {};
+  for (int key_tile_index = 0; key_tile_index <= query_tile_index; ++key_tile_index) {
+    const int first_key = key_tile_index * rows;
+    __syncthreads();  // the previous key tile and score gradients are read
+    load_tile<HeadCapacity>(key_tile, queries + problem.channels, qkv_stride, first_key, problem);
+    load_tile<HeadCapacity>(value_tile, queries + 2 * problem.channels, qkv_stride, first_key, problem);
+    __syncthreads();
+#pragma unroll
+    for (int entry = 0; entry < Tile::entries_per_thread; ++entry) {
+      const int column = lane + entry * lanes;
+      score_gradient_tile[row][column] =
+          entry_gradient<HeadCapacity>(problem, head, query, first_key + column, query_tile[row], key_tile[column], dout_tile[row],
+                                       value_tile[column], row_logsumexp, row_dot_value)
+              .score_gradient;
+    }
+    __syncthreads();
+    for (int column = 0; column < rows; ++column) {
+      const float score_gradient = score_gradient_tile[row][column];
+#pragma unroll
+      for (int i = 0; i < Tile::dimensions_per_thread; ++i) query_gradient[i] += score_gradient * key_tile[column][lane + i * lanes];
+    }
+  }
+  if (!inside) return;
+  float* query_gradient_row = dqkv + head.qkv_offset + query * qkv_stride;
+#pragma unroll
+  for (int i = 0; i < Tile::dimensions_per_thread; ++i) {
+    const int dimension = lane + i * lanes;
+    if (dimension < problem.head_size) query_gradient_row[dimension] = query_gradient[i];
+  }
+}
+
+// ---- Host side: validation and launches.
+
+Problem make_problem(const cpu::AttentionShape& shape, float dropout, cpu::RandomKey key, const char* operation) {
+  const auto fail = [&](const std::string& what) { throw std::invalid_argument(std::string(operation) + ": " + what); };
+  const auto [batch, sequence, channels, heads] = shape;
+  if (batch <= 0 || sequence <= 0 || channels <= 0 || heads <= 0) {
+    fail("batch, sequence, channels and heads must be positive (got " + std::to_string(batch) + ", " + std::to_string(sequence) +
+         ", " + std::to_string(channels) + ", " + std::to_string(heads) + ")");
+  }
+  if (channels % heads != 0) fail("channels " + std::to_string(channels) + " are not divisible by heads " + std::to_string(heads));
+  const std::int64_t head_size = channels / heads;
+  if (head_size > kFlashAttentionMaxHeadSize) {
+    fail("head size " + std::to_string(head_size) + " (channels " + std::to_string(channels) + " / heads " + std::to_string(heads) +
+         ") is above the supported " + std::to_string(kFlashAttentionMaxHeadSize));
+  }
+  if (sequence > INT_MAX / 2 || 3 * channels > INT_MAX) {
+    fail("sequence " + std::to_string(sequence) + " or channels " + std::to_string(channels) + " too large");
+  }
+  if (batch * heads > 65535) fail("batch x heads " + std::to_string(batch * heads) + " is above the grid's 65535");
+  if (!(dropout >= 0.0f && dropout < 1.0f)) fail("dropout must be in [0, 1), got " + std::to_string(dropout));
+  return Problem{static_cast<int>(sequence),
+                 static_cast<int>(channels),
+                 static_cast<int>(heads),
+                 static_cast<int>(head_size),
+                 1.0f / std::sqrt(static_cast<float>(head_size)),
+                 dropout,
+                 dropout > 0.0f ? 1.0f / (1.0f - dropout) : 1.0f,
+                 key};
+}
+
+// Blocks: tiles of the sequence along x, (batch, head) along y.
+template <int HeadCapacity>
+dim3 tile_grid(const cpu::AttentionShape& shape) {
+  return dim3(blocks_for(shape.sequence, Tiles<HeadCapacity>::rows), static_cast<unsigned int>(shape.batch * shape.heads));
+}
+
+template <int HeadCapacity>
+void launch_forward(float* out, float* logsumexp, const float* qkv, const cpu::AttentionShape& shape, const Problem& problem,
+                    cudaStream_t stream) {
+  forward_kernel<HeadCapacity><<<tile_grid<HeadCapacity>(shape), kThreads, 0, stream>>>(out, logsumexp, qkv, problem);
+  FERRY_CUDA_LAUNCH_CHECK();
+}
+
+template <int HeadCapacity>
+void launch_backward(float* dqkv, const float* dout, const float* qkv, const float* logsumexp, const float* row_dot,
+                     const cpu::AttentionShape& shape, const Problem& problem, cudaStream_t stream) {
+  const dim3 grid = tile_grid<HeadCapacity>(shape);
+  key_value_gradient_kernel<HeadCapacity><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, logsumexp, row_dot, problem);
+  FERRY_CUDA_LAUNCH_CHECK();
+  query_gradient_kernel<HeadCapacity><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, logsumexp, row_dot, problem);
+  FERRY_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void flash_attention_forward(float* out, float* logsumexp, const float* qkv, cpu::AttentionShape shape, float dropout,
+                             cpu::RandomKey key, cudaStream_t stream) {
+  const Problem problem = make_problem(shape, dropout, key, "flash_attention_forward");
+  if (problem.head_size <= 64) launch_forward<64>(out, logsumexp, qkv, shape, problem, stream);
+  else launch_forward<128>(out, logsumexp, qkv, shape, problem, stream);
+}
+
+std::int64_t flash_attention_scratch_elements(cpu::AttentionShape shape) { return shape.batch * shape.heads * shape.sequence; }
+
+void flash_attention_backward(float* dqkv, float* row_dot_scratch, const float* dout, const float* out, const float* qkv,
+                              const float* logsumexp, cpu::AttentionShape shape, float dropout, cpu::RandomKey key,
+                              cudaStream_t stream) {
+  const Problem problem = make_problem(shape, dropout, key, "flash_attention_backward");
+  const std::int64_t rows = flash_attention_scratch_elements(shape);
+  row_dot_kernel<<<blocks_for(rows, kThreads / kWarpSize), kThreads, 0, stream>>>(row_dot_scratch, dout, out, problem, rows);
+  FERRY_CUDA_LAUNCH_CHECK();
+  if (problem.head_size <= 64) launch_backward<64>(dqkv, dout, qkv, logsumexp, row_dot_scratch, shape, problem, stream);
+  else launch_backward<128>(dqkv, dout, qkv, logsumexp, row_dot_scratch, shape, problem, stream);
+}
+
+}  // namespace ferry::cuda
