@@ -180,7 +180,9 @@ __global__ void __launch_bounds__(kThreads) row_dot_kernel(float* row_dot, const
   const std::int64_t offset = (batch_head / problem.heads * problem.sequence + position) * problem.channels +
                               batch_head % problem.heads * problem.head_size;
   float sum = 0.0f;
-  for (int dimension = lane; dimension < problem.head_size; dimension += kWarpSize) sum += dout[offset + dimension] * out[offset + dimension];
+  for (int dimension = lane; dimension < problem.head_size; dimension += kWarpSize) {
+    sum += dout[offset + dimension] * out[offset + dimension];
+  }
   sum = warp_sum(sum);
   if (lane == 0) row_dot[row] = sum;
 }
