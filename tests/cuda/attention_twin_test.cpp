@@ -13,6 +13,7 @@
 
 #include "engine/core/device.h"
 #include "engine/core/tensor.h"
+#include "tests/cuda/twin_comparison.h"
 
 #ifdef FERRY_HAVE_CUDA
 #include "engine/core/cuda_device.h"
@@ -25,44 +26,23 @@ namespace {
 
 #ifdef FERRY_HAVE_CUDA
 
-// The accuracy bound of every comparison with the twin. The measure is
-//   max over entries of |gpu - cpu| / max(|cpu|, kScaleFloor * max |cpu|):
-// relative error for the entries that carry the tensor, and error relative to a tenth of the tensor's
-// scale for entries near zero, where fp32 sums taken in another order differ by more than 1e-5 of their
-// own size (the float CPU twin is itself off its double version by ~2e-5 when the floor is 1% of the scale).
-constexpr double kTolerance = 1e-5;
-constexpr double kScaleFloor = 0.1;
-
-double max_relative_error(const std::vector<float>& actual, const std::vector<float>& expected) {
-  double scale = 0;
-  for (const float value : expected) scale = std::max(scale, std::abs(static_cast<double>(value)));
-  const double floor = std::max(kScaleFloor * scale, 1e-30);
-  double worst = 0;
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    if (!std::isfinite(actual[i])) return INFINITY;
-    const double difference = std::abs(static_cast<double>(actual[i]) - static_cast<double>(expected[i]));
-    worst = std::max(worst, difference / std::max(std::abs(static_cast<double>(expected[i])), floor));
-  }
-  return worst;
-}
+using testing::kTwinTolerance;
+using testing::max_relative_error;
+constexpr double kTolerance = kTwinTolerance;
 
 struct AttentionCase {
   cpu::AttentionShape shape;
   float dropout;
 };
 
-std::string case_name(const testing::TestParamInfo<AttentionCase>& info) {
+std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
   const auto& [batch, sequence, channels, heads] = info.param.shape;
   return "B" + std::to_string(batch) + "_T" + std::to_string(sequence) + "_C" + std::to_string(channels) + "_NH" +
          std::to_string(heads) + "_dropout" + std::to_string(static_cast<int>(std::lround(info.param.dropout * 100))) + "pct";
 }
 
 std::vector<float> random_normals(std::int64_t count, std::uint32_t seed) {
-  std::mt19937 generator(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> values(static_cast<std::size_t>(count));
-  for (float& value : values) value = normal(generator);
-  return values;
+  return testing::random_values(static_cast<std::size_t>(count), seed);
 }
 
 struct AttentionResults {
@@ -120,7 +100,7 @@ double host_logsumexp(const std::vector<float>& qkv, const cpu::AttentionShape& 
   return maximum + std::log(sum);
 }
 
-class AttentionTwin : public testing::TestWithParam<AttentionCase> {};
+class AttentionTwin : public ::testing::TestWithParam<AttentionCase> {};
 
 TEST_P(AttentionTwin, MatchesTheCpuTwin) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU present";
@@ -156,7 +136,7 @@ TEST_P(AttentionTwin, MatchesTheCpuTwin) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTwin,
-                         testing::Values(AttentionCase{{2, 37, 64, 2}, 0.0f}, AttentionCase{{2, 37, 64, 2}, 0.1f},
+                         ::testing::Values(AttentionCase{{2, 37, 64, 2}, 0.0f}, AttentionCase{{2, 37, 64, 2}, 0.1f},
                                          AttentionCase{{1, 128, 768, 12}, 0.0f}, AttentionCase{{1, 128, 768, 12}, 0.1f},
                                          AttentionCase{{2, 200, 256, 2}, 0.0f}, AttentionCase{{2, 200, 256, 2}, 0.1f},
                                          AttentionCase{{1, 33, 96, 2}, 0.3f}, AttentionCase{{3, 1, 256, 2}, 0.5f}),

@@ -1,6 +1,6 @@
 // Each cuda kernel against its CPU twin on fresh random inputs: element-wise ops, dropout (the same
 // mask bit for bit), bf16/f16 rounding, LayerNorm, the encoder, cross-entropy, AdamW (the same bits:
-// no fused multiply-adds) and the global norm's sum of squares. fp32 relative error < 1e-5. They skip
+// no fused multiply-adds) and the global norm's sum of squares, within twin_comparison.h's bound. They skip
 // where no GPU is present; the CUDA build compiles them everywhere.
 #include <gtest/gtest.h>
 
@@ -14,6 +14,7 @@
 #include "engine/core/device.h"
 #include "engine/core/dtype.h"
 #include "engine/core/tensor.h"
+#include "tests/cuda/twin_comparison.h"
 
 #ifdef FERRY_HAVE_CUDA
 #include "engine/core/cuda_device.h"
@@ -35,32 +36,9 @@ namespace {
 
 #ifdef FERRY_HAVE_CUDA
 
-#define FERRY_REQUIRE_GPU() \
-  if (!cuda_available()) GTEST_SKIP() << "no GPU present"
-
-constexpr double kFloatTolerance = 1e-5;
-
-std::vector<float> random_values(std::size_t count, std::uint32_t seed, float scale = 1.0f) {
-  std::mt19937 generator(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> values(count);
-  for (float& value : values) value = normal(generator);
-  return values;
-}
-
-// max |actual - expected| / max(|expected|, floor): floor = 1e-3 of the largest |expected|, so values
-// near zero are judged against the tensor's scale.
-double max_relative_error(const std::vector<float>& actual, const std::vector<float>& expected) {
-  EXPECT_EQ(actual.size(), expected.size());
-  float largest = 0;
-  for (float value : expected) largest = std::max(largest, std::abs(value));
-  const double floor = std::max(1e-3 * largest, 1e-30);
-  double worst = 0;
-  for (std::size_t i = 0; i < std::min(actual.size(), expected.size()); ++i) {
-    worst = std::max(worst, std::abs(static_cast<double>(actual[i]) - expected[i]) / std::max<double>(std::abs(expected[i]), floor));
-  }
-  return worst;
-}
+using testing::max_relative_error;
+using testing::random_values;
+constexpr double kFloatTolerance = testing::kTwinTolerance;
 
 // A GPU, its compute stream, and host <-> device copies of typed vectors through the allocator.
 class GpuKernels : public ::testing::Test {
