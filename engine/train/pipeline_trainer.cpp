@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <thread>
 
 #include "allocator/byte_size.h"
@@ -118,9 +117,7 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator)
 // in-process dry run of all stages on meta per candidate (every rank computes the same choice).
 RecomputePolicy choose_recompute_policy_for_stages(const TrainOptions& o, const GptConfig& config, bool prints) {
   const std::size_t limit = make_training_device(o.device, o.device_memory)->memory_limit();
-  std::string smallest_policy;
-  std::int64_t smallest_peak = std::numeric_limits<std::int64_t>::max();
-  for (const RecomputePolicy& candidate : recompute_candidates(config.layers)) {
+  const PolicyChoice choice = choose_recompute_policy(config.layers, limit, [&](const RecomputePolicy& candidate) {
     TrainOptions dry = o;
     dry.device = "meta";
     dry.device_memory = "1024TiB";  // a dry run measures; it does not enforce a limit
@@ -131,22 +128,25 @@ RecomputePolicy choose_recompute_policy_for_stages(const TrainOptions& o, const 
     if (dry.offload_optimizer == "nvme") dry.offload_optimizer = "cpu";  // the same device memory, nothing written
     dry.nvme_path.clear();
     const nlohmann::json summary = train_pipeline(dry, *make_single_rank_communicator());
-    std::int64_t peak = 0;
-    for (const nlohmann::json& rank : summary["ranks"]) peak = std::max(peak, rank["peak_reserved"].get<std::int64_t>());
-    if (peak <= static_cast<std::int64_t>(limit)) {
-      if (prints) {
-        std::printf("  checkpointing auto: %s (dry run: the fullest stage reserves %s of %s)\n", candidate.name().c_str(),
-                    format_bytes(static_cast<std::size_t>(peak)).c_str(), format_bytes(limit).c_str());
-      }
-      return candidate;
+    DryRun fullest;
+    for (const nlohmann::json& rank : summary["ranks"]) {
+      fullest.peak_allocated = std::max(fullest.peak_allocated, rank["peak_allocated"].get<std::int64_t>());
+      fullest.peak_reserved = std::max(fullest.peak_reserved, rank["peak_reserved"].get<std::int64_t>());
     }
-    if (peak < smallest_peak) smallest_peak = peak, smallest_policy = candidate.name();
+    return fullest;
+  });
+  const std::string peak = format_bytes(static_cast<std::size_t>(choice.dry_run.peak_reserved));
+  if (!choice.fits) {
+    throw std::invalid_argument("--checkpointing auto: no recompute policy fits every stage in --device-memory " + format_bytes(limit) +
+                                "; the smallest, " + choice.policy.name() + ", needs " + peak +
+                                " on its fullest stage (raise --device-memory or --pp, lower --batch, --seq or --micro-batches)");
   }
-  throw std::invalid_argument("--checkpointing auto: no recompute policy fits every stage in --device-memory " + format_bytes(limit) +
-                              "; the smallest, " + smallest_policy + ", needs " + format_bytes(static_cast<std::size_t>(smallest_peak)) +
-                              " on its fullest stage (raise --device-memory or --pp, lower --batch, --seq or --micro-batches)");
+  if (prints) {
+    std::printf("  checkpointing auto: %s (dry run: the fullest stage reserves %s of %s)\n", choice.policy.name().c_str(), peak.c_str(),
+                format_bytes(limit).c_str());
+  }
+  return choice.policy;
 }
-
 
 nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator) {
   const int world = communicator.size();

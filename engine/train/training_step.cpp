@@ -76,17 +76,24 @@ DryRun dry_run_step(const DryRunSetup& setup) {
   return result;
 }
 
-PolicyChoice choose_recompute_policy(const DryRunSetup& setup, std::size_t memory_limit) {
+PolicyChoice choose_recompute_policy(std::int64_t layers, std::size_t memory_limit,
+                                     const std::function<DryRun(const RecomputePolicy&)>& dry_run_of) {
   PolicyChoice smallest;
   smallest.dry_run.peak_reserved = std::numeric_limits<std::int64_t>::max();
-  DryRunSetup candidate_setup = setup;
-  for (const RecomputePolicy& candidate : recompute_candidates(setup.config.layers)) {
-    candidate_setup.policy = candidate;
-    const DryRun dry_run = dry_run_step(candidate_setup);
+  for (const RecomputePolicy& candidate : recompute_candidates(layers)) {
+    const DryRun dry_run = dry_run_of(candidate);
     if (dry_run.peak_reserved <= static_cast<std::int64_t>(memory_limit)) return {candidate, dry_run, true};
     if (dry_run.peak_reserved < smallest.dry_run.peak_reserved) smallest = {candidate, dry_run, false};
   }
   return smallest;
+}
+
+PolicyChoice choose_recompute_policy(const DryRunSetup& setup, std::size_t memory_limit) {
+  return choose_recompute_policy(setup.config.layers, memory_limit, [&](const RecomputePolicy& candidate) {
+    DryRunSetup candidate_setup = setup;
+    candidate_setup.policy = candidate;
+    return dry_run_step(candidate_setup);
+  });
 }
 
 }  // namespace ferry

@@ -3,6 +3,8 @@
 // allocations without memory or compute. The auto recompute policy is chosen by dry runs.
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <vector>
 
@@ -69,5 +71,8 @@ struct PolicyChoice {
 // The candidate with the least recompute whose dry-run peak reserved fits `memory_limit`; when none
 // fits, the one with the smallest peak and fits = false. (setup.policy is not used.)
 PolicyChoice choose_recompute_policy(const DryRunSetup& setup, std::size_t memory_limit);
+// The same choice over any measure of a candidate (a pipeline measures its fullest stage).
+PolicyChoice choose_recompute_policy(std::int64_t layers, std::size_t memory_limit,
+                                     const std::function<DryRun(const RecomputePolicy&)>& dry_run_of);
 
 }  // namespace ferry
