@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/core/op_recorder.h"
+#include "models/kernel_backend.h"
 
 namespace ferry {
 
@@ -21,7 +22,7 @@ AdamWOptimizer::AdamWOptimizer(const GptParameters& parameters, const GptParamet
     if (parameter.dtype() != DType::f32) {
       state.master = Tensor::empty(device, parameter.shape(), DType::f32, MemoryCategory::optimizer_states, "master." + each.name);
       if (device.has_storage()) {
-        convert_bf16_to_f32(parameter.data_as<std::uint16_t>(), state.master.data_as<float>(), static_cast<std::size_t>(parameter.numel()));
+        ops::kernel_backend(device).convert_to_f32(parameter.data(), parameter.dtype(), state.master.data_as<float>(), parameter.numel());
       }
     }
     states_.push_back(std::move(state));
@@ -30,14 +31,15 @@ AdamWOptimizer::AdamWOptimizer(const GptParameters& parameters, const GptParamet
 
 double AdamWOptimizer::gradient_sum_of_squares(std::optional<std::size_t> excluded) const {
   if (gradients_.empty()) return 0.0;
-  const OpScope op(gradients_.front().tensor->device(), "optimizer", "gradient_norm");
-  double sum = 0;
+  Device& device = gradients_.front().tensor->device();
+  if (!device.has_storage()) return 0.0;
+  const OpScope op(device, "optimizer", "gradient_norm");
+  std::vector<ops::DeviceValues> values;
   for (const NamedTensor& each : gradients_) {
-    if (!each.tensor->device().has_storage()) return 0.0;
     if (excluded && each.index == *excluded) continue;
-    sum += cpu::sum_of_squares(each.tensor->data_as<float>(), each.tensor->numel());
+    values.push_back({each.tensor->data_as<float>(), each.tensor->numel()});
   }
-  return sum;
+  return ops::kernel_backend(device).sum_of_squares(values);
 }
 
 const Tensor& AdamWOptimizer::gradient_of(std::size_t index) const {
@@ -50,20 +52,26 @@ const Tensor& AdamWOptimizer::gradient_of(std::size_t index) const {
 std::int64_t AdamWOptimizer::step(float learning_rate, float gradient_scale) {
   ++steps_;
   if (parameters_.empty()) return steps_;
-  const OpScope op(parameters_.front().tensor->device(), "optimizer", "adamw");
+  Device& device = parameters_.front().tensor->device();
+  if (!device.has_storage()) return steps_;
+  const OpScope op(device, "optimizer", "adamw");
+  // Two lists, one per weight decay (biases, LayerNorms and embeddings take none), each one fused step.
+  std::vector<AdamWTensor> decayed, undecayed;
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     const Tensor& parameter = *parameters_[i].tensor;
-    if (!parameter.device().has_storage()) continue;
     const OptimizerState& state = states_[i];
-    cpu::AdamWHyperparameters hyperparameters = hyperparameters_;
-    hyperparameters.learning_rate = learning_rate;
-    if (!decays(parameter)) hyperparameters.weight_decay = 0.0f;
     const bool has_master = state.master.defined();
-    cpu::adamw_update(has_master ? state.master.data_as<float>() : parameter.data_as<float>(),
-                      has_master ? parameter.data_as<std::uint16_t>() : nullptr, gradients_[i].tensor->data_as<float>(),
-                      state.first_moment.data_as<float>(), state.second_moment.data_as<float>(), parameter.numel(),
-                      hyperparameters, steps_, gradient_scale);
+    (decays(parameter) ? decayed : undecayed)
+        .push_back({has_master ? state.master.data_as<float>() : parameter.data_as<float>(),
+                    has_master ? parameter.data_as<std::uint16_t>() : nullptr, gradients_[i].tensor->data_as<float>(),
+                    state.first_moment.data_as<float>(), state.second_moment.data_as<float>(), parameter.numel()});
   }
+  AdamWHyperparameters hyperparameters = hyperparameters_;
+  hyperparameters.learning_rate = learning_rate;
+  ops::KernelBackend& kernels = ops::kernel_backend(device);
+  kernels.adamw_update(decayed, hyperparameters, steps_, gradient_scale);
+  hyperparameters.weight_decay = 0.0f;
+  kernels.adamw_update(undecayed, hyperparameters, steps_, gradient_scale);
   return steps_;
 }
 

@@ -135,7 +135,7 @@ BlockActivations GptModel::block_forward(std::int64_t layer, const Tensor& input
   ops::layernorm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, input, p.ln_1_weight, p.ln_1_bias);
   a.qkv = activation({B, T, 3 * C}, layer_tag(layer, "attn.qkv"));
   ops::matmul_forward(a.qkv, a.ln_1, p.attn_c_attn_weight, p.attn_c_attn_bias, WeightLayout::in_out);
-  a.att = activation({B, NH, T, T}, layer_tag(layer, "attn.att"));
+  a.att = ops::attention_saved(*device_, B, NH, T, parameter_dtype_, layer_tag(layer, "attn.att"));
   a.attn = activation({B, T, C}, layer_tag(layer, "attn.out"));
   ops::attention_forward(a.attn, a.att, a.qkv, NH, attention_dropout, keys.derive(kAttentionDropout));
   {
@@ -196,7 +196,7 @@ void GptModel::block_recompute(std::int64_t layer, BlockActivations& a, cpu::Ran
     ops::layernorm_forward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.residual, p.ln_2_weight, p.ln_2_bias);
   }
   if (!a.att.defined()) {
-    a.att = activation({B, NH, T, T}, layer_tag(layer, "attn.att"));
+    a.att = ops::attention_saved(*device_, B, NH, T, parameter_dtype_, layer_tag(layer, "attn.att"));
     const Tensor discarded = activation({B, T, C}, layer_tag(layer, "attn.out.recompute"));
     const float attention_dropout = training_ ? dropout_.attention : 0.0f;
     ops::attention_forward(discarded, a.att, a.qkv, NH, attention_dropout, layer_key(key, layer).derive(kAttentionDropout));
@@ -360,10 +360,10 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
   projection_backward(dattn, g.attn_c_proj_weight, g.attn_c_proj_bias, dbranch, a.attn, p.attn_c_proj_weight, d.attn,
                       d.attention_branch_gradient, residual_dropout == 0, "attn.c_proj.grad.kept");
   dbranch = Tensor();
-  a.attn = Tensor();
   Tensor dqkv = workspace({B, T, 3 * C}, layer_tag(layer, "attn.qkv.grad"));
-  ops::attention_backward(dqkv, dattn, a.qkv, a.att, NH, attention_dropout, keys.derive(kAttentionDropout));
+  ops::attention_backward(dqkv, dattn, a.attn, a.qkv, a.att, NH, attention_dropout, keys.derive(kAttentionDropout));
   dattn = Tensor();
+  a.attn = Tensor();
   a.att = Tensor();
   projection_backward(dln, g.attn_c_attn_weight, g.attn_c_attn_bias, dqkv, a.ln_1, p.attn_c_attn_weight, d.ln_1, d.qkv_gradient, false,
                       "attn.qkv.grad.kept");

@@ -32,7 +32,8 @@ struct BlockActivations {
   Tensor input;                       // [B, T, C], the previous block's output
   Tensor ln_1, ln_1_mean, ln_1_rstd;  // [B, T, C], [B, T], [B, T]
   Tensor qkv;                         // [B, T, 3C]
-  Tensor att;                         // [B, NH, T, T] softmax probabilities
+  Tensor att;                         // attention's saved state: [B, NH, T, T] softmax probabilities
+                                      // (cpu), [B, NH, T] log-sum-exps (cuda)
   Tensor attn;                        // [B, T, C] attention output before c_proj
   Tensor residual;                    // [B, T, C] input + attention branch
   Tensor ln_2, ln_2_mean, ln_2_rstd;

@@ -1,6 +1,7 @@
-// Tensor-level entry points to the kernels: each op reads shapes from its tensors, checks them, and
-// dispatches to the device's kernel twin (cpu now; meta allocates the same and computes nothing).
-// bf16 tensors are computed through f32 workspace copies (fp32 accumulation); gradients are f32.
+// Tensor-level entry points to the kernels: each op reads shapes from its tensors, checks them, takes its
+// scratch from the allocator and calls its device's KernelBackend (cpu, cuda; meta allocates the same as
+// cpu and computes nothing). bf16/f16 tensors are computed through f32 workspace copies (fp32
+// accumulation); gradients are f32.
 #pragma once
 
 #include <string_view>
@@ -46,10 +47,15 @@ void lm_head_logits_slice(const Tensor& logits, std::int64_t first, const Tensor
 void lm_head_backward_slice(const Tensor& dinp, bool accumulate_input, const Tensor& dweight_slice, const Tensor& dlogits,
                             std::int64_t first, const Tensor& inp, const Tensor& weight_slice);
 
-void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv, std::int64_t heads, float dropout,
+// What attention keeps for backward on `device` (its `saved` tensor, category activations): cpu and meta
+// the [B, NH, T, T] probabilities in the activation dtype, cuda the [B, NH, T] log-sum-exps of its fused
+// kernels in f32 (a rounded log-sum-exp would skew every recomputed probability).
+Tensor attention_saved(Device& device, std::int64_t batch, std::int64_t heads, std::int64_t sequence, DType activation_dtype,
+                       std::string_view tag);
+void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, std::int64_t heads, float dropout,
                        RandomKey key);
-// dqkv is overwritten.
-void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+// dqkv is overwritten; out is the forward's output.
+void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv, const Tensor& saved,
                         std::int64_t heads, float dropout, RandomKey key);
 
 void gelu_forward(const Tensor& out, const Tensor& inp);

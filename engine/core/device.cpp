@@ -45,6 +45,13 @@ void Device::copy(void* destination, const void* source, std::size_t bytes, Copy
   copy_on_stream(destination, source, bytes, kind, stream);
 }
 
+DeviceAttachment& Device::attachment(std::type_index type, const std::function<std::unique_ptr<DeviceAttachment>()>& make) {
+  const std::lock_guard lock(attachments_mutex_);
+  std::unique_ptr<DeviceAttachment>& slot = attachments_[type];
+  if (!slot) slot = make();
+  return *slot;
+}
+
 std::string Device::name() const { return std::string(device_kind_name(kind())); }
 
 void Device::initialize(std::unique_ptr<EventSource> events, std::unique_ptr<SegmentSource> source,

@@ -5,9 +5,13 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <typeindex>
 
 #include "allocator/allocator_config.h"
 #include "allocator/caching_allocator.h"
@@ -32,6 +36,13 @@ struct Event {
 };
 
 enum class CopyKind : std::uint8_t { host_to_device, device_to_host, device_to_device };
+
+// State a higher module keeps with one device (the cuda kernels' cuBLASLt handle): made on first use,
+// destroyed with the device, before its allocator.
+class DeviceAttachment {
+ public:
+  virtual ~DeviceAttachment() = default;
+};
 
 struct DeviceOptions {
   DeviceKind kind = DeviceKind::cpu;
@@ -72,6 +83,12 @@ class Device {
   void copy(void* destination, const void* source, std::size_t bytes, CopyKind kind, Stream stream);
   virtual void fill_zero(void* destination, std::size_t bytes, Stream stream) = 0;
 
+  // The device's one T (a DeviceAttachment), made by make() on the first call.
+  template <typename T>
+  T& attachment(const std::function<std::unique_ptr<T>()>& make) {
+    return static_cast<T&>(attachment(std::type_index(typeid(T)), [&]() -> std::unique_ptr<DeviceAttachment> { return make(); }));
+  }
+
   // Op markers for memory profiles (disabled unless a profile is recording).
   OpRecorder& op_recorder() { return op_recorder_; }
   const OpRecorder& op_recorder() const { return op_recorder_; }
@@ -84,11 +101,15 @@ class Device {
                   const AllocatorConfig& config);
 
  private:
+  DeviceAttachment& attachment(std::type_index type, const std::function<std::unique_ptr<DeviceAttachment>()>& make);
+
   // Declaration order is destruction order in reverse: the allocator goes first.
   std::unique_ptr<EventSource> events_;
   std::unique_ptr<SegmentSource> source_;
   std::unique_ptr<CachingAllocator> allocator_;
   OpRecorder op_recorder_;
+  std::mutex attachments_mutex_;
+  std::map<std::type_index, std::unique_ptr<DeviceAttachment>> attachments_;
 };
 
 std::string_view copy_kind_name(CopyKind kind);

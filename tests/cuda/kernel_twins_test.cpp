@@ -226,7 +226,7 @@ TEST_F(GpuKernels, FusedAdamWGivesTheTwinsBitsAndTheNormRepeats) {
   const AdamWHyperparameters hyperparameters{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
   std::vector<std::vector<float>> parameters, gradients, first, second;
   std::vector<Tensor> gpu;  // parameter, gradient, first, second per tensor
-  std::vector<cuda::AdamWTensor> list;
+  std::vector<AdamWTensor> list;
   const Tensor bf16_copy = Tensor::empty(*device_, {1000}, DType::bf16, MemoryCategory::workspace);
   for (std::size_t t = 0; t < tensors; ++t) {
     const std::size_t count = t == 3 ? 0 : 1 + (t * 977) % 5000;

@@ -12,16 +12,6 @@
 
 namespace ferry::cuda {
 
-// One tensor of an AdamW step (device pointers; parameter_bf16 may be null).
-struct AdamWTensor {
-  float* parameter = nullptr;
-  std::uint16_t* parameter_bf16 = nullptr;
-  const float* gradient = nullptr;
-  float* first_moment = nullptr;
-  float* second_moment = nullptr;
-  std::int64_t count = 0;
-};
-
 // One step (step counts from 1) of every tensor; gradients are multiplied by gradient_scale first.
 // Launches once per kAdamWTensorsPerLaunch tensors.
 inline constexpr std::size_t kAdamWTensorsPerLaunch = 48;

@@ -1,0 +1,219 @@
+#include "models/cuda_kernel_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "allocator/cuda_check.h"
+#include "engine/core/cuda_device.h"
+#include "models/kernels/cuda/adamw.h"
+#include "models/kernels/cuda/cross_entropy.h"
+#include "models/kernels/cuda/elementwise.h"
+#include "models/kernels/cuda/encoder.h"
+#include "models/kernels/cuda/flash_attention.h"
+#include "models/kernels/cuda/layernorm.h"
+#include "models/kernels/cuda/matmul.h"
+
+namespace ferry::ops {
+namespace {
+
+class CudaKernelBackend final : public KernelBackend {
+ public:
+  explicit CudaKernelBackend(CudaDevice& device) : device_(device), stream_(device.native_stream(device.default_stream())) {}
+
+  Shape attention_saved_shape(const AttentionShape& shape) const override { return {shape.batch, shape.heads, shape.sequence}; }
+  bool attention_saved_in_f32() const override { return true; }
+  std::int64_t attention_forward_scratch_elements(const AttentionShape&, float) const override { return 0; }
+  std::int64_t attention_backward_scratch_elements(const AttentionShape& shape) const override {
+    return cuda::flash_attention_scratch_elements(shape);
+  }
+  std::size_t matmul_workspace_bytes() const override { return cuda::kMatmulWorkspaceBytes; }
+
+  void convert_to_f32(const void* source, DType dtype, float* destination, std::int64_t count) override {
+    switch (dtype) {
+      case DType::f32: copy_on_device(destination, source, count * 4); return;
+      case DType::bf16: cuda::convert_bf16_to_f32(static_cast<const std::uint16_t*>(source), destination, count, stream_); return;
+      case DType::f16: cuda::convert_f16_to_f32(static_cast<const std::uint16_t*>(source), destination, count, stream_); return;
+      default: throw std::invalid_argument("cannot convert " + std::string(dtype_name(dtype)) + " to f32: not a floating dtype");
+    }
+  }
+  void convert_from_f32(const float* source, void* destination, DType dtype, std::int64_t count) override {
+    switch (dtype) {
+      case DType::f32: copy_on_device(destination, source, count * 4); return;
+      case DType::bf16: cuda::convert_f32_to_bf16(source, static_cast<std::uint16_t*>(destination), count, stream_); return;
+      case DType::f16: cuda::convert_f32_to_f16(source, static_cast<std::uint16_t*>(destination), count, stream_); return;
+      default: throw std::invalid_argument("cannot convert f32 to " + std::string(dtype_name(dtype)) + ": not a floating dtype");
+    }
+  }
+
+  void encoder_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, std::int64_t batch,
+                       std::int64_t sequence, std::int64_t channels) override {
+    cuda::encoder_forward(out, tokens, wte, wpe, batch, sequence, channels, stream_);
+  }
+  void encoder_forward_bf16_table(float* out, const std::int32_t* tokens, const std::uint16_t* wte, const float* wpe,
+                                  std::int64_t batch, std::int64_t sequence, std::int64_t channels) override {
+    cuda::encoder_forward_bf16_table(out, tokens, wte, wpe, batch, sequence, channels, stream_);
+  }
+  void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, std::int64_t batch,
+                        std::int64_t sequence, std::int64_t channels) override {
+    cuda::encoder_backward(dwte, dwpe, dout, tokens, batch, sequence, channels, stream_);
+  }
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                         std::int64_t rows, std::int64_t channels) override {
+    cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, rows, channels, stream_);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight,
+                          const float* mean, const float* rstd, std::int64_t rows, std::int64_t channels) override {
+    cuda::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, channels, stream_);
+  }
+
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, std::int64_t rows, std::int64_t in_features,
+                      std::int64_t out_features, WeightLayout layout, void* workspace) override {
+    cuda::matmul_forward(cublas_, workspace_of(workspace), cuda::MatmulType::f32, out, inp, weight, bias, rows, in_features,
+                         out_features, layout, stream_);
+  }
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight,
+                       std::int64_t rows, std::int64_t in_features, std::int64_t out_features, WeightLayout layout,
+                       void* workspace) override {
+    cuda::matmul_backward(cublas_, workspace_of(workspace), cuda::MatmulType::f32, dinp, dweight, dbias, dout, inp, weight, rows,
+                          in_features, out_features, layout, stream_);
+  }
+
+  // A slice narrower than the vocabulary goes through a contiguous [rows, count] buffer (cuBLASLt writes
+  // and reads it densely) copied into or out of its columns of the logits.
+  void lm_head_logits_slice(float* logits, std::int64_t vocab, std::int64_t first, const float* inp, const float* weight_slice,
+                            std::int64_t rows, std::int64_t channels, std::int64_t count, void* workspace) override {
+    if (count == vocab) {
+      matmul_forward(logits, inp, weight_slice, nullptr, rows, channels, count, WeightLayout::out_in, workspace);
+      return;
+    }
+    const Tensor slice = scratch({rows, count}, "lm_head.logits.slice");
+    matmul_forward(slice.data_as<float>(), inp, weight_slice, nullptr, rows, channels, count, WeightLayout::out_in, workspace);
+    copy_columns(logits + first, vocab, slice.data_as<float>(), count, rows, count);
+  }
+  void lm_head_backward_slice(float* dinp, bool accumulate_input, float* dweight_slice, const float* dlogits, std::int64_t vocab,
+                              std::int64_t first, const float* inp, const float* weight_slice, std::int64_t rows,
+                              std::int64_t channels, std::int64_t count, void* workspace) override {
+    Tensor dense;
+    const float* dout = dlogits;
+    if (count != vocab) {
+      dense = scratch({rows, count}, "lm_head.logits.grad.slice");
+      copy_columns(dense.data_as<float>(), count, dlogits + first, vocab, rows, count);
+      dout = dense.data_as<float>();
+    }
+    Tensor input_part;
+    float* dinp_target = dinp;
+    if (accumulate_input) {
+      input_part = scratch({rows, channels}, "lm_head.in.grad.slice");
+      dinp_target = input_part.data_as<float>();
+    }
+    matmul_backward(dinp_target, dweight_slice, nullptr, dout, inp, weight_slice, rows, channels, count, WeightLayout::out_in,
+                    workspace);
+    if (accumulate_input) residual_forward(dinp, dinp, dinp_target, rows * channels);
+  }
+
+  void attention_forward(float* out, float* saved, float*, const float* qkv, const AttentionShape& shape, float dropout,
+                         RandomKey key) override {
+    cuda::flash_attention_forward(out, saved, qkv, shape, dropout, key, stream_);
+  }
+  void attention_backward(float* dqkv, float* scratch_values, const float* dout, const float* out, const float* qkv, const float* saved,
+                          const AttentionShape& shape, float dropout, RandomKey key) override {
+    cuda::flash_attention_backward(dqkv, scratch_values, dout, out, qkv, saved, shape, dropout, key, stream_);
+  }
+
+  void gelu_forward(float* out, const float* inp, std::int64_t count) override { cuda::gelu_forward(out, inp, count, stream_); }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t count) override {
+    cuda::gelu_backward(dinp, inp, dout, count, stream_);
+  }
+  void residual_forward(float* out, const float* a, const float* b, std::int64_t count) override {
+    cuda::residual_forward(out, a, b, count, stream_);
+  }
+  void dropout_forward(float* out, const float* inp, std::int64_t count, float probability, RandomKey key) override {
+    cuda::dropout_forward(out, inp, count, probability, key, stream_);
+  }
+  void dropout_backward(float* dinp, const float* dout, std::int64_t count, float probability, RandomKey key) override {
+    cuda::dropout_backward(dinp, dout, count, probability, key, stream_);
+  }
+
+  double cross_entropy_sum(const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab) override {
+    const Tensor losses = scratch({rows}, "cross_entropy.losses");
+    cuda::cross_entropy_forward(losses.data_as<float>(), logits, targets, rows, vocab, stream_);
+    return sum_on_host(losses);
+  }
+  double cross_entropy_sum_and_gradient(float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
+                                        float dloss) override {
+    const Tensor losses = scratch({rows}, "cross_entropy.losses");
+    cuda::cross_entropy_forward_backward(logits, losses.data_as<float>(), targets, rows, vocab, dloss, stream_);
+    return sum_on_host(losses);
+  }
+
+  void adamw_update(std::span<const AdamWTensor> tensors, const AdamWHyperparameters& hyperparameters, std::int64_t step,
+                    float gradient_scale) override {
+    cuda::adamw_update(tensors, hyperparameters, step, gradient_scale, stream_);
+  }
+  // Every tensor's sum accumulates into one f64 on the device, in list order; one copy to the host.
+  double sum_of_squares(std::span<const DeviceValues> values) override {
+    std::int64_t scratch_elements = 1;
+    for (const DeviceValues& each : values) scratch_elements = std::max(scratch_elements, cuda::sum_of_squares_scratch_elements(each.count));
+    const Tensor result = doubles(1, "sum_of_squares.result");
+    const Tensor partials = doubles(scratch_elements, "sum_of_squares.partials");
+    device_.fill_zero(result.data(), sizeof(double), device_.default_stream());
+    for (const DeviceValues& each : values) {
+      cuda::sum_of_squares(static_cast<double*>(result.data()), true, each.values, each.count, static_cast<double*>(partials.data()),
+                           stream_);
+    }
+    double sum = 0;
+    device_.copy(&sum, result.data(), sizeof(double), CopyKind::device_to_host, device_.default_stream());
+    device_.synchronize(device_.default_stream());
+    return sum;
+  }
+
+ private:
+  static cuda::MatmulWorkspace workspace_of(void* data) { return {data, data ? cuda::kMatmulWorkspaceBytes : 0}; }
+
+  Tensor scratch(const Shape& shape, std::string_view tag) {
+    return Tensor::empty(device_, shape, DType::f32, MemoryCategory::workspace, tag, device_.default_stream());
+  }
+  // f64 scratch as pairs of f32 elements (the tensor dtypes hold no f64); allocations are 512-byte aligned.
+  Tensor doubles(std::int64_t count, std::string_view tag) { return scratch({2 * count}, tag); }
+
+  void copy_on_device(void* destination, const void* source, std::int64_t bytes) {
+    device_.copy(destination, source, static_cast<std::size_t>(bytes), CopyKind::device_to_device, device_.default_stream());
+  }
+  // rows x width floats from source (row pitch source_stride floats) to destination (destination_stride).
+  void copy_columns(float* destination, std::int64_t destination_stride, const float* source, std::int64_t source_stride,
+                    std::int64_t rows, std::int64_t width) {
+    FERRY_CUDA_CHECK(cudaMemcpy2DAsync(destination, static_cast<std::size_t>(destination_stride) * sizeof(float), source,
+                                       static_cast<std::size_t>(source_stride) * sizeof(float),
+                                       static_cast<std::size_t>(width) * sizeof(float), static_cast<std::size_t>(rows),
+                                       cudaMemcpyDeviceToDevice, stream_));
+  }
+  // The losses' sum in row order, as the cpu backend adds them.
+  double sum_on_host(const Tensor& losses) {
+    std::vector<float> values(static_cast<std::size_t>(losses.numel()));
+    losses.copy_to_host(values.data(), device_.default_stream());
+    device_.synchronize(device_.default_stream());
+    double total = 0;
+    for (float loss : values) total += loss;
+    return total;
+  }
+
+  CudaDevice& device_;
+  cudaStream_t stream_;
+  cuda::CublasLtHandle cublas_;
+};
+
+}  // namespace
+
+std::unique_ptr<KernelBackend> make_cuda_kernel_backend(Device& device) {
+  auto* cuda_device = dynamic_cast<CudaDevice*>(&device);
+  if (cuda_device == nullptr) throw std::logic_error("make_cuda_kernel_backend: " + device.name() + " is not a cuda device");
+  FERRY_CUDA_CHECK(cudaSetDevice(cuda_device->ordinal()));
+  return std::make_unique<CudaKernelBackend>(*cuda_device);
+}
+
+}  // namespace ferry::ops
