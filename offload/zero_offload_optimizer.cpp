@@ -74,6 +74,7 @@ ZeroOffloadOptimizer::ZeroOffloadOptimizer(Device& device, std::vector<Offloaded
 
   // Master weights from the device parameters.
   auto* staging = static_cast<std::byte*>(staging_.data());
+  copy_after_compute();
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     const Tensor& parameter = *parameters_[i].parameter;
     device_.copy(staging + gradients_->offset_of(i) * static_cast<std::int64_t>(dtype_size(parameter_dtype_)), parameter.data(),
@@ -133,6 +134,12 @@ std::vector<AdamWSpan> ZeroOffloadOptimizer::spans_of(const StateGroup& state) c
   return spans;
 }
 
+void ZeroOffloadOptimizer::copy_after_compute() {
+  const Event computed = device_.record_event(device_.default_stream());
+  device_.wait_event(copy_stream_, computed);
+  device_.release_event(computed);
+}
+
 void ZeroOffloadOptimizer::return_parameters(const StateGroup& state) {
   const auto element = static_cast<std::int64_t>(dtype_size(parameter_dtype_));
   const auto* staging = static_cast<const std::byte*>(staging_.data());
@@ -151,6 +158,7 @@ std::int64_t ZeroOffloadOptimizer::step(float learning_rate, float gradient_scal
   AdamWSettings settings = settings_;
   settings.learning_rate = learning_rate;
   const std::int64_t groups = tier_->group_count();
+  copy_after_compute();
   tier_->prefetch(0);
   for (std::int64_t group = 0; group < groups; ++group) {
     if (group + 1 < groups) tier_->prefetch(group + 1);  // read ahead while this group updates
@@ -194,6 +202,7 @@ void ZeroOffloadOptimizer::import_state(const std::vector<float>& master, const 
     throw std::invalid_argument("optimizer state of " + std::to_string(master.size()) + " elements for " + std::to_string(total) + " parameters");
   }
   const auto element = static_cast<std::int64_t>(dtype_size(parameter_dtype_));
+  copy_after_compute();
   for (std::int64_t group = 0; group < tier_->group_count(); ++group) {
     const StateGroup state = tier_->acquire(group);
     std::copy_n(master.begin() + state.begin, state.count, state.master);

@@ -87,6 +87,9 @@ class ZeroOffloadOptimizer {
  private:
   // Copies group `state`'s updated parameters from the staging buffer to the device.
   void return_parameters(const StateGroup& state);
+  // The copy stream waits for the work queued so far on the compute stream (kernels still reading the
+  // parameters the copies overwrite).
+  void copy_after_compute();
   std::vector<AdamWSpan> spans_of(const StateGroup& state) const;
   // Calls visit(parameter, first, last) for each parameter's flat range [first, last) inside the group.
   template <typename Visit>

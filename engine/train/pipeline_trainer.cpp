@@ -48,6 +48,9 @@ void reject_unsupported(const TrainOptions& o) {
     if (used) throw std::invalid_argument(std::string(what) + " is not supported with --pp yet: run it without pipeline parallelism");
   };
   refuse(!o.save.empty() || !o.resume.empty(), "--save/--resume (checkpoints of pipeline stages)");
+  // The stages exchange activations and tied-embedding gradients through host pointers (MPI, or memcpy
+  // in one process); device-to-device transfers (NCCL, CUDA-aware MPI) are not built.
+  refuse(o.device == "cuda", "--device cuda (stage-to-stage transfers of GPU tensors)");
   if (o.pipeline_stages < 1) throw std::invalid_argument("--pp must be >= 1, got " + std::to_string(o.pipeline_stages));
 }
 

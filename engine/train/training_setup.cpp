@@ -18,9 +18,6 @@ DType parse_precision(const std::string& precision) {
 std::unique_ptr<Device> make_training_device(const std::string& kind, const std::string& memory) {
   DeviceOptions device_options;
   device_options.kind = parse_device_kind(kind);
-  if (device_options.kind == DeviceKind::cuda) {
-    throw std::invalid_argument("--device cuda: the cuda kernels are not built yet; train on --device cpu, or dry-run on --device meta");
-  }
   device_options.memory_limit = memory.empty() ? 0 : parse_byte_size(memory);
   device_options.allocator_config = AllocatorConfig::from_environment();
   return create_device(device_options);

@@ -18,7 +18,7 @@
 namespace ferry {
 
 DType parse_precision(const std::string& precision);
-// --device and --device-memory; refuses cuda until its kernels exist.
+// --device and --device-memory (cuda: create_device says when this build or machine has no GPU).
 std::unique_ptr<Device> make_training_device(const std::string& kind, const std::string& memory);
 TokenDataset open_training_data(const std::string& path);  // empty: the embedded corpus
 void check_vocabulary(const TokenDataset& data, const GptConfig& config);
