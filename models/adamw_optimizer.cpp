@@ -61,10 +61,12 @@ std::int64_t AdamWOptimizer::step(float learning_rate, float gradient_scale) {
     const Tensor& parameter = *parameters_[i].tensor;
     const OptimizerState& state = states_[i];
     const bool has_master = state.master.defined();
+    // bf16 copies come out of the fused step; other dtypes are rounded from the master weights after it.
     (decays(parameter) ? decayed : undecayed)
         .push_back({has_master ? state.master.data_as<float>() : parameter.data_as<float>(),
-                    has_master ? parameter.data_as<std::uint16_t>() : nullptr, gradients_[i].tensor->data_as<float>(),
-                    state.first_moment.data_as<float>(), state.second_moment.data_as<float>(), parameter.numel()});
+                    parameter.dtype() == DType::bf16 ? parameter.data_as<std::uint16_t>() : nullptr,
+                    gradients_[i].tensor->data_as<float>(), state.first_moment.data_as<float>(), state.second_moment.data_as<float>(),
+                    parameter.numel()});
   }
   AdamWHyperparameters hyperparameters = hyperparameters_;
   hyperparameters.learning_rate = learning_rate;
@@ -72,6 +74,12 @@ std::int64_t AdamWOptimizer::step(float learning_rate, float gradient_scale) {
   kernels.adamw_update(decayed, hyperparameters, steps_, gradient_scale);
   hyperparameters.weight_decay = 0.0f;
   kernels.adamw_update(undecayed, hyperparameters, steps_, gradient_scale);
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    const Tensor& parameter = *parameters_[i].tensor;
+    if (parameter.dtype() != DType::f32 && parameter.dtype() != DType::bf16) {
+      kernels.convert_from_f32(states_[i].master.data_as<float>(), parameter.data(), parameter.dtype(), parameter.numel());
+    }
+  }
   return steps_;
 }
 

@@ -42,8 +42,8 @@ GptModel::GptModel(Device& device, GptConfig config, DType parameter_dtype, GptD
     : device_(&device), config_(std::move(config)), parameter_dtype_(parameter_dtype), dropout_(dropout),
       gradient_storage_(gradient_storage), part_(std::move(part)) {
   config_.validate();
-  if (parameter_dtype != DType::f32 && parameter_dtype != DType::bf16) {
-    throw std::invalid_argument("GPT parameters must be f32 or bf16, not " + std::string(dtype_name(parameter_dtype)));
+  if (parameter_dtype != DType::f32 && parameter_dtype != DType::bf16 && parameter_dtype != DType::f16) {
+    throw std::invalid_argument("GPT parameters must be f32, bf16 or f16, not " + std::string(dtype_name(parameter_dtype)));
   }
   for (float p : {dropout.embedding, dropout.attention, dropout.residual}) {
     if (!(p >= 0.0f && p < 1.0f)) throw std::invalid_argument("dropout probabilities must be in [0, 1), got " + std::to_string(p));

@@ -66,7 +66,7 @@ enum class GradientStorage : std::uint8_t { whole, streamed };
 
 class GptModel {
  public:
-  // activation dtype = parameter dtype (f32 or bf16); gradients are always f32.
+  // activation dtype = parameter dtype (f32, bf16 or f16); gradients are always f32.
   // `part`: the blocks (and embedding, head) this object holds, for a pipeline stage; the others have
   // no parameters here and their layers throw when called.
   GptModel(Device& device, GptConfig config, DType parameter_dtype, GptDropout dropout = {},

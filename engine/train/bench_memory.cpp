@@ -10,6 +10,7 @@
 #include "engine/core/atomic_file.h"
 #include "engine/train/summary_file.h"
 #include "engine/train/token_data.h"
+#include "engine/train/training_setup.h"
 #include "engine/train/training_step.h"
 #include "models/activation_memory.h"
 
@@ -69,7 +70,7 @@ void add_bench_command(CLI::App& app, BenchMemoryOptions& o) {
   memory->add_option("--batch", o.run.batch, "Micro-batch size (default 8)");
   memory->add_option("--seq", o.run.seq, "Sequence length (default: the model's positions)");
   memory->add_option("--grad-accum", o.run.grad_accum, "Micro-batches per step");
-  memory->add_option("--precision", o.run.precision, "fp32 | bf16");
+  memory->add_option("--precision", o.run.precision, "fp32 | bf16 | fp16");
   memory->add_option("--loss-chunk", o.run.loss_chunk, "Tokens per LM-head chunk (0: automatic)");
   memory->add_option("--output", o.output, "Directory for memory.csv, memory.json and memory.html (default ferry-bench-memory)");
   memory->add_option("--summary", o.summary, "Also write the JSON here");
@@ -85,10 +86,9 @@ bool bench_memory_requested(const CLI::App& app) {
 json bench_memory(const BenchMemoryOptions& options) {
   const TrainOptions& o = options.run;
   if (o.batch <= 0 || o.grad_accum <= 0) throw std::invalid_argument("--batch and --grad-accum must be positive");
-  if (o.precision != "fp32" && o.precision != "bf16") throw std::invalid_argument("--precision '" + o.precision + "' is not one of fp32, bf16");
   const GptConfig config = resolve_model_config(o);
   const std::int64_t sequence = o.seq.value_or(config.max_sequence);
-  const DType dtype = o.precision == "bf16" ? DType::bf16 : DType::f32;
+  const DType dtype = parse_precision(o.precision);
   const std::int64_t element_bytes = static_cast<std::int64_t>(dtype_size(dtype));
   const TokenDataset data = TokenDataset::embedded_corpus();
   DryRunSetup setup{config, dtype, {}, &data, StepSettings{o.batch, sequence, o.grad_accum, 0, 1.0}, {}, o.loss_chunk,

@@ -51,6 +51,7 @@ void reject_unsupported(const TrainOptions& o) {
   // The stages exchange activations and tied-embedding gradients through host pointers (MPI, or memcpy
   // in one process); device-to-device transfers (NCCL, CUDA-aware MPI) are not built.
   refuse(o.device == "cuda", "--device cuda (stage-to-stage transfers of GPU tensors)");
+  refuse(o.precision == "fp16", "--precision fp16 (one loss scale agreed across stages)");
   if (o.pipeline_stages < 1) throw std::invalid_argument("--pp must be >= 1, got " + std::to_string(o.pipeline_stages));
 }
 

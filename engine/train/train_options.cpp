@@ -59,6 +59,23 @@ void apply_ferry_section(const json& section, TrainOptions& options) {
   }
 }
 
+// DeepSpeed's fp16 section: enabled selects --precision fp16 (with bf16 also enabled, the config is
+// ambiguous and refused); the loss-scaling keys keep DeepSpeed's names and meanings.
+void apply_fp16(const json& section, const std::string& path, TrainOptions& options) {
+  reject_unknown(section, "fp16", {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale"});
+  if (!value_of<bool>(section.value("enabled", json(false)), "fp16.enabled")) return;
+  if (options.precision == "bf16") {
+    throw std::invalid_argument("config '" + path + "': both bf16 and fp16 are enabled; enable one of them");
+  }
+  options.precision = "fp16";
+  LossScaleSettings& scaling = options.loss_scaling;
+  if (section.contains("loss_scale")) scaling.loss_scale = value_of<double>(section["loss_scale"], "fp16.loss_scale");
+  if (section.contains("initial_scale_power")) scaling.initial_scale_power = value_of<std::int32_t>(section["initial_scale_power"], "fp16.initial_scale_power");
+  if (section.contains("loss_scale_window")) scaling.loss_scale_window = value_of<std::int32_t>(section["loss_scale_window"], "fp16.loss_scale_window");
+  if (section.contains("hysteresis")) scaling.hysteresis = value_of<std::int32_t>(section["hysteresis"], "fp16.hysteresis");
+  if (section.contains("min_loss_scale")) scaling.min_loss_scale = value_of<double>(section["min_loss_scale"], "fp16.min_loss_scale");
+}
+
 // DeepSpeed's activation_checkpointing section: its models checkpoint every block's input, which is
 // ferry's full recompute. Options that need what ferry lacks are refused, not ignored.
 void apply_activation_checkpointing(const json& section, TrainOptions& options) {
@@ -144,9 +161,15 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--heads", o.heads, "Attention heads (overrides the preset)");
   train->add_option("--vocab", o.vocab, "Vocabulary size (overrides the preset)");
   train->add_option("--seq", o.seq, "Sequence length per micro-batch (default: the model's positions)");
-  train->add_option("--device", o.device, "cpu | meta (dry run: same allocations, no compute)");
+  train->add_option("--device", o.device, "cpu | cuda (one GPU) | meta (dry run: same allocations, no compute)");
   train->add_option("--device-memory", o.device_memory, "Device memory limit, e.g. 512MiB, 2GiB");
-  train->add_option("--precision", o.precision, "fp32 | bf16 (bf16 parameters and activations, fp32 master weights)");
+  train->add_option("--precision", o.precision,
+                    "fp32 | bf16 | fp16 (16-bit parameters and activations, fp32 master weights and gradients; fp16 with loss scaling)");
+  train->add_option("--loss-scale", o.loss_scaling.loss_scale, "fp16: 0 = dynamic loss scaling, > 0 = this static scale");
+  train->add_option("--initial-scale-power", o.loss_scaling.initial_scale_power, "fp16 dynamic scaling starts at 2^this");
+  train->add_option("--loss-scale-window", o.loss_scaling.loss_scale_window, "fp16: double the scale after this many steps without overflow");
+  train->add_option("--hysteresis", o.loss_scaling.hysteresis, "fp16: overflowing steps (skipped) before the scale halves");
+  train->add_option("--min-loss-scale", o.loss_scaling.min_loss_scale, "fp16: the dynamic scale never goes below this");
   train->add_option("--batch", o.batch, "Micro-batch size (sequences)");
   train->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step");
   train->add_option("--steps", o.steps, "Total optimizer steps (a resumed run continues up to this count)");
@@ -261,11 +284,7 @@ void apply_config_file(const std::string& path, TrainOptions& options) {
     reject_unknown(config["bf16"], "bf16", {"enabled"});
     if (value_of<bool>(config["bf16"].value("enabled", json(false)), "bf16.enabled")) options.precision = "bf16";
   }
-  if (config.contains("fp16")) {
-    if (value_of<bool>(config["fp16"].value("enabled", json(false)), "fp16.enabled")) {
-      throw std::invalid_argument("config '" + path + "': fp16 training is not supported yet; use \"bf16\": {\"enabled\": true}");
-    }
-  }
+  if (config.contains("fp16")) apply_fp16(config["fp16"], path, options);
   if (config.contains("scheduler")) apply_scheduler(config["scheduler"], options);
   if (config.contains("steps_per_print")) options.log_every = value_of<std::int64_t>(config["steps_per_print"], "steps_per_print");
   if (config.contains("activation_checkpointing")) apply_activation_checkpointing(config["activation_checkpointing"], options);

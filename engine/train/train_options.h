@@ -12,6 +12,8 @@
 
 #include "models/gpt_config.h"
 
+#include "engine/train/loss_scaler.h"
+
 namespace ferry {
 
 struct TrainOptions {
@@ -21,6 +23,7 @@ struct TrainOptions {
   std::string device = "cpu";
   std::string device_memory;  // empty: the device's default
   std::string precision = "fp32";
+  LossScaleSettings loss_scaling;  // fp16 only
   std::int64_t batch = 8;
   std::int64_t grad_accum = 1;
   std::int64_t steps = 300;

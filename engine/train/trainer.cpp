@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "allocator/allocator_errors.h"
@@ -131,6 +132,8 @@ nlohmann::json run_training(const TrainOptions& o) {
   }
   dry_run_setup.policy = policy;
   const std::vector<ActivationKeep> keeps = activation_keeps(policy, config.layers);
+  std::optional<LossScaler> scaler;  // fp16: the backward runs on the scaled loss
+  if (dtype == DType::f16) scaler.emplace(o.loss_scaling);
   TrainingProfile profile(*device, o.profile, ProfileSteps::parse(o.profile_steps),
                           {{"command", "train"}, {"model", config.name}, {"parameters", config.parameter_count()},
                            {"device", std::string(device_kind_name(device->kind()))}, {"precision", o.precision},
@@ -192,7 +195,8 @@ nlohmann::json run_training(const TrainOptions& o) {
       StepResult result;
       {
         const OpScope op(*device, "step", "step " + std::to_string(step + 1));
-        result = run_training_step(*device, model, *optimizer, loader, settings, step, learning_rate, keeps);
+        result = run_training_step(*device, model, *optimizer, loader, settings, step, learning_rate, keeps,
+                                   scaler ? &*scaler : nullptr);
       }
       profile.end_step(step + 1);
       const double loss = result.loss;
@@ -203,7 +207,11 @@ nlohmann::json run_training(const TrainOptions& o) {
       if (step > first_step) throughputs.push_back(throughput);
       last_loss = loss;
       steps.push_back({{"step", step + 1}, {"loss", loss}, {"tokens_per_second", throughput}, {"lr", learning_rate},
-                       {"grad_norm", norm}, {"seconds", seconds}});
+                       {"grad_norm", std::isfinite(norm) ? nlohmann::json(norm) : nlohmann::json(nullptr)}, {"seconds", seconds}});
+      if (scaler) {
+        steps.back()["loss_scale"] = result.loss_scale;
+        steps.back()["skipped"] = result.skipped;
+      }
       const double typical = median(step_seconds);
       progress.update(StepProgress{step + 1, o.steps, loss, throughput, learning_rate, norm,
                                    device->allocator().statistics().allocated_bytes.all().peak,
@@ -245,6 +253,7 @@ nlohmann::json run_training(const TrainOptions& o) {
       {"optimizer", optimizer_description},
       {"model_states", model_state_report(device->allocator().statistics(), config.parameter_count(), dtype, offloaded)},
   };
+  if (scaler) summary["loss_scaling"] = scaler->describe();
   if (throughputs.empty() && !step_seconds.empty()) summary["tokens_per_second"] = tokens_per_step / step_seconds.front();
   if (!profile.written().empty()) {
     summary["profile"] = profile.written();
@@ -259,6 +268,10 @@ nlohmann::json run_training(const TrainOptions& o) {
     if (bytes.get<std::int64_t>() > 0) std::printf(" %s %s", category.c_str(), format_bytes(bytes.get<std::size_t>()).c_str());
   }
   std::printf("\n%s\n", describe_model_state_report(summary["model_states"]).c_str());
+  if (scaler) {
+    std::printf("  fp16 loss scale %g (%s): %lld overflowing steps skipped\n", scaler->scale(), scaler->dynamic() ? "dynamic" : "static",
+                static_cast<long long>(scaler->skipped_steps()));
+  }
   if (offloaded && device->has_storage()) {
     const nlohmann::json& phases = optimizer_description["last_step_seconds"];
     std::printf("  offload %s: host pinned peak %s, NVMe %s; last optimizer step %.3f s (CpuAdam %.3f s, %s x %d threads)\n",

@@ -6,6 +6,15 @@
 #include "models/adamw_optimizer.h"
 
 namespace ferry {
+
+double TrainingOptimizer::gradient_sum_of_squares(std::optional<std::size_t> excluded) {
+  const double sum = unchecked_gradient_sum_of_squares(excluded);
+  if (!std::isfinite(sum)) {
+    throw std::runtime_error("a gradient became inf or NaN; lower --lr or enable --grad-clip (the optimizer state was not updated)");
+  }
+  return sum;
+}
+
 OptimizerSnapshot snapshot_layout(const GptModel& model) {
   OptimizerSnapshot snapshot;
   std::int64_t offset = 0;
@@ -37,12 +46,6 @@ void require_matching(const OptimizerSnapshot& snapshot, const GptModel& model) 
   }
 }
 
-double require_finite(double sum_of_squares) {
-  if (!std::isfinite(sum_of_squares)) {
-    throw std::runtime_error("a gradient became inf or NaN; lower --lr or enable --grad-clip (the optimizer state was not updated)");
-  }
-  return sum_of_squares;
-}
 
 class DeviceAdamW final : public TrainingOptimizer {
  public:
@@ -50,8 +53,8 @@ class DeviceAdamW final : public TrainingOptimizer {
       : model_(model), optimizer_(model.parameters(), model.gradients(), hyperparameters) {}
   std::string mode() const override { return "none"; }
   void begin_step() override { model_.zero_gradients(); }
-  double gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
-    return require_finite(optimizer_.gradient_sum_of_squares(excluded));
+  double unchecked_gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
+    return optimizer_.gradient_sum_of_squares(excluded);
   }
   std::span<float> host_gradient(std::size_t index) override {
     const Tensor& gradient = optimizer_.gradient_of(index);
@@ -151,11 +154,11 @@ class OffloadedAdamW final : public TrainingOptimizer {
 
   std::string mode() const override { return optimizer_.tier_name(); }
   void begin_step() override { optimizer_.begin_step(); }
-  double gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
+  double unchecked_gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
     std::optional<std::size_t> position;
     if (excluded) position = sink_.position_of(*excluded);
     const offload::GradientCheck check = optimizer_.check_gradients(position);
-    return require_finite(check.finite ? check.sum_of_squares : std::nan(""));
+    return check.finite ? check.sum_of_squares : std::nan("");
   }
   std::span<float> host_gradient(std::size_t index) override {
     const std::optional<std::size_t> position = sink_.position_of(index);
@@ -212,7 +215,7 @@ class DiscardingOptimizer final : public TrainingOptimizer {
   DiscardingOptimizer& operator=(const DiscardingOptimizer&) = delete;
   std::string mode() const override { return "dry run"; }
   void begin_step() override {}
-  double gradient_sum_of_squares(std::optional<std::size_t>) override { return 0.0; }
+  double unchecked_gradient_sum_of_squares(std::optional<std::size_t>) override { return 0.0; }
   std::span<float> host_gradient(std::size_t) override { throw std::logic_error("a dry run holds no gradients"); }
   void step(float, float) override { ++steps_; }
   std::int64_t steps_taken() const override { return steps_; }

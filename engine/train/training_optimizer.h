@@ -38,9 +38,11 @@ class TrainingOptimizer {
   // Before a step's first micro-batch: gradients to zero.
   virtual void begin_step() = 0;
   // The sum of squares (f64) of the step's gradients, leaving out the model's parameter `excluded`
-  // (NamedTensor::index; a pipeline stage's duplicate of the tied token table) when given. Throws when
-  // a gradient is inf or NaN.
-  virtual double gradient_sum_of_squares(std::optional<std::size_t> excluded) = 0;
+  // (NamedTensor::index; a pipeline stage's duplicate of the tied token table) when given; inf or NaN
+  // when a gradient is (an fp16 overflow, which loss scaling skips).
+  virtual double unchecked_gradient_sum_of_squares(std::optional<std::size_t> excluded) = 0;
+  // The same; throws when a gradient is inf or NaN.
+  double gradient_sum_of_squares(std::optional<std::size_t> excluded);
   double gradient_norm() { return std::sqrt(gradient_sum_of_squares(std::nullopt)); }
   // The step's gradient (f32) of the model's parameter `index` in host memory, for sums between
   // pipeline stages; throws when the gradients are not host-addressable (a cuda device's).

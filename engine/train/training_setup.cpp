@@ -11,8 +11,8 @@ namespace ferry {
 DType parse_precision(const std::string& precision) {
   if (precision == "fp32") return DType::f32;
   if (precision == "bf16") return DType::bf16;
-  if (precision == "fp16") throw std::invalid_argument("--precision fp16 is not supported yet; use fp32 or bf16");
-  throw std::invalid_argument("--precision '" + precision + "' is not one of fp32, bf16");
+  if (precision == "fp16") return DType::f16;
+  throw std::invalid_argument("--precision '" + precision + "' is not one of fp32, bf16, fp16");
 }
 
 std::unique_ptr<Device> make_training_device(const std::string& kind, const std::string& memory) {

@@ -32,25 +32,44 @@ std::vector<ActivationKeep> activation_keeps(const RecomputePolicy& policy, std:
 
 StepResult run_training_step(Device& device, GptModel& model, TrainingOptimizer& optimizer, DataLoader& loader,
                              const StepSettings& settings, std::int64_t step, double learning_rate,
-                             const std::vector<ActivationKeep>& keeps) {
+                             const std::vector<ActivationKeep>& keeps, LossScaler* scaler) {
   optimizer.begin_step();
   std::vector<std::int32_t> inputs, targets;
   StepResult result;
+  result.loss_scale = scaler != nullptr ? scaler->scale() : 1.0;
+  const float dloss = static_cast<float>(result.loss_scale / static_cast<double>(settings.grad_accum));
   for (std::int64_t micro = 0; micro < settings.grad_accum; ++micro) {
     loader.next(inputs, targets);
     const Tensor input_tokens = device_tokens(device, inputs, settings.batch, settings.sequence, "tokens");
     const Tensor target_tokens = device_tokens(device, targets, settings.batch, settings.sequence, "targets");
     const MicroBatchKey key{settings.seed, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(micro)};
-    result.loss += model.train_micro_batch(input_tokens, target_tokens, key, 1.0f / static_cast<float>(settings.grad_accum), keeps);
+    result.loss += model.train_micro_batch(input_tokens, target_tokens, key, dloss, keeps);
   }
   result.loss /= static_cast<double>(settings.grad_accum);
   if (!device.has_storage()) result.loss = std::nan("");  // a dry run computes no values
-  if (device.has_storage() && !std::isfinite(result.loss)) {
+  if (device.has_storage() && !std::isfinite(result.loss) && scaler == nullptr) {
     throw std::runtime_error("the loss became " + std::to_string(result.loss) + " at step " + std::to_string(step + 1) +
                              "; lower --lr or enable --grad-clip (nothing was saved from this step)");
   }
-  result.gradient_norm = optimizer.gradient_norm();
-  optimizer.step(static_cast<float>(learning_rate), clip_scale(result.gradient_norm, settings.grad_clip));
+  if (scaler == nullptr) {
+    result.gradient_norm = optimizer.gradient_norm();
+    optimizer.step(static_cast<float>(learning_rate), clip_scale(result.gradient_norm, settings.grad_clip));
+    return result;
+  }
+  const double scaled_sum = optimizer.unchecked_gradient_sum_of_squares(std::nullopt);
+  result.gradient_norm = std::sqrt(scaled_sum) / result.loss_scale;
+  const bool overflow = !std::isfinite(scaled_sum) || !std::isfinite(result.loss);
+  if (overflow && scaler->at_minimum()) {
+    throw std::runtime_error("fp16: step " + std::to_string(step + 1) + " overflowed (loss " + std::to_string(result.loss) +
+                             ") at the minimum loss scale " + std::to_string(scaler->scale()) +
+                             "; the values overflow fp16 itself: train with --precision bf16, or lower --lr");
+  }
+  if (!scaler->update(overflow)) {
+    result.skipped = true;
+    return result;
+  }
+  const double unscale = 1.0 / result.loss_scale;
+  optimizer.step(static_cast<float>(learning_rate), static_cast<float>(clip_scale(result.gradient_norm, settings.grad_clip) * unscale));
   return result;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/core/device.h"
+#include "engine/train/loss_scaler.h"
 #include "engine/train/token_data.h"
 #include "engine/train/training_optimizer.h"
 #include "models/gpt_model.h"
@@ -26,7 +27,9 @@ struct StepSettings {
 
 struct StepResult {
   double loss = 0;  // mean over the step's micro-batches (NaN on meta)
-  double gradient_norm = 0;
+  double gradient_norm = 0;  // of the unscaled gradients (inf or NaN on a skipped step)
+  double loss_scale = 1;     // the scale this step's backward ran with
+  bool skipped = false;      // fp16 overflow: the optimizer did not step
 };
 
 // Token ids [batch, sequence] as an i32 tensor on the device (category activations).
@@ -36,9 +39,11 @@ Tensor device_tokens(Device& device, const std::vector<std::int32_t>& values, st
 // The model's per-block keep list for a recompute plan.
 std::vector<ActivationKeep> activation_keeps(const RecomputePolicy& policy, std::int64_t layers);
 
+// With a loss scaler (fp16), the backward runs on the loss times its scale, gradients are unscaled in
+// the optimizer step, and a step whose gradients overflowed is skipped.
 StepResult run_training_step(Device& device, GptModel& model, TrainingOptimizer& optimizer, DataLoader& loader,
                              const StepSettings& settings, std::int64_t step, double learning_rate,
-                             const std::vector<ActivationKeep>& keeps);
+                             const std::vector<ActivationKeep>& keeps, LossScaler* scaler = nullptr);
 
 struct DryRun {
   std::int64_t peak_allocated = 0;

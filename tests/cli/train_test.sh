@@ -49,6 +49,23 @@ PY
 "${run[@]}" --precision bf16 --steps 4 --resume "$work/bf16_resumed" --save "$work/bf16_resumed" > /dev/null
 cmp "$work/bf16_straight/model.safetensors" "$work/bf16_resumed/model.safetensors"
 cmp "$work/bf16_straight/optimizer.safetensors" "$work/bf16_resumed/optimizer.safetensors"
+# And for fp16 with dynamic loss scaling (the flags reach the scaler; power-of-two scales unscale exactly,
+# so a resumed run that restarts the scale without an overflow is byte-identical).
+fp16=(--precision fp16 --initial-scale-power 12 --hysteresis 3 --loss-scale-window 3)
+"${run[@]}" "${fp16[@]}" --steps 4 --save "$work/fp16_straight" --summary "$work/fp16.json" > /dev/null
+"${run[@]}" "${fp16[@]}" --steps 2 --save "$work/fp16_resumed" > /dev/null
+"${run[@]}" "${fp16[@]}" --steps 4 --resume "$work/fp16_resumed" --save "$work/fp16_resumed" > /dev/null
+cmp "$work/fp16_straight/model.safetensors" "$work/fp16_resumed/model.safetensors"
+cmp "$work/fp16_straight/optimizer.safetensors" "$work/fp16_resumed/optimizer.safetensors"
+/usr/bin/python3 - "$work/fp16.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+scaling = s["loss_scaling"]
+assert s["run"]["precision"] == "fp16"
+assert scaling["dynamic"] and scaling["hysteresis"] == 3 and scaling["skipped_steps"] == 0, scaling
+assert [step["loss_scale"] for step in s["steps"]] == [4096, 4096, 4096, 8192], s["steps"]  # doubled after 3 clean steps
+assert scaling["scale"] == 8192 and scaling["scale_increases"] == 1, scaling
+PY
 
 # Recompute policies give the same losses as none (dropout on); auto picks the least recompute that fits.
 for policy in full selective every:2; do
