@@ -76,6 +76,12 @@ class CudaKernelBackend final : public KernelBackend {
     cuda::matmul_forward(cublas_, workspace_of(workspace), cuda::MatmulType::f32, out, inp, weight, bias, rows, in_features,
                          out_features, layout, stream_);
   }
+  bool matmul_takes_bf16() const override { return true; }
+  void matmul_forward_bf16(void* out, const void* inp, const void* weight, const void* bias, std::int64_t rows,
+                           std::int64_t in_features, std::int64_t out_features, WeightLayout layout, void* workspace) override {
+    cuda::matmul_forward(cublas_, workspace_of(workspace), cuda::MatmulType::bf16, out, inp, weight, bias, rows, in_features,
+                         out_features, layout, stream_);
+  }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight,
                        std::int64_t rows, std::int64_t in_features, std::int64_t out_features, WeightLayout layout,
                        void* workspace) override {

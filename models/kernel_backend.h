@@ -63,6 +63,12 @@ class KernelBackend : public DeviceAttachment {
                                std::int64_t rows, std::int64_t in_features, std::int64_t out_features, WeightLayout layout,
                                void* workspace) = 0;
 
+  // True when matmul_forward_bf16 exists (cuda: cuBLASLt on bf16 inputs with fp32 accumulation).
+  virtual bool matmul_takes_bf16() const { return false; }
+  // matmul_forward on bf16 bit patterns (out, inp, weight, bias; bias may be null), out rounded once.
+  virtual void matmul_forward_bf16(void* out, const void* inp, const void* weight, const void* bias, std::int64_t rows,
+                                   std::int64_t in_features, std::int64_t out_features, WeightLayout layout, void* workspace);
+
   // The tied LM head on columns [first, first + count) of logits [rows, vocab]; see tensor_ops.h.
   virtual void lm_head_logits_slice(float* logits, std::int64_t vocab, std::int64_t first, const float* inp,
                                     const float* weight_slice, std::int64_t rows, std::int64_t channels, std::int64_t count,

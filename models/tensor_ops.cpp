@@ -127,11 +127,21 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
   const std::int64_t out_features = layout == WeightLayout::in_out ? weight.size(1) : weight.size(0);
   require(last_dimension(inp) == in && last_dimension(out) == out_features, "matmul_forward",
           "shapes " + shape_to_string(inp.shape()) + " x " + shape_to_string(weight.shape()) + " -> " + shape_to_string(out.shape()) + " do not match");
+  const Tensor workspace = matmul_workspace(out.device());
+  KernelBackend& backend = kernel_backend(out.device());
+  const bool all_bf16 = inp.dtype() == DType::bf16 && weight.dtype() == DType::bf16 && out.dtype() == DType::bf16 &&
+                        (!bias.defined() || bias.dtype() == DType::bf16);
+  if (all_bf16 && backend.matmul_takes_bf16()) {  // no f32 copies: bf16 in, fp32 accumulation, bf16 out
+    if (computing(out)) {
+      backend.matmul_forward_bf16(out.data(), inp.data(), weight.data(), address(bias), inp.numel() / in, in, out_features, layout,
+                                  address(workspace));
+    }
+    return;
+  }
   const Tensor inp32 = as_f32(inp, "matmul.in.f32");
   const Tensor weight32 = as_f32(weight, "matmul.weight.f32");
   const Tensor bias32 = bias.defined() ? as_f32(bias, "matmul.bias.f32") : Tensor();
   const Tensor out32 = f32_target(out, "matmul.out.f32");
-  const Tensor workspace = matmul_workspace(out.device());
   if (KernelBackend* kernels = computing(out)) {
     kernels->matmul_forward(f32(out32), f32(inp32), f32(weight32), f32(bias32), inp.numel() / in, in, out_features, layout,
                             address(workspace));
