@@ -29,15 +29,7 @@ trap 'rm -rf "$work" "$nvme_dir"' EXIT
 echo "GPU: $gpu (dense bf16 peak $peak TFLOPS); $(python3 -c 'import torch; print("torch", torch.__version__)')"
 
 # A random-token shard for vocab 50257 (throughput does not depend on the text).
-python3 - "$work/tokens.bin" <<'PY'
-import struct, sys, random
-rng = random.Random(0)
-n = 1 << 22
-tokens = [rng.randrange(50257) for _ in range(n)]
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack("<%dH" % n, *tokens))
-PY
+python3 "$root/benchmarks/random_token_shard.py" "$work/tokens.bin" $((1 << 22))
 
 # compare NAME FERRY_JSON TORCH_JSON: one table row pair and the ratios against the issue's goals.
 compare() {

@@ -12,15 +12,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # A random-token shard for vocab 50257 (throughput does not depend on the text).
-/usr/bin/python3 - "$work/tokens.bin" <<'PY'
-import struct, sys, random
-rng = random.Random(0)
-n = 1 << 20
-tokens = [rng.randrange(50257) for _ in range(n)]
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack("<%dH" % n, *tokens))
-PY
+/usr/bin/python3 "$root/benchmarks/random_token_shard.py" "$work/tokens.bin"
 
 bench() {  # bench NAME LAYERS HIDDEN HEADS VOCAB SEQ BATCH DATA
   local name=$1 layers=$2 hidden=$3 heads=$4 vocab=$5 seq=$6 batch=$7 data=$8

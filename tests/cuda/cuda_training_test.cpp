@@ -15,6 +15,7 @@
 #include "schedule/recompute_policy.h"
 #include "tests/cuda/twin_comparison.h"
 #include "tests/models/random_tokens.h"
+#include "tests/train/tiny_training.h"
 
 namespace ferry {
 namespace {
@@ -108,27 +109,13 @@ TEST(CudaTraining, AttentionKeepsLogSumExpsNotProbabilities) {
 }
 
 TrainOptions tiny_run(const std::string& device) {
-  TrainOptions o;
-  o.model = "gpt2-tiny";
-  o.layers = 2;
-  o.hidden = 64;
-  o.heads = 4;
-  o.vocab = 256;
+  TrainOptions o = testing::tiny_training(2, 64, 4);
   o.seq = 32;
-  o.batch = 2;
-  o.steps = 3;
-  o.lr = 3e-3;
-  o.threads = 1;
-  o.log_every = 1000;
   o.device = device;
   return o;
 }
 
-std::vector<double> losses(const nlohmann::json& summary) {
-  std::vector<double> result;
-  for (const nlohmann::json& step : summary["steps"]) result.push_back(step["loss"].get<double>());
-  return result;
-}
+std::vector<double> losses(const nlohmann::json& summary) { return testing::step_losses(summary); }
 
 TEST(CudaTraining, TrainCommandGivesTheCpuLossesWithAndWithoutOffload) {
   FERRY_REQUIRE_GPU();

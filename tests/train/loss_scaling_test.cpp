@@ -14,6 +14,7 @@
 #include "engine/train/trainer.h"
 #include "engine/train/training_optimizer.h"
 #include "engine/train/training_step.h"
+#include "tests/train/tiny_training.h"
 
 namespace ferry {
 namespace {
@@ -111,27 +112,14 @@ TEST(LossScaler, BadSettingsNameTheKey) {
 }
 
 TrainOptions tiny_run(const std::string& precision) {
-  TrainOptions o;
-  o.layers = 2;
-  o.hidden = 32;
-  o.heads = 2;
-  o.vocab = 256;
-  o.seq = 16;
-  o.batch = 2;
+  TrainOptions o = testing::tiny_training(2);
   o.steps = 4;
-  o.lr = 3e-3;
-  o.threads = 1;
-  o.log_every = 1000;
   o.dropout = 0.1f;
   o.precision = precision;
   return o;
 }
 
-std::vector<double> losses(const nlohmann::json& summary) {
-  std::vector<double> result;
-  for (const nlohmann::json& step : summary["steps"]) result.push_back(step["loss"].get<double>());
-  return result;
-}
+std::vector<double> losses(const nlohmann::json& summary) { return testing::step_losses(summary); }
 
 TEST(Fp16Training, APowerOfTwoScaleGivesBitwiseTheLossesOfNoScaling) {
   TrainOptions unscaled = tiny_run("fp16");

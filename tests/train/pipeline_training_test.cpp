@@ -14,31 +14,14 @@
 #include "models/gpt_model.h"
 #include "models/gpt_weights.h"
 #include "schedule/pipeline_partition.h"
+#include "tests/train/tiny_training.h"
 
 namespace ferry {
 namespace {
 
-TrainOptions tiny_run(std::int64_t layers) {
-  TrainOptions o;
-  o.model = "gpt2-tiny";
-  o.layers = layers;
-  o.hidden = 32;
-  o.heads = 2;
-  o.vocab = 256;
-  o.seq = 16;
-  o.batch = 2;
-  o.steps = 3;
-  o.lr = 3e-3;
-  o.threads = 1;
-  o.log_every = 1000;
-  return o;
-}
+TrainOptions tiny_run(std::int64_t layers) { return testing::tiny_training(layers); }
 
-std::vector<double> losses(const nlohmann::json& summary) {
-  std::vector<double> result;
-  for (const nlohmann::json& step : summary["steps"]) result.push_back(step["loss"].get<double>());
-  return result;
-}
+std::vector<double> losses(const nlohmann::json& summary) { return testing::step_losses(summary); }
 
 void expect_same_losses(const std::vector<double>& expected, const std::vector<double>& actual, double relative, const std::string& what) {
   ASSERT_EQ(expected.size(), actual.size()) << what;
