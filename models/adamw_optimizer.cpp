@@ -55,7 +55,7 @@ std::int64_t AdamWOptimizer::step(float learning_rate, float gradient_scale) {
   Device& device = parameters_.front().tensor->device();
   if (!device.has_storage()) return steps_;
   const OpScope op(device, "optimizer", "adamw");
-  // Two lists, one per weight decay (biases, LayerNorms and embeddings take none), each one fused step.
+  // Two lists, one per weight decay (only 2-D tensors decay: not biases or LayerNorms), each one fused step.
   std::vector<AdamWTensor> decayed, undecayed;
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     const Tensor& parameter = *parameters_[i].tensor;

@@ -79,11 +79,12 @@ void encoder_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
   require(T <= wpe.size(0), "encoder_forward", "sequence " + std::to_string(T) + " exceeds the model's positions " + std::to_string(wpe.size(0)));
   const Tensor out32 = f32_target(out, "encoder.out");
   const Tensor wpe32 = as_f32(wpe, "wpe.f32");
+  const bool bf16_table = wte.dtype() == DType::bf16;  // converts only the rows the tokens use
+  const Tensor wte32 = bf16_table ? Tensor() : as_f32(wte, "wte.f32");
   if (KernelBackend* kernels = computing(out)) {
-    if (wte.dtype() == DType::bf16) {  // converts only the rows the tokens use
+    if (bf16_table) {
       kernels->encoder_forward_bf16_table(f32(out32), tokens.data_as<std::int32_t>(), wte.data_as<std::uint16_t>(), f32(wpe32), B, T, C);
     } else {
-      const Tensor wte32 = as_f32(wte, "wte.f32");
       kernels->encoder_forward(f32(out32), tokens.data_as<std::int32_t>(), f32(wte32), f32(wpe32), B, T, C);
     }
   }

@@ -89,6 +89,7 @@ TEST(Recompute, EachBlockKeepsExactlyTheBytesOfTheFormula) {
 }
 
 TEST(Recompute, MetaPredictsTheCpuPeaksUnderEveryPolicy) {
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16})
   for (const char* name : {"none", "full", "selective", "every:2"}) {
     std::int64_t peaks[2][2] = {};
     int index = 0;
@@ -97,7 +98,7 @@ TEST(Recompute, MetaPredictsTheCpuPeaksUnderEveryPolicy) {
       options.kind = kind;
       options.memory_limit = std::size_t{1} << 30;
       auto device = create_device(options);
-      GptModel model(*device, config(), DType::f32, GptDropout{0.1f, 0.1f, 0.1f});
+      GptModel model(*device, config(), dtype, GptDropout{0.1f, 0.1f, 0.1f});
       model.zero_gradients();
       model.train_micro_batch(tokens(*device, 1), tokens(*device, 2), MicroBatchKey{}, 1.0f,
                               activation_keeps(RecomputePolicy::parse(name), config().layers));
@@ -106,8 +107,8 @@ TEST(Recompute, MetaPredictsTheCpuPeaksUnderEveryPolicy) {
       peaks[index][1] = stats.reserved_bytes.all().peak;
       ++index;
     }
-    EXPECT_EQ(peaks[0][0], peaks[1][0]) << name;
-    EXPECT_EQ(peaks[0][1], peaks[1][1]) << name;
+    EXPECT_EQ(peaks[0][0], peaks[1][0]) << name << " " << dtype_name(dtype);
+    EXPECT_EQ(peaks[0][1], peaks[1][1]) << name << " " << dtype_name(dtype);
   }
 }
 
