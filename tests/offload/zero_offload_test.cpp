@@ -1,5 +1,6 @@
 // ZeRO-Offload end to end on the cpu device: gradients streamed bucket by bucket to host memory equal
-// the gradients a model holds whole (bitwise), the device then holds one bucket of gradients and no
+// the gradients a model holds whole (bitwise), the host adds the buckets in the order they came even
+// though it adds them late (after their copies), the device then holds one bucket of gradients and no
 // optimizer state, and training with the state in pinned host memory or on NVMe tracks AdamW on the
 // device step for step (bitwise with one micro-batch and no clipping; within 1e-5 otherwise). An
 // injected NVMe failure stops the step with the file named and the optimizer refuses to go on.
@@ -96,6 +97,56 @@ TEST(ZeroOffload, OneMicroBatchStreamsBitwiseTheSameGradients) {
     };
     EXPECT_EQ(gradients_of(GradientStorage::streamed), gradients_of(GradientStorage::whole)) << dtype_name(dtype);
   }
+}
+
+Tensor f32_tensor(Device& device, const Shape& shape, const std::vector<float>& values) {
+  Tensor tensor = Tensor::empty(device, shape, DType::f32, MemoryCategory::gradients);
+  copy_from_host_f32(tensor, values.data());
+  return tensor;
+}
+
+TEST(ZeroOffload, HostGradientsAddBucketsInTheOrderTheyCame) {
+  // Sums whose value depends on the order of f32 additions (1e8 + 1 - 1e8 != 1e8 - 1e8 + 1), handed
+  // over as more buckets than there are staging slots: the deferred additions keep the order.
+  auto device = create_device(DeviceOptions{});
+  offload::HostGradients host(*device, {3, 4 * 2}, nullptr);  // a vector of 3, a table of 4 rows of 2
+  const std::vector<std::vector<float>> pieces = {{1e8f, 1.0f, 0.5f}, {1.0f, 2.0f, 3.0f}, {-1e8f, 0.25f, -4.0f}, {7.0f, -1e8f, 1e8f}};
+  std::vector<float> expected(3 + 8, 0.0f);
+  for (const std::vector<float>& piece : pieces) {
+    host.accumulate(0, 0, f32_tensor(*device, {3}, piece));
+    for (std::size_t i = 0; i < 3; ++i) expected[i] += piece[i];
+    EXPECT_LE(host.buckets_in_flight(), offload::HostGradients::kStagingSlots);
+  }
+  host.accumulate(0, 1, f32_tensor(*device, {2}, {1e8f, -1e8f}));
+  expected[1] += 1e8f;
+  expected[2] -= 1e8f;
+  // Rows in the order given, a row id twice.
+  Tensor ids = Tensor::empty(*device, {3}, DType::i32, MemoryCategory::activations);
+  const std::vector<std::int32_t> id_values = {3, 0, 3};
+  ids.copy_from_host(id_values.data());
+  const std::vector<float> rows = {1e8f, 1.0f, 2.0f, 3.0f, -1e8f, 1.0f};
+  host.accumulate_rows(1, ids, f32_tensor(*device, {3, 2}, rows));
+  for (std::size_t r = 0; r < 3; ++r) {
+    for (std::size_t c = 0; c < 2; ++c) expected[3 + static_cast<std::size_t>(id_values[r]) * 2 + c] += rows[r * 2 + c];
+  }
+  EXPECT_EQ(host.buckets_in_flight(), offload::HostGradients::kStagingSlots);  // the last buckets still wait
+  const std::span<float> all = host.all();
+  EXPECT_EQ(host.buckets_in_flight(), 0u);
+  EXPECT_EQ(std::vector<float>(all.begin(), all.end()), expected);
+  EXPECT_EQ(host.bytes_received(), (4 * 3 + 2 + 3 * 2) * 4 + 3 * 4);
+  // A row id outside the table is refused when its bucket is added, naming the id.
+  const std::vector<std::int32_t> bad = {4};
+  Tensor bad_id = Tensor::empty(*device, {1}, DType::i32, MemoryCategory::activations);
+  bad_id.copy_from_host(bad.data());
+  host.accumulate_rows(1, bad_id, f32_tensor(*device, {1, 2}, {1.0f, 1.0f}));
+  EXPECT_THROW(
+      try { host.all(); } catch (const std::out_of_range& error) {
+        EXPECT_NE(std::string(error.what()).find("row id 4 outside the table of 4 rows"), std::string::npos) << error.what();
+        throw;
+      },
+      std::out_of_range);
+  EXPECT_EQ(host.buckets_in_flight(), 0u);
+  EXPECT_THROW(host.accumulate(0, 2, f32_tensor(*device, {2}, {1.0f, 1.0f})), std::invalid_argument);  // past the end
 }
 
 TEST(ZeroOffload, TheDeviceHoldsOneGradientBucketAndNoOptimizerState) {
