@@ -6,7 +6,9 @@
 #   2. The largest GPT (presets, ascending) that trains on this one GPU: ferry with --offload-optimizer cpu
 #      and nvme (full recompute, batch 1), PyTorch with its checkpointing (autocast bf16, AdamW on the GPU).
 # Prints a table per part; record it in docs/benchmarks.md with the machine.
-#   benchmarks/gpu_benchmark.sh [FERRY] [STEPS] [NVME_DIR] [PEAK_TFLOPS]
+#   [PARTS="..."] benchmarks/gpu_benchmark.sh [FERRY] [STEPS] [NVME_DIR] [PEAK_TFLOPS]
+# PARTS (default all): any of throughput, offload-cpu, offload-nvme, pytorch-largest, so that each fits
+# one call of the device tool (10 minutes).
 # PEAK_TFLOPS: the GPU's dense bf16 peak (default: 989 for H100 SXM / H200, 756 for H100 PCIe, from nvidia-smi).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,6 +22,14 @@ case "$gpu" in
   *) default_peak=0 ;;
 esac
 peak=${4:-$default_peak}
+parts=${PARTS:-throughput offload-cpu offload-nvme pytorch-largest}
+for part in $parts; do
+  case "$part" in
+    throughput | offload-cpu | offload-nvme | pytorch-largest) ;;
+    *) echo "gpu_benchmark.sh: unknown part '$part' in PARTS; the parts: throughput offload-cpu offload-nvme pytorch-largest" >&2; exit 2 ;;
+  esac
+done
+wanted() { [[ " $parts " == *" $1 "* ]]; }
 if [ "$peak" = 0 ]; then
   echo "gpu_benchmark.sh: unknown GPU '$gpu': pass its dense bf16 peak in TFLOPS as the 4th argument" >&2
   exit 2
@@ -58,24 +68,24 @@ print(f"  ratio    {speed:.2f}x tokens/s (goal >= 1.10), {memory:.2f}x peak allo
 PY
 }
 
-echo
-echo "== 1. Throughput and memory (bf16, seq 1024, $steps steps, the first excluded)"
-for model in gpt2 gpt2-medium; do
-  for batch in 8 16; do
-    "$ferry" train --model "$model" --device cuda --precision bf16 --batch "$batch" --seq 1024 --steps "$steps" \
-      --lr-schedule constant --data "$work/tokens.bin" --log-every 1000 --summary "$work/ferry.json" > "$work/ferry.log"
-    case "$model" in
-      gpt2) shape=(--layers 12 --hidden 768 --heads 12) ;;
-      gpt2-medium) shape=(--layers 24 --hidden 1024 --heads 16) ;;
-    esac
-    python3 "$root/benchmarks/pytorch_train_step.py" "${shape[@]}" --vocab 50257 --seq 1024 --batch "$batch" --steps "$steps" \
-      --device cuda --precision bf16 --attention sdpa > "$work/torch.json"
-    compare "$model" "$work/ferry.json" "$work/torch.json"
+if wanted throughput; then
+  echo
+  echo "== 1. Throughput and memory (bf16, seq 1024, $steps steps, the first excluded)"
+  for model in gpt2 gpt2-medium; do
+    for batch in 8 16; do
+      "$ferry" train --model "$model" --device cuda --precision bf16 --batch "$batch" --seq 1024 --steps "$steps" \
+        --lr-schedule constant --data "$work/tokens.bin" --log-every 1000 --summary "$work/ferry.json" > "$work/ferry.log"
+      case "$model" in
+        gpt2) shape=(--layers 12 --hidden 768 --heads 12) ;;
+        gpt2-medium) shape=(--layers 24 --hidden 1024 --heads 16) ;;
+      esac
+      python3 "$root/benchmarks/pytorch_train_step.py" "${shape[@]}" --vocab 50257 --seq 1024 --batch "$batch" --steps "$steps" \
+        --device cuda --precision bf16 --attention sdpa > "$work/torch.json"
+      compare "$model" "$work/ferry.json" "$work/torch.json"
+    done
   done
-done
+fi
 
-echo
-echo "== 2. The largest GPT that trains on this GPU (batch 1, seq 1024, 2 steps)"
 presets=(gpt2-xl gpt3-2.7b gpt3-6.7b gpt3-13b gpt3-30b)
 largest() {  # largest LABEL COMMAND...: the last preset whose run succeeds (ascending; stops at the first failure)
   local label=$1 fits=none preset
@@ -109,6 +119,10 @@ torch_plain() {  # torch_plain PRESET
     --precision bf16 --attention sdpa --checkpoint-blocks > "$work/torch_largest.json"
   python3 -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))['fits'] else 1)" "$work/torch_largest.json"
 }
-largest "ferry --offload-optimizer cpu" ferry_offload cpu
-largest "ferry --offload-optimizer nvme" ferry_offload nvme
-largest "pytorch (checkpointing, AdamW on the GPU)" torch_plain
+if wanted offload-cpu || wanted offload-nvme || wanted pytorch-largest; then
+  echo
+  echo "== 2. The largest GPT that trains on this GPU (batch 1, seq 1024, 2 steps)"
+fi
+if wanted offload-cpu; then largest "ferry --offload-optimizer cpu" ferry_offload cpu; fi
+if wanted offload-nvme; then largest "ferry --offload-optimizer nvme" ferry_offload nvme; fi
+if wanted pytorch-largest; then largest "pytorch (checkpointing, AdamW on the GPU)" torch_plain; fi

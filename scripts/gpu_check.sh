@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# On a GPU machine, with build-gpu/bundle.tar.xz from scripts/gpu_bundle.sh:
+#   bash scripts/gpu_check.sh                    # every GPU test (cuda_tests: the allocator on real
+#       streams, each cuda kernel against its CPU twin, the offload gradient path, the whole model against
+#       the cpu device; fails if any skipped), then `ferry train --device cuda` beside the cpu device
+#   bash scripts/gpu_check.sh benchmark [PART..] # benchmarks/gpu_benchmark.sh, those parts (default all)
+# Logs and JSON go to $OUT (the device tool's) or build-gpu/out.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-tests}
+if [ "$mode" != tests ] && [ "$mode" != benchmark ]; then
+  echo "gpu_check.sh: unknown mode '$mode'; use: gpu_check.sh [tests | benchmark [PART...]]" >&2
+  exit 2
+fi
+if [ ! -f build-gpu/bundle.tar.xz ]; then
+  echo "gpu_check.sh: build-gpu/bundle.tar.xz is missing; make it with scripts/gpu_bundle.sh and carry it" >&2
+  exit 2
+fi
+out=${OUT:-build-gpu/out}
+mkdir -p "$out"
+if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > "$out/nvidia-smi.txt" 2>&1; then
+  echo "gpu_check.sh: no GPU here (nvidia-smi missing or failing); run it on the GPU machine" >&2
+  exit 1
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+tar -C "$work" -xJf build-gpu/bundle.tar.xz
+bundle=$work/bundle
+
+# CUDA's libraries: the toolkit's, else the pip wheels PyTorch brought.
+cuda_libraries=""
+for candidate in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
+                 $(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cublas", "lib"))' 2>/dev/null || true) \
+                 $(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null || true); do
+  if ls "$candidate"/libcublasLt.so.13* > /dev/null 2>&1; then cuda_libraries=$candidate; break; fi
+done
+export LD_LIBRARY_PATH="$bundle/lib${cuda_libraries:+:$cuda_libraries}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if ldd "$bundle/bin/ferry" "$bundle/bin/cuda_tests" | grep "not found"; then
+  echo "gpu_check.sh: libraries above were not found (cuBLASLt looked for under /usr/local/cuda and python3's nvidia wheels)" >&2
+  exit 1
+fi
+head -12 "$out/nvidia-smi.txt"
+
+if [ "$mode" = benchmark ]; then
+  shift
+  status=0
+  PARTS="$*" bash benchmarks/gpu_benchmark.sh "$bundle/bin/ferry" 2>&1 | tee "$out/gpu_benchmark.txt" || status=$?
+  exit "$status"
+fi
+
+status=0
+"$bundle/bin/cuda_tests" --gtest_output="json:$out/cuda_tests.json" > "$out/cuda_tests.log" 2>&1 || status=$?
+tail -30 "$out/cuda_tests.log"
+python3 - "$out/cuda_tests.json" <<'PY' || status=1
+import json, sys
+report = json.load(open(sys.argv[1]))
+skipped = [f"{suite['name']}.{test['name']}" for suite in report["testsuites"] for test in suite["testsuite"]
+           if test.get("result") == "SKIPPED"]
+print(f"cuda_tests: {report['tests']} tests, {report['failures']} failed, {len(skipped)} skipped")
+if skipped:
+    print("skipped on a GPU machine (each must run here):", *skipped, sep="\n  ")
+    sys.exit(1)
+PY
+
+# The command line on the GPU beside the cpu device: the same tiny run, losses within bf16's reach.
+for device in cpu cuda; do
+  "$bundle/bin/ferry" train --device "$device" --model gpt2-tiny --steps 4 --batch 2 --seq 64 --precision bf16 \
+    --summary "$out/smoke_$device.json" > "$out/smoke_$device.log" 2>&1 || { status=1; tail -20 "$out/smoke_$device.log"; }
+done
+python3 - "$out/smoke_cpu.json" "$out/smoke_cuda.json" <<'PY' || status=1
+import json, os, sys
+if not all(os.path.exists(path) for path in sys.argv[1:3]):
+    sys.exit("no smoke summary to compare (a run above failed)")
+cpu, cuda = (json.load(open(path)) for path in sys.argv[1:3])
+pairs = [(c["loss"], g["loss"]) for c, g in zip(cpu["steps"], cuda["steps"])]
+print("smoke losses (cpu, cuda):", ", ".join(f"({c:.4f}, {g:.4f})" for c, g in pairs))
+print("cuda peak allocated", cuda["memory"]["peak_allocated"], "reserved", cuda["memory"]["peak_reserved"])
+if len(pairs) != 4 or any(abs(c - g) > 2e-2 * abs(c) for c, g in pairs):
+    sys.exit("the cuda losses stray from the cpu ones by more than 2%")
+PY
+exit "$status"
