@@ -149,6 +149,24 @@ TEST(ZeroOffload, HostGradientsAddBucketsInTheOrderTheyCame) {
   EXPECT_THROW(host.accumulate(0, 2, f32_tensor(*device, {2}, {1.0f, 1.0f})), std::invalid_argument);  // past the end
 }
 
+TEST(ZeroOffload, HostGradientsStageInSlotsThatGrowToTheirLargestPiece) {
+  // Pinned host bytes, exactly: the f32 gradients, and per staging slot the largest piece it held
+  // (slots alternate; a slot that grows gives its old buffer back before taking the new one).
+  auto device = create_device(DeviceOptions{});
+  PinnedHostAllocator pinned(PinnedHostAllocator::Options{-1, false});
+  offload::HostGradients host(*device, {1000, 10}, &pinned);
+  const auto staging = [&] { return pinned.statistics().category_allocated_bytes[category_index(MemoryCategory::staging)]; };
+  for (std::int64_t count : {100, 300, 50, 200}) host.accumulate(0, 0, f32_tensor(*device, {count}, std::vector<float>(count, 1.0f)));
+  EXPECT_EQ(staging().current, (100 + 300) * 4);  // slot 0: 100 then 50; slot 1: 300 then 200
+  host.accumulate(0, 0, f32_tensor(*device, {500}, std::vector<float>(500, 1.0f)));
+  EXPECT_EQ(staging().current, (500 + 300) * 4);
+  EXPECT_EQ(staging().peak, (500 + 300) * 4);
+  EXPECT_EQ(pinned.statistics().category_allocated_bytes[category_index(MemoryCategory::gradients)].current, 1010 * 4);
+  EXPECT_EQ(host.of(0)[0], 5.0f);
+  EXPECT_EQ(host.of(0)[250], 2.0f);  // the pieces of 300 and 500
+  EXPECT_EQ(host.of(0)[499], 1.0f);
+}
+
 TEST(ZeroOffload, TheDeviceHoldsOneGradientBucketAndNoOptimizerState) {
   // gpt2's shape on meta: whole gradients are 4 bytes per parameter; streamed, the largest bucket is
   // one block's (12 C^2 + 13 C parameters) or one vocabulary slice of the table.
