@@ -3,7 +3,8 @@
 #   bash scripts/gpu_check.sh                    # every GPU test (cuda_tests: the allocator on real
 #       streams, each cuda kernel against its CPU twin, the offload gradient path, the whole model against
 #       the cpu device; fails if any skipped), then `ferry train --device cuda` beside the cpu device
-#   bash scripts/gpu_check.sh benchmark [PART..] # benchmarks/gpu_benchmark.sh, those parts (default all)
+#   bash scripts/gpu_check.sh benchmark [PART..] # benchmarks/gpu_benchmark.sh, those parts (default all),
+#       and with the part `allocator` the allocator benchmark's cuda rows beside the cache hit
 # Logs and JSON go to $OUT (the device tool's) or build-gpu/out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,7 +45,18 @@ head -12 "$out/nvidia-smi.txt"
 if [ "$mode" = benchmark ]; then
   shift
   status=0
-  PARTS="$*" bash benchmarks/gpu_benchmark.sh "$bundle/bin/ferry" 2>&1 | tee "$out/gpu_benchmark.txt" || status=$?
+  parts=()
+  for part in "$@"; do
+    if [ "$part" = allocator ]; then  # cudaMalloc and cudaMallocAsync beside the cache hit, as in docs/benchmarks.md
+      "$bundle/bin/allocator_benchmark" --benchmark_filter='CacheHit|Glibc|Cuda' --benchmark_repetitions=5 \
+        --benchmark_report_aggregates_only=true --benchmark_min_time=0.2 2>&1 | tee "$out/allocator_benchmark.txt" || status=1
+    else
+      parts+=("$part")
+    fi
+  done
+  if [ $# = 0 ] || [ ${#parts[@]} -gt 0 ]; then
+    PARTS="${parts[*]}" bash benchmarks/gpu_benchmark.sh "$bundle/bin/ferry" 2>&1 | tee "$out/gpu_benchmark.txt" || status=1
+  fi
   exit "$status"
 fi
 
