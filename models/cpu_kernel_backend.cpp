@@ -24,18 +24,6 @@ double sum_in_order(const std::vector<float>& losses) {
 
 }  // namespace
 
-Shape CpuKernelBackend::attention_saved_shape(const AttentionShape& shape) const {
-  return {shape.batch, shape.heads, shape.sequence, shape.sequence};
-}
-
-std::int64_t CpuKernelBackend::attention_forward_scratch_elements(const AttentionShape& shape, float dropout) const {
-  return dropout > 0 ? shape.batch * shape.heads * shape.sequence * shape.sequence : 0;
-}
-
-std::int64_t CpuKernelBackend::attention_backward_scratch_elements(const AttentionShape& shape) const {
-  return shape.batch * shape.heads * shape.sequence * shape.sequence;
-}
-
 void CpuKernelBackend::convert_to_f32(const void* source, DType dtype, float* destination, std::int64_t count) {
   ferry::convert_to_f32(source, destination, dtype, size(count));
 }
@@ -83,13 +71,14 @@ void CpuKernelBackend::matmul_backward(float* dinp, float* dweight, float* dbias
 
 void CpuKernelBackend::lm_head_logits_slice(float* logits, std::int64_t vocab, std::int64_t first, const float* inp,
                                             const float* weight_slice, std::int64_t rows, std::int64_t channels, std::int64_t count,
-                                            void*) {
+                                            float*, void*) {
   cpu::lm_head_logits_slice(logits, vocab, first, inp, weight_slice, rows, channels, count);
 }
 
 void CpuKernelBackend::lm_head_backward_slice(float* dinp, bool accumulate_input, float* dweight_slice, const float* dlogits,
                                               std::int64_t vocab, std::int64_t first, const float* inp, const float* weight_slice,
-                                              std::int64_t rows, std::int64_t channels, std::int64_t count, void*) {
+                                              std::int64_t rows, std::int64_t channels, std::int64_t count, float*, float*,
+                                              void*) {
   cpu::lm_head_backward_slice(dinp, accumulate_input, dweight_slice, dlogits, vocab, first, inp, weight_slice, rows, channels, count);
 }
 
@@ -121,14 +110,15 @@ void CpuKernelBackend::dropout_backward(float* dinp, const float* dout, std::int
   cpu::dropout_backward(dinp, dout, count, probability, key);
 }
 
-double CpuKernelBackend::cross_entropy_sum(const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab) {
+double CpuKernelBackend::cross_entropy_sum(const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
+                                           float*) {
   std::vector<float> losses(size(rows));
   cpu::cross_entropy_forward(losses.data(), logits, targets, rows, vocab);
   return sum_in_order(losses);
 }
 
 double CpuKernelBackend::cross_entropy_sum_and_gradient(float* logits, const std::int32_t* targets, std::int64_t rows,
-                                                        std::int64_t vocab, float dloss) {
+                                                        std::int64_t vocab, float dloss, float*) {
   std::vector<float> losses(size(rows));
   cpu::cross_entropy_forward_backward(logits, losses.data(), targets, rows, vocab, dloss);
   return sum_in_order(losses);

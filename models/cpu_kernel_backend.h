@@ -8,11 +8,9 @@ namespace ferry::ops {
 
 class CpuKernelBackend final : public KernelBackend {
  public:
-  Shape attention_saved_shape(const AttentionShape& shape) const override;
-  bool attention_saved_in_f32() const override { return false; }
-  std::int64_t attention_forward_scratch_elements(const AttentionShape& shape, float dropout) const override;
-  std::int64_t attention_backward_scratch_elements(const AttentionShape& shape) const override;
-  std::size_t matmul_workspace_bytes() const override { return 0; }
+  // meta passes the sizes of the kind it stands in for; computing, the cpu's.
+  explicit CpuKernelBackend(const KernelSizes& sizes) : sizes_(sizes) {}
+  const KernelSizes& sizes() const override { return sizes_; }
 
   void convert_to_f32(const void* source, DType dtype, float* destination, std::int64_t count) override;
   void convert_from_f32(const float* source, void* destination, DType dtype, std::int64_t count) override;
@@ -36,10 +34,12 @@ class CpuKernelBackend final : public KernelBackend {
                        void* workspace) override;
 
   void lm_head_logits_slice(float* logits, std::int64_t vocab, std::int64_t first, const float* inp, const float* weight_slice,
-                            std::int64_t rows, std::int64_t channels, std::int64_t count, void* workspace) override;
+                            std::int64_t rows, std::int64_t channels, std::int64_t count, float* slice_scratch,
+                            void* workspace) override;
   void lm_head_backward_slice(float* dinp, bool accumulate_input, float* dweight_slice, const float* dlogits, std::int64_t vocab,
                               std::int64_t first, const float* inp, const float* weight_slice, std::int64_t rows,
-                              std::int64_t channels, std::int64_t count, void* workspace) override;
+                              std::int64_t channels, std::int64_t count, float* slice_scratch, float* input_scratch,
+                              void* workspace) override;
 
   void attention_forward(float* out, float* saved, float* scratch, const float* qkv, const AttentionShape& shape, float dropout,
                          RandomKey key) override;
@@ -52,13 +52,17 @@ class CpuKernelBackend final : public KernelBackend {
   void dropout_forward(float* out, const float* inp, std::int64_t count, float probability, RandomKey key) override;
   void dropout_backward(float* dinp, const float* dout, std::int64_t count, float probability, RandomKey key) override;
 
-  double cross_entropy_sum(const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab) override;
+  double cross_entropy_sum(const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
+                           float* scratch) override;
   double cross_entropy_sum_and_gradient(float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                                        float dloss) override;
+                                        float dloss, float* scratch) override;
 
   void adamw_update(std::span<const AdamWTensor> tensors, const AdamWHyperparameters& hyperparameters, std::int64_t step,
                     float gradient_scale) override;
   double sum_of_squares(std::span<const DeviceValues> values) override;
+
+ private:
+  const KernelSizes& sizes_;
 };
 
 }  // namespace ferry::ops

@@ -24,13 +24,7 @@ class CudaKernelBackend final : public KernelBackend {
  public:
   explicit CudaKernelBackend(CudaDevice& device) : device_(device), stream_(device.native_stream(device.default_stream())) {}
 
-  Shape attention_saved_shape(const AttentionShape& shape) const override { return {shape.batch, shape.heads, shape.sequence}; }
-  bool attention_saved_in_f32() const override { return true; }
-  std::int64_t attention_forward_scratch_elements(const AttentionShape&, float) const override { return 0; }
-  std::int64_t attention_backward_scratch_elements(const AttentionShape& shape) const override {
-    return cuda::flash_attention_scratch_elements(shape);
-  }
-  std::size_t matmul_workspace_bytes() const override { return cuda::kMatmulWorkspaceBytes; }
+  const KernelSizes& sizes() const override { return kernel_sizes(DeviceKind::cuda); }
 
   void convert_to_f32(const void* source, DType dtype, float* destination, std::int64_t count) override {
     switch (dtype) {
@@ -76,7 +70,6 @@ class CudaKernelBackend final : public KernelBackend {
     cuda::matmul_forward(cublas_, workspace_of(workspace), cuda::MatmulType::f32, out, inp, weight, bias, rows, in_features,
                          out_features, layout, stream_);
   }
-  bool matmul_takes_bf16() const override { return true; }
   void matmul_forward_bf16(void* out, const void* inp, const void* weight, const void* bias, std::int64_t rows,
                            std::int64_t in_features, std::int64_t out_features, WeightLayout layout, void* workspace) override {
     cuda::matmul_forward(cublas_, workspace_of(workspace), cuda::MatmulType::bf16, out, inp, weight, bias, rows, in_features,
@@ -90,33 +83,29 @@ class CudaKernelBackend final : public KernelBackend {
   }
 
   // A slice narrower than the vocabulary goes through a contiguous [rows, count] buffer (cuBLASLt writes
-  // and reads it densely) copied into or out of its columns of the logits.
+  // and reads it densely) copied into or out of its columns of the logits; an input gradient to add to
+  // is computed apart and added (cuBLASLt's backward overwrites it).
   void lm_head_logits_slice(float* logits, std::int64_t vocab, std::int64_t first, const float* inp, const float* weight_slice,
-                            std::int64_t rows, std::int64_t channels, std::int64_t count, void* workspace) override {
+                            std::int64_t rows, std::int64_t channels, std::int64_t count, float* slice_scratch,
+                            void* workspace) override {
     if (count == vocab) {
       matmul_forward(logits, inp, weight_slice, nullptr, rows, channels, count, WeightLayout::out_in, workspace);
       return;
     }
-    const Tensor slice = scratch({rows, count}, "lm_head.logits.slice");
-    matmul_forward(slice.data_as<float>(), inp, weight_slice, nullptr, rows, channels, count, WeightLayout::out_in, workspace);
-    copy_columns(logits + first, vocab, slice.data_as<float>(), count, rows, count);
+    matmul_forward(required(slice_scratch, "lm_head slice"), inp, weight_slice, nullptr, rows, channels, count, WeightLayout::out_in,
+                   workspace);
+    copy_columns(logits + first, vocab, slice_scratch, count, rows, count);
   }
   void lm_head_backward_slice(float* dinp, bool accumulate_input, float* dweight_slice, const float* dlogits, std::int64_t vocab,
                               std::int64_t first, const float* inp, const float* weight_slice, std::int64_t rows,
-                              std::int64_t channels, std::int64_t count, void* workspace) override {
-    Tensor dense;
+                              std::int64_t channels, std::int64_t count, float* slice_scratch, float* input_scratch,
+                              void* workspace) override {
     const float* dout = dlogits;
     if (count != vocab) {
-      dense = scratch({rows, count}, "lm_head.logits.grad.slice");
-      copy_columns(dense.data_as<float>(), count, dlogits + first, vocab, rows, count);
-      dout = dense.data_as<float>();
+      copy_columns(required(slice_scratch, "lm_head gradient slice"), count, dlogits + first, vocab, rows, count);
+      dout = slice_scratch;
     }
-    Tensor input_part;
-    float* dinp_target = dinp;
-    if (accumulate_input) {
-      input_part = scratch({rows, channels}, "lm_head.in.grad.slice");
-      dinp_target = input_part.data_as<float>();
-    }
+    float* dinp_target = accumulate_input ? required(input_scratch, "lm_head input gradient") : dinp;
     matmul_backward(dinp_target, dweight_slice, nullptr, dout, inp, weight_slice, rows, channels, count, WeightLayout::out_in,
                     workspace);
     if (accumulate_input) residual_forward(dinp, dinp, dinp_target, rows * channels);
@@ -145,16 +134,15 @@ class CudaKernelBackend final : public KernelBackend {
     cuda::dropout_backward(dinp, dout, count, probability, key, stream_);
   }
 
-  double cross_entropy_sum(const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab) override {
-    const Tensor losses = scratch({rows}, "cross_entropy.losses");
-    cuda::cross_entropy_forward(losses.data_as<float>(), logits, targets, rows, vocab, stream_);
-    return sum_on_host(losses);
+  double cross_entropy_sum(const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
+                           float* scratch) override {
+    cuda::cross_entropy_forward(required(scratch, "cross_entropy losses"), logits, targets, rows, vocab, stream_);
+    return sum_on_host(scratch, rows);
   }
   double cross_entropy_sum_and_gradient(float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                                        float dloss) override {
-    const Tensor losses = scratch({rows}, "cross_entropy.losses");
-    cuda::cross_entropy_forward_backward(logits, losses.data_as<float>(), targets, rows, vocab, dloss, stream_);
-    return sum_on_host(losses);
+                                        float dloss, float* scratch) override {
+    cuda::cross_entropy_forward_backward(logits, required(scratch, "cross_entropy losses"), targets, rows, vocab, dloss, stream_);
+    return sum_on_host(scratch, rows);
   }
 
   void adamw_update(std::span<const AdamWTensor> tensors, const AdamWHyperparameters& hyperparameters, std::int64_t step,
@@ -180,6 +168,11 @@ class CudaKernelBackend final : public KernelBackend {
 
  private:
   static cuda::MatmulWorkspace workspace_of(void* data) { return {data, data ? cuda::kMatmulWorkspaceBytes : 0}; }
+  // Scratch tensor_ops was to allocate from sizes(): null here is a sizing bug, not a user error.
+  static float* required(float* scratch, const char* what) {
+    if (scratch == nullptr) throw std::logic_error(std::string("cuda kernels: no scratch for the ") + what + " (sizes() asked for none)");
+    return scratch;
+  }
 
   Tensor scratch(const Shape& shape, std::string_view tag) {
     return Tensor::empty(device_, shape, DType::f32, MemoryCategory::workspace, tag, device_.default_stream());
@@ -199,9 +192,9 @@ class CudaKernelBackend final : public KernelBackend {
                                        cudaMemcpyDeviceToDevice, stream_));
   }
   // The losses' sum in row order, as the cpu backend adds them.
-  double sum_on_host(const Tensor& losses) {
-    std::vector<float> values(static_cast<std::size_t>(losses.numel()));
-    losses.copy_to_host(values.data(), device_.default_stream());
+  double sum_on_host(const float* losses, std::int64_t rows) {
+    std::vector<float> values(static_cast<std::size_t>(rows));
+    device_.copy(values.data(), losses, values.size() * sizeof(float), CopyKind::device_to_host, device_.default_stream());
     device_.synchronize(device_.default_stream());
     double total = 0;
     for (float loss : values) total += loss;

@@ -1,7 +1,8 @@
 // The kernels of one device kind behind one interface over f32 buffers in that device's memory:
-// tensor_ops checks shapes and dtypes, takes scratch from the allocator in the sizes asked here, and
-// calls the backend of the tensors' device (cpu; cuda in CUDA builds). meta uses the cpu backend's sizes
-// and never computes, so a dry run allocates exactly what a cpu run does.
+// tensor_ops checks shapes and dtypes, takes scratch from the allocator in the sizes the backend's
+// KernelSizes ask for, and calls the backend of the tensors' device (cpu; cuda in CUDA builds). meta
+// never computes; it takes the sizes of the kind it stands in for (cpu unless told), so a dry run
+// allocates exactly what a run on that kind does.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include "models/kernels/cpu/attention.h"
 #include "models/kernels/cpu/counter_random.h"
 #include "models/kernels/cpu/matmul.h"
+#include "models/kernel_sizes.h"
 
 namespace ferry::ops {
 
@@ -29,15 +31,8 @@ struct DeviceValues {
 
 class KernelBackend : public DeviceAttachment {
  public:
-  // What attention keeps from forward for backward: cpu [B, NH, T, T] probabilities; cuda (fused, flash)
-  // [B, NH, T] log-sum-exps of the score rows.
-  virtual Shape attention_saved_shape(const AttentionShape& shape) const = 0;
-  // True when the saved state stays f32 whatever the activations' dtype.
-  virtual bool attention_saved_in_f32() const = 0;
-  // Scratch floats the attention kernels need (0: none), and bytes of a matmul's library workspace.
-  virtual std::int64_t attention_forward_scratch_elements(const AttentionShape& shape, float dropout) const = 0;
-  virtual std::int64_t attention_backward_scratch_elements(const AttentionShape& shape) const = 0;
-  virtual std::size_t matmul_workspace_bytes() const = 0;
+  // What this kind's kernels need allocated around them (tensor_ops allocates it).
+  virtual const KernelSizes& sizes() const = 0;
 
   // bf16/f16 <-> f32 (round to nearest even); f32 to f32 copies.
   virtual void convert_to_f32(const void* source, DType dtype, float* destination, std::int64_t count) = 0;
@@ -56,28 +51,29 @@ class KernelBackend : public DeviceAttachment {
                                   const float* weight, const float* mean, const float* rstd, std::int64_t rows,
                                   std::int64_t channels) = 0;
 
-  // workspace: matmul_workspace_bytes() bytes (null when 0).
+  // workspace: sizes().matmul_workspace_bytes() bytes (null when 0).
   virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, std::int64_t rows,
                               std::int64_t in_features, std::int64_t out_features, WeightLayout layout, void* workspace) = 0;
   virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight,
                                std::int64_t rows, std::int64_t in_features, std::int64_t out_features, WeightLayout layout,
                                void* workspace) = 0;
 
-  // True when matmul_forward_bf16 exists (cuda: cuBLASLt on bf16 inputs with fp32 accumulation).
-  virtual bool matmul_takes_bf16() const { return false; }
+  // Where sizes().matmul_takes_bf16() (cuda: cuBLASLt on bf16 inputs with fp32 accumulation):
   // matmul_forward on bf16 bit patterns (out, inp, weight, bias; bias may be null), out rounded once.
   virtual void matmul_forward_bf16(void* out, const void* inp, const void* weight, const void* bias, std::int64_t rows,
                                    std::int64_t in_features, std::int64_t out_features, WeightLayout layout, void* workspace);
 
   // The tied LM head on columns [first, first + count) of logits [rows, vocab]; see tensor_ops.h.
+  // slice_scratch, input_scratch: sizes().lm_head_*_scratch_elements floats (null when 0).
   virtual void lm_head_logits_slice(float* logits, std::int64_t vocab, std::int64_t first, const float* inp,
                                     const float* weight_slice, std::int64_t rows, std::int64_t channels, std::int64_t count,
-                                    void* workspace) = 0;
+                                    float* slice_scratch, void* workspace) = 0;
   virtual void lm_head_backward_slice(float* dinp, bool accumulate_input, float* dweight_slice, const float* dlogits,
                                       std::int64_t vocab, std::int64_t first, const float* inp, const float* weight_slice,
-                                      std::int64_t rows, std::int64_t channels, std::int64_t count, void* workspace) = 0;
+                                      std::int64_t rows, std::int64_t channels, std::int64_t count, float* slice_scratch,
+                                      float* input_scratch, void* workspace) = 0;
 
-  // saved: attention_saved_shape; scratch: the *_scratch_elements floats.
+  // saved: sizes().attention_saved_shape; scratch: the sizes().attention_*_scratch_elements floats.
   virtual void attention_forward(float* out, float* saved, float* scratch, const float* qkv, const AttentionShape& shape,
                                  float dropout, RandomKey key) = 0;
   // out: the forward's output (the fused kernels recompute the probabilities from it and saved).
@@ -91,10 +87,11 @@ class KernelBackend : public DeviceAttachment {
   virtual void dropout_backward(float* dinp, const float* dout, std::int64_t count, float probability, RandomKey key) = 0;
 
   // The sum over rows of softmax cross-entropy losses, in double on the host (the training variant turns
-  // logits into their gradient times dloss).
-  virtual double cross_entropy_sum(const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab) = 0;
+  // logits into their gradient times dloss). scratch: sizes().cross_entropy_scratch_elements floats.
+  virtual double cross_entropy_sum(const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
+                                   float* scratch) = 0;
   virtual double cross_entropy_sum_and_gradient(float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                                                float dloss) = 0;
+                                                float dloss, float* scratch) = 0;
 
   // One AdamW step of every tensor with the same hyperparameters; the sum of squares of all values, on the
   // host, repeatable bit for bit.
@@ -103,7 +100,13 @@ class KernelBackend : public DeviceAttachment {
   virtual double sum_of_squares(std::span<const DeviceValues> values) = 0;
 };
 
-// The backend of `device`'s kind (made on first use and kept with the device).
+// The backend of `device`'s kind (made on first use and kept with the device; meta's has cpu's sizes
+// unless stand_in_for chose otherwise).
 KernelBackend& kernel_backend(Device& device);
+
+// Makes the meta device `meta` allocate what `kind`'s kernels would (a dry run of a cuda run on any
+// machine). Call before the device's first op; throws std::logic_error for a device that is not meta or
+// already stands in for another kind.
+void stand_in_for(Device& meta, DeviceKind kind);
 
 }  // namespace ferry::ops

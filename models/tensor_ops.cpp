@@ -32,7 +32,7 @@ Tensor scratch(Device& device, std::int64_t elements, std::string_view tag) {
   return Tensor::empty(device, {elements}, DType::f32, MemoryCategory::workspace, tag);
 }
 Tensor matmul_workspace(Device& device) {
-  const std::size_t bytes = kernel_backend(device).matmul_workspace_bytes();
+  const std::size_t bytes = kernel_backend(device).sizes().matmul_workspace_bytes();
   return scratch(device, static_cast<std::int64_t>(bytes / sizeof(float)), "matmul.workspace");
 }
 void* address(const Tensor& tensor) { return tensor.defined() ? tensor.data() : nullptr; }
@@ -43,10 +43,10 @@ AttentionShape attention_shape(const Tensor& qkv, std::int64_t heads) { return {
 
 Tensor attention_saved(Device& device, std::int64_t batch, std::int64_t heads, std::int64_t sequence, DType activation_dtype,
                        std::string_view tag) {
-  const KernelBackend& backend = kernel_backend(device);
+  const KernelSizes& sizes = kernel_backend(device).sizes();
   const AttentionShape shape{batch, sequence, 0, heads};
-  const DType dtype = backend.attention_saved_in_f32() ? DType::f32 : activation_dtype;
-  return Tensor::empty(device, backend.attention_saved_shape(shape), dtype, MemoryCategory::activations, tag);
+  const DType dtype = sizes.attention_saved_in_f32() ? DType::f32 : activation_dtype;
+  return Tensor::empty(device, sizes.attention_saved_shape(shape), dtype, MemoryCategory::activations, tag);
 }
 
 Tensor as_f32(const Tensor& tensor, std::string_view tag) {
@@ -132,7 +132,7 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
   KernelBackend& backend = kernel_backend(out.device());
   const bool all_bf16 = inp.dtype() == DType::bf16 && weight.dtype() == DType::bf16 && out.dtype() == DType::bf16 &&
                         (!bias.defined() || bias.dtype() == DType::bf16);
-  if (all_bf16 && backend.matmul_takes_bf16()) {  // no f32 copies: bf16 in, fp32 accumulation, bf16 out
+  if (all_bf16 && backend.sizes().matmul_takes_bf16()) {  // no f32 copies: bf16 in, fp32 accumulation, bf16 out
     if (computing(out)) {
       backend.matmul_forward_bf16(out.data(), inp.data(), weight.data(), address(bias), inp.numel() / in, in, out_features, layout,
                                   address(workspace));
@@ -169,8 +169,10 @@ void lm_head_logits_slice(const Tensor& logits, std::int64_t first, const Tensor
           "shapes " + shape_to_string(inp.shape()) + " x " + shape_to_string(weight_slice.shape()) + " at column " +
               std::to_string(first) + " of " + shape_to_string(logits.shape()) + " do not match");
   const Tensor workspace = matmul_workspace(logits.device());
+  const KernelSizes& sizes = kernel_backend(logits.device()).sizes();
+  const Tensor slice = scratch(logits.device(), sizes.lm_head_slice_scratch_elements(rows, count, vocab), "lm_head.logits.slice");
   if (KernelBackend* kernels = computing(logits)) {
-    kernels->lm_head_logits_slice(f32(logits), vocab, first, f32(inp), f32(weight_slice), rows, C, count, address(workspace));
+    kernels->lm_head_logits_slice(f32(logits), vocab, first, f32(inp), f32(weight_slice), rows, C, count, f32(slice), address(workspace));
   }
 }
 
@@ -180,23 +182,26 @@ void lm_head_backward_slice(const Tensor& dinp, bool accumulate_input, const Ten
   require(dweight_slice.shape() == weight_slice.shape() && dinp.shape() == inp.shape() && first + count <= vocab,
           "lm_head_backward_slice", "gradient shapes do not match the slice " + shape_to_string(weight_slice.shape()));
   const Tensor workspace = matmul_workspace(dlogits.device());
+  const KernelSizes& sizes = kernel_backend(dlogits.device()).sizes();
+  const Tensor slice = scratch(dlogits.device(), sizes.lm_head_slice_scratch_elements(rows, count, vocab), "lm_head.logits.grad.slice");
+  const Tensor input_part = scratch(dlogits.device(), sizes.lm_head_input_scratch_elements(rows, C, accumulate_input), "lm_head.in.grad.slice");
   if (KernelBackend* kernels = computing(dlogits)) {
     kernels->lm_head_backward_slice(f32(dinp), accumulate_input, f32(dweight_slice), f32(dlogits), vocab, first, f32(inp),
-                                    f32(weight_slice), rows, C, count, address(workspace));
+                                    f32(weight_slice), rows, C, count, f32(slice), f32(input_part), address(workspace));
   }
 }
 
 void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, std::int64_t heads, float dropout,
                        RandomKey key) {
   const AttentionShape shape = attention_shape(qkv, heads);
-  KernelBackend& backend = kernel_backend(out.device());
-  require(saved.shape() == backend.attention_saved_shape(shape), "attention_forward",
-          "saved state " + shape_to_string(saved.shape()) + " is not the " + shape_to_string(backend.attention_saved_shape(shape)) +
+  const KernelSizes& sizes = kernel_backend(out.device()).sizes();
+  require(saved.shape() == sizes.attention_saved_shape(shape), "attention_forward",
+          "saved state " + shape_to_string(saved.shape()) + " is not the " + shape_to_string(sizes.attention_saved_shape(shape)) +
               " this device keeps");
   const Tensor qkv32 = as_f32(qkv, "attention.qkv.f32");
   const Tensor saved32 = f32_target(saved, "attention.saved.f32");
   const Tensor out32 = f32_target(out, "attention.out.f32");
-  const Tensor dropped = scratch(out.device(), backend.attention_forward_scratch_elements(shape, dropout), "attention.dropped");
+  const Tensor dropped = scratch(out.device(), sizes.attention_forward_scratch_elements(shape, dropout), "attention.dropped");
   if (KernelBackend* kernels = computing(out)) kernels->attention_forward(f32(out32), f32(saved32), f32(dropped), f32(qkv32), shape, dropout, key);
   store(saved, saved32);
   store(out, out32);
@@ -205,11 +210,11 @@ void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv, const Tensor& saved,
                         std::int64_t heads, float dropout, RandomKey key) {
   const AttentionShape shape = attention_shape(qkv, heads);
-  KernelBackend& backend = kernel_backend(dqkv.device());
+  const KernelSizes& sizes = kernel_backend(dqkv.device()).sizes();
   const Tensor qkv32 = as_f32(qkv, "attention.qkv.f32");
   const Tensor saved32 = as_f32(saved, "attention.saved.f32");
   const Tensor out32 = as_f32(out, "attention.out.f32");
-  const Tensor work = scratch(dqkv.device(), backend.attention_backward_scratch_elements(shape), "attention.scratch");
+  const Tensor work = scratch(dqkv.device(), sizes.attention_backward_scratch_elements(shape), "attention.scratch");
   if (KernelBackend* kernels = computing(dqkv)) {
     kernels->attention_backward(f32(dqkv), f32(work), f32(dout), f32(out32), f32(qkv32), f32(saved32), shape, dropout, key);
   }
@@ -246,18 +251,28 @@ void dropout_backward(const Tensor& dinp, const Tensor& dout, float probability,
   if (KernelBackend* kernels = computing(dinp)) kernels->dropout_backward(f32(dinp), f32(dout), dinp.numel(), probability, key);
 }
 
+namespace {
+
+Tensor cross_entropy_scratch(const Tensor& logits, std::int64_t rows) {
+  return scratch(logits.device(), kernel_backend(logits.device()).sizes().cross_entropy_scratch_elements(rows), "cross_entropy.losses");
+}
+
+}  // namespace
+
 double cross_entropy_sum(const Tensor& logits, const Tensor& targets) {
+  const std::int64_t V = last_dimension(logits), rows = logits.numel() / V;
+  const Tensor losses = cross_entropy_scratch(logits, rows);
   KernelBackend* kernels = computing(logits);
   if (kernels == nullptr) return 0.0;
-  const std::int64_t V = last_dimension(logits);
-  return kernels->cross_entropy_sum(f32(logits), targets.data_as<std::int32_t>(), logits.numel() / V, V);
+  return kernels->cross_entropy_sum(f32(logits), targets.data_as<std::int32_t>(), rows, V, f32(losses));
 }
 
 double cross_entropy_sum_and_gradient(const Tensor& logits, const Tensor& targets, float dloss) {
+  const std::int64_t V = last_dimension(logits), rows = logits.numel() / V;
+  const Tensor losses = cross_entropy_scratch(logits, rows);
   KernelBackend* kernels = computing(logits);
   if (kernels == nullptr) return 0.0;
-  const std::int64_t V = last_dimension(logits);
-  return kernels->cross_entropy_sum_and_gradient(f32(logits), targets.data_as<std::int32_t>(), logits.numel() / V, V, dloss);
+  return kernels->cross_entropy_sum_and_gradient(f32(logits), targets.data_as<std::int32_t>(), rows, V, dloss, f32(losses));
 }
 
 }  // namespace ferry::ops

@@ -72,6 +72,10 @@ void add_bench_command(CLI::App& app, BenchMemoryOptions& o) {
   memory->add_option("--grad-accum", o.run.grad_accum, "Micro-batches per step");
   memory->add_option("--precision", o.run.precision, "fp32 | bf16 | fp16");
   memory->add_option("--loss-chunk", o.run.loss_chunk, "Tokens per LM-head chunk (0: automatic)");
+  memory->add_option("--kernels", o.run.device,
+                     "Whose kernels' allocations the dry runs make: cpu (default) or cuda (flash attention's log-sum-exps, "
+                     "cuBLASLt's workspace)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   memory->add_option("--output", o.output, "Directory for memory.csv, memory.json and memory.html (default ferry-bench-memory)");
   memory->add_option("--summary", o.summary, "Also write the JSON here");
   memory->add_option("--pp", o.pipeline.pipeline_stages, "Pipeline stages: benchmark the pipeline schedules instead (with --micro-batches)");
@@ -93,6 +97,7 @@ json bench_memory(const BenchMemoryOptions& options) {
   const TokenDataset data = TokenDataset::embedded_corpus();
   DryRunSetup setup{config, dtype, {}, &data, StepSettings{o.batch, sequence, o.grad_accum, 0, 1.0}, {}, o.loss_chunk,
                     AllocatorConfig::from_environment()};
+  setup.kernels = parse_device_kind(o.device);
   const double step_flops = 3.0 * forward_flops(config, o.batch, sequence) * static_cast<double>(o.grad_accum);
 
   json rows = json::array();
@@ -136,7 +141,7 @@ json bench_memory(const BenchMemoryOptions& options) {
   return {{"command", "bench memory"},
           {"model", {{"name", config.name}, {"parameters", config.parameter_count()}, {"layers", config.layers}, {"hidden", config.hidden},
                      {"heads", config.heads}, {"vocab", config.vocab}}},
-          {"run", {{"device", "meta"}, {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum},
+          {"run", {{"device", "meta"}, {"kernels", o.device}, {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum},
                    {"loss_chunk_tokens", o.loss_chunk}, {"allocator", AllocatorConfig::from_environment().to_string()}}},
           {"step_flops", step_flops},
           {"rows", rows}};
@@ -192,7 +197,12 @@ std::string bench_memory_csv(const json& result) {
 }
 
 int run_bench_memory_command(const BenchMemoryOptions& options) {
-  if (options.pipeline.pipeline_stages > 1) return run_bench_pipeline_command(options);
+  if (options.pipeline.pipeline_stages > 1) {
+    if (options.run.device != "cpu") {
+      throw std::invalid_argument("--kernels " + options.run.device + " with --pp: pipeline stages run on the cpu device only; drop --kernels");
+    }
+    return run_bench_pipeline_command(options);
+  }
   const json result = bench_memory(options);
   write_bench_outputs(options, result, "memory", bench_memory_table(result), bench_memory_csv(result));
   write_file_atomically((std::filesystem::path(options.output) / "memory.html").string(), bench_memory_html(result));

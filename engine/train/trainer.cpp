@@ -116,7 +116,8 @@ nlohmann::json run_training(const TrainOptions& o) {
   const StepSettings settings{o.batch, sequence, o.grad_accum, o.seed, o.grad_clip};
   RecomputePolicy policy = RecomputePolicy::parse(o.checkpointing);
   const bool offloaded = o.offload_optimizer != "none";
-  DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, AllocatorConfig::from_environment(), offloaded};
+  DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, AllocatorConfig::from_environment(),
+                            offloaded, device->kind() == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu};
   for (const std::string& note : o.notes) std::printf("  note: %s\n", note.c_str());
   if (policy.kind == RecomputeKind::automatic) {
     const PolicyChoice choice = choose_recompute_policy(dry_run_setup, device->memory_limit());

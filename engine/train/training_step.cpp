@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "models/adamw_optimizer.h"
+#include "models/kernel_backend.h"
 
 namespace ferry {
 namespace {
@@ -79,6 +80,7 @@ DryRun dry_run_step(const DryRunSetup& setup) {
   options.memory_limit = kDryRunCapacity;
   options.allocator_config = setup.allocator_config;
   const std::unique_ptr<Device> device = create_device(options);
+  ops::stand_in_for(*device, setup.kernels);
   {
     GptModel model(*device, setup.config, setup.dtype, setup.dropout,
                    setup.offload_optimizer ? GradientStorage::streamed : GradientStorage::whole);

@@ -62,9 +62,11 @@ struct DryRunSetup {
   std::int64_t loss_chunk = 0;
   AllocatorConfig allocator_config;
   bool offload_optimizer = false;  // ZeRO-Offload: gradients stream off the device, no optimizer state on it
+  DeviceKind kernels = DeviceKind::cpu;  // whose kernels' allocations the meta device makes (cpu or cuda)
 };
 
-// One training step of the setup on a meta device: the allocations of a real step, no compute.
+// One training step of the setup on a meta device: the allocations a real step makes on a device of
+// kind setup.kernels, no compute.
 DryRun dry_run_step(const DryRunSetup& setup);
 
 struct PolicyChoice {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Dry runs and baselines end to end: `ferry train --device meta` reports exactly the peaks a cpu run
 # measures, for several shapes and every recompute policy; `ferry bench memory` writes its table, CSV,
-# JSON and chart, and its baseline row is the dry run's peak; the recompute config keys of DeepSpeed
+# JSON and chart, and its baseline row is the dry run's peak (and with --kernels cuda keeps the cuda
+# kernels' attention state); the recompute config keys of DeepSpeed
 # and Megatron select the policies they name.
 root=$1
 source "$(dirname "$0")/common.sh"
@@ -59,6 +60,22 @@ PY
 grep -q "<svg" "$work/bench/memory.html"
 render "$work/bench/memory.html" "$work/bench.png"
 expect_error "unknown --model" "$ferry" bench memory --model gpt9 --output "$work/bench"
+# --kernels cuda: the dry runs allocate what the cuda kernels would (f32 log-sum-exps, not T x T
+# probabilities), on this machine without a GPU.
+"$ferry" bench memory --model gpt2-tiny --batch 4 --seq 64 --kernels cuda --output "$work/bench-cuda" \
+  --summary "$work/bench-cuda.json" > /dev/null
+/usr/bin/python3 - "$work/bench.json" "$work/bench-cuda.json" <<'PY'
+import json, sys
+cpu, cuda = (json.load(open(p)) for p in sys.argv[1:3])
+assert cpu["run"]["kernels"] == "cpu" and cuda["run"]["kernels"] == "cuda"
+m, run = cuda["model"], cuda["run"]
+L, NH, B, T = m["layers"], m["heads"], run["micro_batch"], run["seq"]
+kept = lambda summary: summary["rows"][0]["activation_peak"]
+assert kept(cpu) - kept(cuda) == L * (B * NH * T * T * 4 - B * NH * T * 4), (kept(cpu), kept(cuda))
+assert cuda["rows"][0]["max_by_category"]["workspace"] >= 32 << 20  # cuBLASLt's workspace
+PY
+expect_error "--kernels: rocm not in" "$ferry" bench memory --model gpt2-tiny --kernels rocm --output "$work/bench"
+expect_error "pipeline stages run on the cpu device only" "$ferry" bench memory --model gpt2-tiny --kernels cuda --pp 2 --output "$work/bench"
 
 # 3. Recompute config keys: DeepSpeed's activation_checkpointing and Megatron's recompute_* keys.
 check_policy() {  # check_policy CONFIG_JSON EXPECTED_POLICY

@@ -1,0 +1,73 @@
+// The cuda kernels' sizes as models/kernel_sizes.cpp states them for meta, held to the kernels' own
+// (runs without a GPU, in every CUDA build), and a meta device standing in for cuda predicting the cuda
+// device's peaks exactly under every recompute policy (needs a GPU; skips without one).
+#include <gtest/gtest.h>
+
+#include "engine/train/training_step.h"
+#include "models/gpt_model.h"
+#include "models/kernel_backend.h"
+#include "models/kernel_sizes.h"
+#include "schedule/recompute_policy.h"
+#include "tests/models/random_tokens.h"
+
+#ifdef FERRY_HAVE_CUDA
+#include "models/kernels/cuda/flash_attention.h"
+#include "models/kernels/cuda/matmul.h"
+#endif
+
+namespace ferry {
+namespace {
+
+#ifdef FERRY_HAVE_CUDA
+
+TEST(CudaKernelSizes, AgreeWithTheKernels) {
+  const ops::KernelSizes& sizes = ops::kernel_sizes(DeviceKind::cuda);
+  EXPECT_EQ(sizes.matmul_workspace_bytes(), cuda::kMatmulWorkspaceBytes);
+  for (const cpu::AttentionShape shape : {cpu::AttentionShape{2, 24, 64, 4}, cpu::AttentionShape{8, 1024, 768, 12}}) {
+    EXPECT_EQ(sizes.attention_backward_scratch_elements(shape), cuda::flash_attention_scratch_elements(shape));
+    EXPECT_EQ(sizes.attention_forward_scratch_elements(shape, 0.1f), 0);
+    EXPECT_EQ(sizes.attention_saved_shape(shape), (Shape{shape.batch, shape.heads, shape.sequence}));
+  }
+  EXPECT_TRUE(sizes.attention_saved_in_f32());
+  EXPECT_TRUE(sizes.matmul_takes_bf16());
+}
+
+TEST(CudaKernelSizes, MetaStandingInForCudaPredictsItsPeaksUnderEveryPolicy) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU present";
+  constexpr std::int64_t B = 2, T = 24, V = 97;
+  const GptConfig config{"cuda-kernel-sizes-test", 2, 64, 4, V, 32};
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (const char* name : {"none", "full", "selective", "every:2"}) {
+      std::int64_t peaks[2][2] = {};
+      int index = 0;
+      for (DeviceKind kind : {DeviceKind::cuda, DeviceKind::meta}) {
+        DeviceOptions options;
+        options.kind = kind;
+        options.memory_limit = std::size_t{1} << 30;
+        auto device = create_device(options);
+        if (kind == DeviceKind::meta) ops::stand_in_for(*device, DeviceKind::cuda);
+        GptModel model(*device, config, dtype, GptDropout{0.1f, 0.1f, 0.1f});
+        model.set_vocab_slice(40);  // slices narrower than the vocabulary take the LM head's scratch
+        model.zero_gradients();
+        model.train_micro_batch(testing::random_tokens(*device, 1, B, T, V), testing::random_tokens(*device, 2, B, T, V), MicroBatchKey{},
+                                1.0f, activation_keeps(RecomputePolicy::parse(name), config.layers));
+        device->synchronize();
+        const AllocatorStatistics stats = device->allocator().statistics();
+        peaks[index][0] = stats.allocated_bytes.all().peak;
+        peaks[index][1] = stats.reserved_bytes.all().peak;
+        ++index;
+      }
+      EXPECT_EQ(peaks[1][0], peaks[0][0]) << name << " " << dtype_name(dtype) << ": meta's peak allocated beside cuda's";
+      EXPECT_EQ(peaks[1][1], peaks[0][1]) << name << " " << dtype_name(dtype) << ": meta's peak reserved beside cuda's";
+    }
+  }
+}
+
+#else
+
+TEST(CudaKernelSizes, NotBuiltWithoutCuda) { GTEST_SKIP() << "this build has no CUDA"; }
+
+#endif
+
+}  // namespace
+}  // namespace ferry
