@@ -36,6 +36,9 @@ Tensor matmul_workspace(Device& device) {
   return scratch(device, static_cast<std::int64_t>(bytes / sizeof(float)), "matmul.workspace");
 }
 void* address(const Tensor& tensor) { return tensor.defined() ? tensor.data() : nullptr; }
+Tensor cross_entropy_scratch(const Tensor& logits, std::int64_t rows) {
+  return scratch(logits.device(), kernel_backend(logits.device()).sizes().cross_entropy_scratch_elements(rows), "cross_entropy.losses");
+}
 
 AttentionShape attention_shape(const Tensor& qkv, std::int64_t heads) { return {qkv.size(0), qkv.size(1), qkv.size(2) / 3, heads}; }
 
@@ -250,14 +253,6 @@ void dropout_forward(const Tensor& out, const Tensor& inp, float probability, Ra
 void dropout_backward(const Tensor& dinp, const Tensor& dout, float probability, RandomKey key) {
   if (KernelBackend* kernels = computing(dinp)) kernels->dropout_backward(f32(dinp), f32(dout), dinp.numel(), probability, key);
 }
-
-namespace {
-
-Tensor cross_entropy_scratch(const Tensor& logits, std::int64_t rows) {
-  return scratch(logits.device(), kernel_backend(logits.device()).sizes().cross_entropy_scratch_elements(rows), "cross_entropy.losses");
-}
-
-}  // namespace
 
 double cross_entropy_sum(const Tensor& logits, const Tensor& targets) {
   const std::int64_t V = last_dimension(logits), rows = logits.numel() / V;

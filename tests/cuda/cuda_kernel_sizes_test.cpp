@@ -5,10 +5,9 @@
 
 #include "engine/train/training_step.h"
 #include "models/gpt_model.h"
-#include "models/kernel_backend.h"
 #include "models/kernel_sizes.h"
 #include "schedule/recompute_policy.h"
-#include "tests/models/random_tokens.h"
+#include "tests/models/micro_batch_statistics.h"
 
 #ifdef FERRY_HAVE_CUDA
 #include "models/kernels/cuda/flash_attention.h"
@@ -34,25 +33,18 @@ TEST(CudaKernelSizes, AgreeWithTheKernels) {
 
 TEST(CudaKernelSizes, MetaStandingInForCudaPredictsItsPeaksUnderEveryPolicy) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU present";
-  constexpr std::int64_t B = 2, T = 24, V = 97;
-  const GptConfig config{"cuda-kernel-sizes-test", 2, 64, 4, V, 32};
+  constexpr std::int64_t B = 2, T = 24;
+  const GptConfig config{"cuda-kernel-sizes-test", 2, 64, 4, 97, 32};
   for (DType dtype : {DType::f32, DType::bf16}) {
     for (const char* name : {"none", "full", "selective", "every:2"}) {
       std::int64_t peaks[2][2] = {};
       int index = 0;
       for (DeviceKind kind : {DeviceKind::cuda, DeviceKind::meta}) {
-        DeviceOptions options;
-        options.kind = kind;
-        options.memory_limit = std::size_t{1} << 30;
-        auto device = create_device(options);
-        if (kind == DeviceKind::meta) ops::stand_in_for(*device, DeviceKind::cuda);
-        GptModel model(*device, config, dtype, GptDropout{0.1f, 0.1f, 0.1f});
-        model.set_vocab_slice(40);  // slices narrower than the vocabulary take the LM head's scratch
-        model.zero_gradients();
-        model.train_micro_batch(testing::random_tokens(*device, 1, B, T, V), testing::random_tokens(*device, 2, B, T, V), MicroBatchKey{},
-                                1.0f, activation_keeps(RecomputePolicy::parse(name), config.layers));
-        device->synchronize();
-        const AllocatorStatistics stats = device->allocator().statistics();
+        auto device = testing::gibibyte_device(kind, DeviceKind::cuda);
+        // Vocabulary slices of 40 (narrower than the vocabulary) take the LM head's scratch.
+        const AllocatorStatistics stats = testing::micro_batch_statistics(*device, config, dtype, GptDropout{0.1f, 0.1f, 0.1f},
+                                                                          activation_keeps(RecomputePolicy::parse(name), config.layers), B,
+                                                                          T, 40);
         peaks[index][0] = stats.allocated_bytes.all().peak;
         peaks[index][1] = stats.reserved_bytes.all().peak;
         ++index;

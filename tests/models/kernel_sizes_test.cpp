@@ -9,14 +9,14 @@
 #include "models/kernel_backend.h"
 #include "models/kernel_sizes.h"
 #include "schedule/recompute_policy.h"
-#include "tests/models/random_tokens.h"
+#include "tests/models/micro_batch_statistics.h"
 
 namespace ferry {
 namespace {
 
-constexpr std::int64_t B = 2, T = 8, V = 13;
+constexpr std::int64_t B = 2, T = 8;
 
-GptConfig config() { return GptConfig{"kernel-sizes-test", 3, 16, 2, V, 8}; }
+GptConfig config() { return GptConfig{"kernel-sizes-test", 3, 16, 2, 13, 8}; }
 
 struct Peaks {
   std::int64_t activations = 0;
@@ -26,16 +26,9 @@ struct Peaks {
 
 // One micro-batch (policy none, no dropout) on a meta device standing in for `kind`.
 Peaks micro_batch_peaks(DeviceKind kind, DType dtype) {
-  DeviceOptions options;
-  options.kind = DeviceKind::meta;
-  options.memory_limit = std::size_t{1} << 30;
-  auto device = create_device(options);
-  ops::stand_in_for(*device, kind);
-  GptModel model(*device, config(), dtype);
-  model.zero_gradients();
-  model.train_micro_batch(testing::random_tokens(*device, 1, B, T, V), testing::random_tokens(*device, 2, B, T, V), MicroBatchKey{}, 1.0f,
-                          activation_keeps(RecomputePolicy::parse("none"), config().layers));
-  const AllocatorStatistics stats = device->allocator().statistics();
+  auto device = testing::gibibyte_device(DeviceKind::meta, kind);
+  const AllocatorStatistics stats = testing::micro_batch_statistics(
+      *device, config(), dtype, {}, activation_keeps(RecomputePolicy::parse("none"), config().layers), B, T);
   return {stats.category_requested_bytes[category_index(MemoryCategory::activations)].peak,
           stats.category_requested_bytes[category_index(MemoryCategory::workspace)].peak, stats.allocated_bytes.all().peak};
 }

@@ -7,6 +7,7 @@
 
 #include "models/activation_memory.h"
 #include "models/gpt_model.h"
+#include "tests/models/micro_batch_statistics.h"
 #include "tests/models/random_tokens.h"
 #include "engine/train/training_step.h"
 #include "schedule/recompute_policy.h"
@@ -94,15 +95,9 @@ TEST(Recompute, MetaPredictsTheCpuPeaksUnderEveryPolicy) {
     std::int64_t peaks[2][2] = {};
     int index = 0;
     for (DeviceKind kind : {DeviceKind::cpu, DeviceKind::meta}) {
-      DeviceOptions options;
-      options.kind = kind;
-      options.memory_limit = std::size_t{1} << 30;
-      auto device = create_device(options);
-      GptModel model(*device, config(), dtype, GptDropout{0.1f, 0.1f, 0.1f});
-      model.zero_gradients();
-      model.train_micro_batch(tokens(*device, 1), tokens(*device, 2), MicroBatchKey{}, 1.0f,
-                              activation_keeps(RecomputePolicy::parse(name), config().layers));
-      const AllocatorStatistics stats = device->allocator().statistics();
+      auto device = testing::gibibyte_device(kind);
+      const AllocatorStatistics stats = testing::micro_batch_statistics(
+          *device, config(), dtype, GptDropout{0.1f, 0.1f, 0.1f}, activation_keeps(RecomputePolicy::parse(name), config().layers), B, T);
       peaks[index][0] = stats.allocated_bytes.all().peak;
       peaks[index][1] = stats.reserved_bytes.all().peak;
       ++index;
