@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/core/xxhash64.h"
+
 namespace ferry::offload {
 
 class NvmeError : public std::runtime_error {
@@ -95,7 +97,7 @@ class NvmeStore {
   std::unique_ptr<State> state_;
 };
 
-// The chunk checksum (64-bit, over the logical bytes of the chunk).
-std::uint64_t chunk_checksum(const void* data, std::size_t bytes);
+// The chunk checksum: XXH64 of the logical bytes of the chunk.
+inline std::uint64_t chunk_checksum(const void* data, std::size_t bytes) { return xxhash64(data, bytes); }
 
 }  // namespace ferry::offload

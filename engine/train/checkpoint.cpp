@@ -20,7 +20,7 @@ constexpr const char* kConfigFile = "config.json";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kDoneFile = "DONE";
-constexpr int kFormatVersion = 1;
+constexpr int kFormatVersion = 2;  // 2: the optimizer settings and the loss scaler state
 
 std::string in(const std::string& directory, const char* file) { return (fs::path(directory) / file).string(); }
 
@@ -75,8 +75,10 @@ void save_checkpoint(const std::string& directory, const GptModel& model, Traini
   config_file.write(hf_gpt_config_json(model.config()));
   AtomicFileWriter optimizer_file(in(directory, kOptimizerFile));
   moments.write(optimizer_file);
-  const nlohmann::json trainer = {{"format_version", kFormatVersion}, {"step", state.step}, {"data_position", state.data_position},
-                                  {"seed", state.seed}, {"optimizer_steps", snapshot.steps}, {"run", state.run}};
+  nlohmann::json trainer = {{"format_version", kFormatVersion}, {"step", state.step}, {"data_position", state.data_position},
+                             {"seed", state.seed}, {"optimizer_steps", snapshot.steps}, {"run", state.run},
+                             {"optimizer", state.optimizer.to_json()}};
+  if (state.loss_scaler) trainer["loss_scaler"] = state.loss_scaler->to_json();
   AtomicFileWriter state_file(in(directory, kStateFile));
   state_file.write(trainer.dump(2) + "\n");
   const std::array<AtomicFileWriter*, 4> files = {&model_file, &config_file, &optimizer_file, &state_file};
@@ -99,24 +101,36 @@ GptConfig read_checkpoint_config(const std::string& directory) {
   }
 }
 
-TrainerState load_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer) {
+TrainerState read_trainer_state(const std::string& directory) {
   require_complete(directory);
   TrainerState state;
-  OptimizerSnapshot snapshot = snapshot_layout(model);
   try {
     const nlohmann::json trainer = nlohmann::json::parse(read_text_file(in(directory, kStateFile)));
     if (trainer.at("format_version").get<int>() != kFormatVersion) {
       throw CheckpointError("checkpoint '" + directory + "' has format version " + trainer.at("format_version").dump() +
-                            "; this ferry reads version " + std::to_string(kFormatVersion));
+                            "; this ferry resumes version " + std::to_string(kFormatVersion) +
+                            " (version 1 lacks the optimizer settings); start a new run from its weights with --init-from " +
+                            in(directory, kModelFile));
     }
     state.step = trainer.at("step").get<std::int64_t>();
     state.data_position = trainer.at("data_position").get<std::uint64_t>();
     state.seed = trainer.at("seed").get<std::uint64_t>();
     state.run = trainer.at("run");
-    snapshot.steps = trainer.at("optimizer_steps").get<std::int64_t>();
+    state.optimizer = OptimizerSettings::from_json(trainer.at("optimizer"));
+    if (trainer.contains("loss_scaler")) state.loss_scaler = LossScalerState::from_json(trainer.at("loss_scaler"));
+    state.optimizer_steps = trainer.at("optimizer_steps").get<std::int64_t>();
   } catch (const nlohmann::json::exception& error) {
     throw CheckpointError("checkpoint '" + directory + "' is corrupt: " + kStateFile + ": " + error.what());
+  } catch (const std::invalid_argument& error) {
+    throw CheckpointError("checkpoint '" + directory + "' is corrupt: " + kStateFile + ": " + error.what());
   }
+  return state;
+}
+
+TrainerState load_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer) {
+  const TrainerState state = read_trainer_state(directory);
+  OptimizerSnapshot snapshot = snapshot_layout(model);
+  snapshot.steps = state.optimizer_steps;
   try {
     const SafetensorsFile weights(in(directory, kModelFile));
     const SafetensorsFile moments(in(directory, kOptimizerFile));

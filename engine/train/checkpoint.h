@@ -1,14 +1,18 @@
 // Training checkpoints: DIR/model.safetensors (Hugging Face names, f32 master weights), DIR/config.json
 // (HF GPT-2 config), DIR/optimizer.safetensors (AdamW moments), DIR/trainer_state.json (step, seed,
-// data position, run settings), each written atomically, and DIR/DONE last. Loading refuses a missing,
-// partial (no DONE) or corrupt checkpoint with an error that says which.
+// data position, run settings, the optimizer's settings and the fp16 loss scaler's state), each written
+// atomically, and DIR/DONE last. Loading refuses a missing, partial (no DONE) or corrupt checkpoint with
+// an error that says which.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
+#include "engine/train/loss_scaler.h"
+#include "engine/train/optimizer_settings.h"
 #include "engine/train/training_optimizer.h"
 #include "models/gpt_model.h"
 
@@ -23,12 +27,18 @@ struct TrainerState {
   std::int64_t step = 0;             // optimizer steps completed
   std::uint64_t data_position = 0;   // micro-batches read
   std::uint64_t seed = 0;
-  nlohmann::json run;                // settings that must match on resume (batch, seq, precision, ...)
+  nlohmann::json run;                // settings that must match on resume (batch, seq, precision, data, ...)
+  OptimizerSettings optimizer;       // the schedule and hyperparameters the run was started with
+  std::optional<LossScalerState> loss_scaler;  // fp16 runs
+  std::int64_t optimizer_steps = 0;  // read from a checkpoint (AdamW's step count); saving takes the optimizer's
 };
 
 // The optimizer's state is saved the same way wherever it lives (device, host memory or NVMe), so a
 // checkpoint resumes under any --offload-optimizer mode.
 void save_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer, const TrainerState& state);
+
+// The trainer state of a complete checkpoint (trainer_state.json), without its tensors.
+TrainerState read_trainer_state(const std::string& directory);
 
 // Restores parameters, master weights and moments into model and optimizer; returns the trainer state.
 TrainerState load_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer);

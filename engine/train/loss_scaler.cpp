@@ -22,42 +22,83 @@ void LossScaleSettings::validate() const {
   }
 }
 
-LossScaler::LossScaler(const LossScaleSettings& settings)
-    : settings_(settings),
-      scale_(settings.loss_scale > 0 ? settings.loss_scale : std::ldexp(1.0, settings.initial_scale_power)),
-      hysteresis_left_(settings.hysteresis) {
+nlohmann::json LossScaleSettings::to_json() const {
+  return {{"loss_scale", loss_scale},
+          {"initial_scale_power", initial_scale_power},
+          {"loss_scale_window", loss_scale_window},
+          {"hysteresis", hysteresis},
+          {"min_loss_scale", min_loss_scale}};
+}
+
+LossScaleSettings LossScaleSettings::from_json(const nlohmann::json& json) {
+  LossScaleSettings settings;
+  settings.loss_scale = json.at("loss_scale").get<double>();
+  settings.initial_scale_power = json.at("initial_scale_power").get<std::int32_t>();
+  settings.loss_scale_window = json.at("loss_scale_window").get<std::int32_t>();
+  settings.hysteresis = json.at("hysteresis").get<std::int32_t>();
+  settings.min_loss_scale = json.at("min_loss_scale").get<double>();
+  return settings;
+}
+
+nlohmann::json LossScalerState::to_json() const {
+  return {{"scale", scale},
+          {"hysteresis_left", hysteresis_left},
+          {"steps_since_overflow", steps_since_overflow},
+          {"skipped_steps", skipped_steps},
+          {"scale_increases", scale_increases},
+          {"scale_decreases", scale_decreases}};
+}
+
+LossScalerState LossScalerState::from_json(const nlohmann::json& json) {
+  LossScalerState state;
+  state.scale = json.at("scale").get<double>();
+  state.hysteresis_left = json.at("hysteresis_left").get<std::int32_t>();
+  state.steps_since_overflow = json.at("steps_since_overflow").get<std::int64_t>();
+  state.skipped_steps = json.at("skipped_steps").get<std::int64_t>();
+  state.scale_increases = json.at("scale_increases").get<std::int64_t>();
+  state.scale_decreases = json.at("scale_decreases").get<std::int64_t>();
+  if (!(state.scale > 0) || !std::isfinite(state.scale) || state.hysteresis_left < 1 || state.steps_since_overflow < 0 ||
+      state.skipped_steps < 0 || state.scale_increases < 0 || state.scale_decreases < 0) {
+    throw std::invalid_argument("loss_scaler state " + json.dump() + " is impossible (scale > 0 and finite, hysteresis_left >= 1, counts >= 0)");
+  }
+  return state;
+}
+
+LossScaler::LossScaler(const LossScaleSettings& settings) : settings_(settings) {
   settings_.validate();
+  state_.scale = settings.loss_scale > 0 ? settings.loss_scale : std::ldexp(1.0, settings.initial_scale_power);
+  state_.hysteresis_left = settings.hysteresis;
 }
 
 bool LossScaler::update(bool overflow) {
   if (!overflow) {
-    ++steps_since_overflow_;
-    if (dynamic() && steps_since_overflow_ % settings_.loss_scale_window == 0) {
-      scale_ *= 2;
-      ++scale_increases_;
-      hysteresis_left_ = settings_.hysteresis;
+    ++state_.steps_since_overflow;
+    if (dynamic() && state_.steps_since_overflow % settings_.loss_scale_window == 0) {
+      state_.scale *= 2;
+      ++state_.scale_increases;
+      state_.hysteresis_left = settings_.hysteresis;
     }
     return true;
   }
-  ++skipped_steps_;
-  steps_since_overflow_ = 0;
+  ++state_.skipped_steps;
+  state_.steps_since_overflow = 0;
   if (!dynamic()) return false;
-  if (hysteresis_left_ > 1) {
-    --hysteresis_left_;  // tolerated: the step is skipped, the scale stays
+  if (state_.hysteresis_left > 1) {
+    --state_.hysteresis_left;  // tolerated: the step is skipped, the scale stays
     return false;
   }
-  const double halved = std::max(scale_ / 2, settings_.min_loss_scale);
-  if (halved < scale_) ++scale_decreases_;
-  scale_ = halved;
+  const double halved = std::max(state_.scale / 2, settings_.min_loss_scale);
+  if (halved < state_.scale) ++state_.scale_decreases;
+  state_.scale = halved;
   return false;
 }
 
 nlohmann::json LossScaler::describe() const {
   return {{"dynamic", dynamic()},
-          {"scale", scale_},
-          {"skipped_steps", skipped_steps_},
-          {"scale_increases", scale_increases_},
-          {"scale_decreases", scale_decreases_},
+          {"scale", state_.scale},
+          {"skipped_steps", state_.skipped_steps},
+          {"scale_increases", state_.scale_increases},
+          {"scale_decreases", state_.scale_decreases},
           {"initial_scale_power", settings_.initial_scale_power},
           {"loss_scale_window", settings_.loss_scale_window},
           {"hysteresis", settings_.hysteresis},

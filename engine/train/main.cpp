@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
   prefer_fast_blas_kernels(argv);
   CLI::App app{"ferry: train models larger than GPU memory, and see where every byte went"};
   app.require_subcommand(1);
+  // A flag given twice takes its last value (as a later flag overrides the config file's).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   ferry::ReplayCommandOptions replay;
   ferry::add_replay_command(app, replay);
   ferry::ScheduleCommandOptions schedule;

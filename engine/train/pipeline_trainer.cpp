@@ -48,6 +48,7 @@ void reject_unsupported(const TrainOptions& o) {
     if (used) throw std::invalid_argument(std::string(what) + " is not supported with --pp yet: run it without pipeline parallelism");
   };
   refuse(!o.save.empty() || !o.resume.empty(), "--save/--resume (checkpoints of pipeline stages)");
+  refuse(o.exit_interval.has_value(), "--exit-interval (it stops to save a checkpoint)");
   // The stages exchange activations and tied-embedding gradients through host pointers (MPI, or memcpy
   // in one process); device-to-device transfers (NCCL, CUDA-aware MPI) are not built.
   refuse(o.device == "cuda", "--device cuda (stage-to-stage transfers of GPU tensors)");
@@ -164,13 +165,11 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator)
   cpu::set_compute_threads(threads);
   try {
     const DType dtype = parse_precision(o.precision);
-    const auto [beta1, beta2] = parse_betas(o.betas);
     const GptConfig config = resolve_model_config(o);
     const std::int64_t sequence = o.seq.value_or(config.max_sequence);
     if (sequence > config.max_sequence) throw std::invalid_argument("--seq exceeds the model's " + std::to_string(config.max_sequence) + " positions");
     const auto micro_batches = static_cast<std::int32_t>(micro_batch_count(o));
-    LearningRateSchedule learning_rate{o.lr_schedule, o.lr, o.warmup_steps, o.steps, o.min_lr_ratio};
-    learning_rate.validate();
+    const OptimizerSettings hyper = resolve_new_run_settings(o.optimizer, o.steps);  // pipelines refuse --resume
     PipelinePlan plan;
     const PipelineSchedule compute = generate_pipeline_schedule(o.schedule, ranks, micro_batches);
     PipelineCosts costs = kUnitCosts;  // per rank's share of the blocks: a virtual stage costs 1/V of it
@@ -191,8 +190,7 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator)
     const RecomputePolicy policy = o.checkpointing == "auto" ? choose_recompute_policy_for_stages(o, config, prints) : RecomputePolicy::parse(o.checkpointing);
     const std::vector<ActivationKeep> keeps = activation_keeps(policy, config.layers);
     const GptDropout dropout{o.dropout, o.dropout, o.dropout};
-    const cpu::AdamWHyperparameters hyperparameters{static_cast<float>(o.lr), beta1, beta2, static_cast<float>(o.eps),
-                                                    static_cast<float>(o.weight_decay)};
+    const cpu::AdamWHyperparameters hyperparameters = hyper.adamw();
 
     const bool offloaded = o.offload_optimizer != "none";
     std::vector<PipelineRank> local;  // the ranks this process runs
@@ -253,7 +251,7 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator)
     for (std::int64_t step = 0; step < o.steps; ++step) {
       const auto start = Clock::now();
       for (MicroBatchTokens& micro_batch : tokens) loader.next(micro_batch.inputs, micro_batch.targets);
-      const PipelineStepSettings settings{step, learning_rate.at(step), o.grad_clip};
+      const PipelineStepSettings settings{step, hyper.schedule.at(step), hyper.grad_clip};
       for (PipelineRank& rank : local) {
         if (rank.profile) rank.profile->begin_step(step + 1);
       }

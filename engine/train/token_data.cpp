@@ -1,11 +1,13 @@
 #include "engine/train/token_data.h"
 
+#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <numeric>
 #include <string_view>
 
+#include "engine/core/xxhash64.h"
 #include "engine/train/embedded_corpus.h"
 
 namespace ferry {
@@ -42,6 +44,11 @@ TokenDataset TokenDataset::from_text(std::string name, std::string_view text) {
                          reinterpret_cast<const unsigned char*>(text.data()) + text.size());
   dataset.vocab_needed_ = 256;
   return dataset;
+}
+
+TokenDataset::Identity TokenDataset::identity() const {
+  static_assert(std::endian::native == std::endian::little, "token identity hashes little-endian words");
+  return {size(), xxhash64(tokens_.data(), tokens_.size() * sizeof(std::uint16_t))};
 }
 
 TokenDataset TokenDataset::embedded_corpus() { return from_text("embedded:tiny-stories.txt", embedded_corpus_text()); }

@@ -34,6 +34,14 @@ class TokenDataset {
   const std::vector<std::uint16_t>& tokens() const { return tokens_; }
   // The largest token id + 1 the data needs (256 for text).
   std::int64_t vocab_needed() const { return vocab_needed_; }
+  // What the data is, whatever its path: the token count and the XXH64 of the tokens (as 16-bit
+  // little-endian words). A checkpoint records it; a resume on other data is refused.
+  struct Identity {
+    std::int64_t tokens = 0;
+    std::uint64_t xxh64 = 0;
+    bool operator==(const Identity&) const = default;
+  };
+  Identity identity() const;
 
  private:
   std::string name_;

@@ -21,7 +21,7 @@ using config::value_of;
 void apply_ferry_section(const json& section, TrainOptions& options) {
   reject_unknown(section, "ferry",
                  {"model", "layers", "hidden", "heads", "vocab", "seq", "device", "device_memory", "precision", "steps",
-                  "lr_schedule", "warmup_steps", "min_lr_ratio", "seed", "data", "shuffle", "init_from", "save", "save_every",
+                  "exit_interval", "lr_schedule", "warmup_steps", "lr_decay_steps", "min_lr_ratio", "seed", "data", "shuffle", "init_from", "save", "save_every",
                   "resume", "summary", "dropout", "threads", "log_every", "checkpointing", "offload_optimizer", "loss_chunk", "profile", "profile_steps"});
   for (const auto& [key, value] : section.items()) {
     const std::string name = "ferry." + key;
@@ -35,9 +35,11 @@ void apply_ferry_section(const json& section, TrainOptions& options) {
     else if (key == "device_memory") options.device_memory = value_of<std::string>(value, name);
     else if (key == "precision") options.precision = value_of<std::string>(value, name);
     else if (key == "steps") options.steps = value_of<std::int64_t>(value, name);
-    else if (key == "lr_schedule") options.lr_schedule = value_of<std::string>(value, name);
-    else if (key == "warmup_steps") options.warmup_steps = value_of<std::int64_t>(value, name);
-    else if (key == "min_lr_ratio") options.min_lr_ratio = value_of<double>(value, name);
+    else if (key == "exit_interval") options.exit_interval = value_of<std::int64_t>(value, name);
+    else if (key == "lr_schedule") options.optimizer.lr_schedule = value_of<std::string>(value, name);
+    else if (key == "warmup_steps") options.optimizer.warmup_steps = value_of<std::int64_t>(value, name);
+    else if (key == "lr_decay_steps") options.optimizer.lr_decay_steps = value_of<std::int64_t>(value, name);
+    else if (key == "min_lr_ratio") options.optimizer.min_lr_ratio = value_of<double>(value, name);
     else if (key == "seed") options.seed = value_of<std::uint64_t>(value, name);
     else if (key == "data") options.data = value_of<std::string>(value, name);
     else if (key == "shuffle") options.shuffle = value_of<bool>(value, name);
@@ -68,7 +70,7 @@ void apply_fp16(const json& section, const std::string& path, TrainOptions& opti
     throw std::invalid_argument("config '" + path + "': both bf16 and fp16 are enabled; enable one of them");
   }
   options.precision = "fp16";
-  LossScaleSettings& scaling = options.loss_scaling;
+  OptimizerRequest& scaling = options.optimizer;
   if (section.contains("loss_scale")) scaling.loss_scale = value_of<double>(section["loss_scale"], "fp16.loss_scale");
   if (section.contains("initial_scale_power")) scaling.initial_scale_power = value_of<std::int32_t>(section["initial_scale_power"], "fp16.initial_scale_power");
   if (section.contains("loss_scale_window")) scaling.loss_scale_window = value_of<std::int32_t>(section["loss_scale_window"], "fp16.loss_scale_window");
@@ -138,16 +140,23 @@ void apply_scheduler(const json& scheduler, TrainOptions& options) {
   const json params = scheduler.value("params", json::object());
   if (type == "WarmupLR") {
     reject_unknown(params, "scheduler.params", {"warmup_num_steps", "warmup_min_lr", "warmup_max_lr", "warmup_type"});
-    options.lr_schedule = "constant";
+    options.optimizer.lr_schedule = "constant";
   } else if (type == "WarmupCosineLR") {
     reject_unknown(params, "scheduler.params", {"warmup_num_steps", "total_num_steps", "warmup_min_ratio", "cos_min_ratio", "warmup_type"});
-    options.lr_schedule = "cosine";
-    if (params.contains("cos_min_ratio")) options.min_lr_ratio = value_of<double>(params["cos_min_ratio"], "scheduler.params.cos_min_ratio");
+    options.optimizer.lr_schedule = "cosine";
+    if (params.contains("cos_min_ratio")) {
+      options.optimizer.min_lr_ratio = value_of<double>(params["cos_min_ratio"], "scheduler.params.cos_min_ratio");
+    }
+    if (params.contains("total_num_steps")) {
+      options.optimizer.lr_decay_steps = value_of<std::int64_t>(params["total_num_steps"], "scheduler.params.total_num_steps");
+    }
   } else {
     throw std::invalid_argument("scheduler type '" + type + "' is not supported (WarmupLR, WarmupCosineLR)");
   }
-  if (params.contains("warmup_num_steps")) options.warmup_steps = value_of<std::int64_t>(params["warmup_num_steps"], "scheduler.params.warmup_num_steps");
-  if (params.contains("warmup_max_lr")) options.lr = value_of<double>(params["warmup_max_lr"], "scheduler.params.warmup_max_lr");
+  if (params.contains("warmup_num_steps")) {
+    options.optimizer.warmup_steps = value_of<std::int64_t>(params["warmup_num_steps"], "scheduler.params.warmup_num_steps");
+  }
+  if (params.contains("warmup_max_lr")) options.optimizer.lr = value_of<double>(params["warmup_max_lr"], "scheduler.params.warmup_max_lr");
 }
 
 }  // namespace
@@ -165,22 +174,30 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--device-memory", o.device_memory, "Device memory limit, e.g. 512MiB, 2GiB");
   train->add_option("--precision", o.precision,
                     "fp32 | bf16 | fp16 (16-bit parameters and activations, fp32 master weights and gradients; fp16 with loss scaling)");
-  train->add_option("--loss-scale", o.loss_scaling.loss_scale, "fp16: 0 = dynamic loss scaling, > 0 = this static scale");
-  train->add_option("--initial-scale-power", o.loss_scaling.initial_scale_power, "fp16 dynamic scaling starts at 2^this");
-  train->add_option("--loss-scale-window", o.loss_scaling.loss_scale_window, "fp16: double the scale after this many steps without overflow");
-  train->add_option("--hysteresis", o.loss_scaling.hysteresis, "fp16: overflowing steps (skipped) before the scale halves");
-  train->add_option("--min-loss-scale", o.loss_scaling.min_loss_scale, "fp16: the dynamic scale never goes below this");
+  // Optimizer settings have no CLI default: unset, they are the defaults named here, or on --resume the
+  // checkpoint's (a value that contradicts the checkpoint is an error).
+  OptimizerRequest& optimizer = o.optimizer;
+  train->add_option("--loss-scale", optimizer.loss_scale, "fp16: 0 = dynamic loss scaling, > 0 = this static scale (default 0)");
+  train->add_option("--initial-scale-power", optimizer.initial_scale_power, "fp16 dynamic scaling starts at 2^this (default 16)");
+  train->add_option("--loss-scale-window", optimizer.loss_scale_window,
+                    "fp16: double the scale after this many steps without overflow (default 1000)");
+  train->add_option("--hysteresis", optimizer.hysteresis, "fp16: overflowing steps (skipped) before the scale halves (default 2)");
+  train->add_option("--min-loss-scale", optimizer.min_loss_scale, "fp16: the dynamic scale never goes below this (default 1)");
   train->add_option("--batch", o.batch, "Micro-batch size (sequences)");
   train->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step");
   train->add_option("--steps", o.steps, "Total optimizer steps (a resumed run continues up to this count)");
-  train->add_option("--lr", o.lr, "Peak learning rate");
-  train->add_option("--lr-schedule", o.lr_schedule, "constant | cosine (to lr * min-lr-ratio), after linear warmup");
-  train->add_option("--warmup-steps", o.warmup_steps, "Linear warmup steps");
-  train->add_option("--min-lr-ratio", o.min_lr_ratio, "Final learning rate of the cosine schedule, as a fraction of --lr");
-  train->add_option("--weight-decay", o.weight_decay, "AdamW weight decay (2-D weights only)");
-  train->add_option("--betas", o.betas, "AdamW betas as B1,B2");
-  train->add_option("--eps", o.eps, "AdamW epsilon");
-  train->add_option("--grad-clip", o.grad_clip, "Clip the global gradient norm to this (0 disables)");
+  train->add_option("--exit-interval", o.exit_interval,
+                    "Stop after the first step that is a multiple of K, saving when --save is given (Megatron's --exit-interval)");
+  train->add_option("--lr", optimizer.lr, "Peak learning rate (default 1e-3)");
+  train->add_option("--lr-schedule", optimizer.lr_schedule, "constant | cosine (to lr * min-lr-ratio), after linear warmup (default cosine)");
+  train->add_option("--warmup-steps", optimizer.warmup_steps, "Linear warmup steps (default 0)");
+  train->add_option("--lr-decay-steps", optimizer.lr_decay_steps,
+                    "The step the cosine decay ends at, warmup included (default: --steps of the run that starts from scratch)");
+  train->add_option("--min-lr-ratio", optimizer.min_lr_ratio, "Final learning rate of the cosine schedule, as a fraction of --lr (default 0.1)");
+  train->add_option("--weight-decay", optimizer.weight_decay, "AdamW weight decay, 2-D weights only (default 0.1)");
+  train->add_option("--betas", optimizer.betas, "AdamW betas as B1,B2 (default 0.9,0.95)");
+  train->add_option("--eps", optimizer.eps, "AdamW epsilon (default 1e-8)");
+  train->add_option("--grad-clip", optimizer.grad_clip, "Clip the global gradient norm to this, 0 disables (default 1)");
   train->add_option("--seed", o.seed, "Seed for initialization, data order and dropout");
   train->add_option("--data", o.data, "llm.c token shard (.bin) or plain text; default: the embedded corpus");
   train->add_option("--shuffle", o.shuffle, "true | false: shuffled micro-batch order (seeded) or file order");
@@ -267,19 +284,21 @@ void apply_config_file(const std::string& path, TrainOptions& options) {
     if (type != "AdamW" && type != "adamw") throw std::invalid_argument("optimizer type '" + type + "' is not supported (AdamW)");
     const json params = optimizer.value("params", json::object());
     reject_unknown(params, "optimizer.params", {"lr", "betas", "eps", "weight_decay"});
-    if (params.contains("lr")) options.lr = value_of<double>(params["lr"], "optimizer.params.lr");
-    if (params.contains("eps")) options.eps = value_of<double>(params["eps"], "optimizer.params.eps");
-    if (params.contains("weight_decay")) options.weight_decay = value_of<double>(params["weight_decay"], "optimizer.params.weight_decay");
+    if (params.contains("lr")) options.optimizer.lr = value_of<double>(params["lr"], "optimizer.params.lr");
+    if (params.contains("eps")) options.optimizer.eps = value_of<double>(params["eps"], "optimizer.params.eps");
+    if (params.contains("weight_decay")) {
+      options.optimizer.weight_decay = value_of<double>(params["weight_decay"], "optimizer.params.weight_decay");
+    }
     if (params.contains("betas")) {
       const auto betas = value_of<std::vector<double>>(params["betas"], "optimizer.params.betas");
       if (betas.size() != 2) throw std::invalid_argument("config key 'optimizer.params.betas' needs two numbers");
       std::ostringstream text;
       text.precision(17);
       text << betas[0] << "," << betas[1];
-      options.betas = text.str();
+      options.optimizer.betas = text.str();
     }
   }
-  if (config.contains("gradient_clipping")) options.grad_clip = value_of<double>(config["gradient_clipping"], "gradient_clipping");
+  if (config.contains("gradient_clipping")) options.optimizer.grad_clip = value_of<double>(config["gradient_clipping"], "gradient_clipping");
   if (config.contains("bf16")) {
     reject_unknown(config["bf16"], "bf16", {"enabled"});
     if (value_of<bool>(config["bf16"].value("enabled", json(false)), "bf16.enabled")) options.precision = "bf16";
@@ -337,21 +356,6 @@ GptConfig resolve_model_config(const TrainOptions& options) {
   }
   config.validate();
   return config;
-}
-
-std::pair<float, float> parse_betas(const std::string& text) {
-  const auto comma = text.find(',');
-  try {
-    if (comma == std::string::npos) throw std::invalid_argument("no comma");
-    std::size_t used1 = 0, used2 = 0;
-    const float beta1 = std::stof(text.substr(0, comma), &used1);
-    const float beta2 = std::stof(text.substr(comma + 1), &used2);
-    if (used1 != comma || used2 != text.size() - comma - 1) throw std::invalid_argument("trailing text");
-    if (!(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1)) throw std::invalid_argument("range");
-    return {beta1, beta2};
-  } catch (const std::exception&) {
-    throw std::invalid_argument("--betas '" + text + "' must be two numbers in [0, 1) as B1,B2 (e.g. 0.9,0.95)");
-  }
 }
 
 }  // namespace ferry

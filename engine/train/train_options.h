@@ -12,7 +12,7 @@
 
 #include "models/gpt_config.h"
 
-#include "engine/train/loss_scaler.h"
+#include "engine/train/optimizer_settings.h"
 
 namespace ferry {
 
@@ -23,18 +23,11 @@ struct TrainOptions {
   std::string device = "cpu";
   std::string device_memory;  // empty: the device's default
   std::string precision = "fp32";
-  LossScaleSettings loss_scaling;  // fp16 only
   std::int64_t batch = 8;
   std::int64_t grad_accum = 1;
   std::int64_t steps = 300;
-  double lr = 1e-3;
-  std::string lr_schedule = "cosine";
-  std::int64_t warmup_steps = 0;
-  double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
-  double weight_decay = 0.1;
-  std::string betas = "0.9,0.95";
-  double eps = 1e-8;
-  double grad_clip = 1.0;
+  std::optional<std::int64_t> exit_interval;  // stop (and save) after the first step that is a multiple of it
+  OptimizerRequest optimizer;  // schedule, AdamW, clipping, fp16 loss scaling: defaults or the checkpoint's
   std::uint64_t seed = 1337;
   std::string data;  // empty: the embedded corpus
   bool shuffle = true;
@@ -93,7 +86,4 @@ void apply_config_file(const std::string& path, TrainOptions& options);
 
 // The model shape: --init-from's config.json (or its tensors), else the preset, then shape flags.
 GptConfig resolve_model_config(const TrainOptions& options);
-// (beta1, beta2) from "B1,B2".
-std::pair<float, float> parse_betas(const std::string& text);
-
 }  // namespace ferry

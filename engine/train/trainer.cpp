@@ -40,9 +40,9 @@ void validate(const TrainOptions& o) {
   if (o.steps < 0) throw std::invalid_argument("--steps must be >= 0");
   if (o.save_every < 0) throw std::invalid_argument("--save-every must be >= 0");
   if (o.save_every > 0 && o.save.empty()) throw std::invalid_argument("--save-every needs --save DIR");
-  if (!(o.grad_clip >= 0)) throw std::invalid_argument("--grad-clip must be >= 0 (0 disables clipping)");
-  if (!(o.weight_decay >= 0)) throw std::invalid_argument("--weight-decay must be >= 0");
-  if (!(o.eps > 0)) throw std::invalid_argument("--eps must be positive");
+  if (o.exit_interval && *o.exit_interval < 1) {
+    throw std::invalid_argument("--exit-interval must be >= 1 step, got " + std::to_string(*o.exit_interval));
+  }
   if (o.loss_chunk < 0) throw std::invalid_argument("--loss-chunk must be >= 0 tokens (0: automatic)");
   if (o.offload_optimizer != "none") {
     offload::parse_offload_device(o.offload_optimizer);  // names the choices when wrong
@@ -64,10 +64,22 @@ void validate(const TrainOptions& o) {
   }
 }
 
-// Settings a resumed run must share with the run that saved, for the resume to be exact.
-nlohmann::json resume_contract(const TrainOptions& o, std::int64_t sequence, const std::string& data_name) {
+// Settings a resumed run must share with the run that saved, for the resume to be exact. The data is
+// known by its content, not its path.
+nlohmann::json resume_contract(const TrainOptions& o, std::int64_t sequence, const TokenDataset& data) {
+  const TokenDataset::Identity identity = data.identity();
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(identity.xxh64));
   return {{"batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum}, {"precision", o.precision},
-          {"data", data_name}, {"shuffle", o.shuffle}, {"seed", o.seed}};
+          {"data", {{"tokens", identity.tokens}, {"xxh64", hash}}}, {"shuffle", o.shuffle}, {"seed", o.seed}};
+}
+
+// The last step this run takes: --steps, or earlier at the first multiple of --exit-interval after
+// the step it starts from.
+std::int64_t stopping_step(const TrainOptions& o, std::int64_t first_step) {
+  if (!o.exit_interval) return o.steps;
+  const std::int64_t interval = *o.exit_interval;
+  return std::min(o.steps, (first_step / interval + 1) * interval);
 }
 
 void check_resume_contract(const nlohmann::json& saved, const nlohmann::json& current, const std::string& directory) {
@@ -95,14 +107,14 @@ nlohmann::json run_training(const TrainOptions& o) {
   if (pipeline_requested(o)) return run_pipeline_training(o);
   cpu::set_compute_threads(o.threads);
   const DType dtype = parse_precision(o.precision);
-  const auto [beta1, beta2] = parse_betas(o.betas);
   GptConfig config = o.resume.empty() ? resolve_model_config(o) : read_checkpoint_config(o.resume);
   const std::int64_t sequence = o.seq.value_or(config.max_sequence);
   if (sequence > config.max_sequence) {
     throw std::invalid_argument("--seq " + std::to_string(sequence) + " exceeds the model's " + std::to_string(config.max_sequence) + " positions");
   }
-  LearningRateSchedule schedule{o.lr_schedule, o.lr, o.warmup_steps, o.steps, o.min_lr_ratio};
-  schedule.validate();
+  const std::optional<TrainerState> saved = o.resume.empty() ? std::nullopt : std::optional(read_trainer_state(o.resume));
+  const OptimizerSettings hyper = saved ? resolve_resumed_settings(o.optimizer, saved->optimizer, o.resume)
+                                        : resolve_new_run_settings(o.optimizer, o.steps);
 
   const std::unique_ptr<Device> device = make_training_device(o.device, o.device_memory);
   if (!device->has_storage() && (!o.save.empty() || !o.resume.empty() || !o.init_from.empty())) {
@@ -113,7 +125,7 @@ nlohmann::json run_training(const TrainOptions& o) {
   DataLoader loader(data, o.batch, sequence, o.shuffle, o.seed);
 
   const GptDropout dropout{o.dropout, o.dropout, o.dropout};
-  const StepSettings settings{o.batch, sequence, o.grad_accum, o.seed, o.grad_clip};
+  const StepSettings settings{o.batch, sequence, o.grad_accum, o.seed, hyper.grad_clip};
   RecomputePolicy policy = RecomputePolicy::parse(o.checkpointing);
   const bool offloaded = o.offload_optimizer != "none";
   DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, AllocatorConfig::from_environment(),
@@ -134,7 +146,7 @@ nlohmann::json run_training(const TrainOptions& o) {
   dry_run_setup.policy = policy;
   const std::vector<ActivationKeep> keeps = activation_keeps(policy, config.layers);
   std::optional<LossScaler> scaler;  // fp16: the backward runs on the scaled loss
-  if (dtype == DType::f16) scaler.emplace(o.loss_scaling);
+  if (dtype == DType::f16) scaler.emplace(hyper.loss_scaling);
   TrainingProfile profile(*device, o.profile, ProfileSteps::parse(o.profile_steps),
                           {{"command", "train"}, {"model", config.name}, {"parameters", config.parameter_count()},
                            {"device", std::string(device_kind_name(device->kind()))}, {"precision", o.precision},
@@ -147,6 +159,7 @@ nlohmann::json run_training(const TrainOptions& o) {
   double last_loss = std::nan("");
   nlohmann::json optimizer_description = nlohmann::json::object();
   std::int64_t first_step = 0;
+  std::int64_t last_step = o.steps;
   std::int64_t current_step = 0;  // 0 while the model is built
   try {
     GptModel model(*device, config, dtype, dropout, offloaded ? GradientStorage::streamed : GradientStorage::whole);
@@ -156,26 +169,37 @@ nlohmann::json run_training(const TrainOptions& o) {
     } else {
       initialize_gpt_parameters(model.parameters(), config, o.seed);
     }
-    cpu::AdamWHyperparameters hyperparameters{static_cast<float>(o.lr), beta1, beta2, static_cast<float>(o.eps),
-                                              static_cast<float>(o.weight_decay)};
     const std::unique_ptr<TrainingOptimizer> optimizer =
-        !offloaded                 ? make_device_optimizer(model, hyperparameters)
-        : device->has_storage()    ? make_offload_optimizer(model, hyperparameters, offload_settings(o))
+        !offloaded                 ? make_device_optimizer(model, hyper.adamw())
+        : device->has_storage()    ? make_offload_optimizer(model, hyper.adamw(), offload_settings(o))
                                    : make_discarding_optimizer(model);
 
-    const nlohmann::json contract = resume_contract(o, sequence, data.name());
-    if (!o.resume.empty()) {
-      const TrainerState state = load_checkpoint(o.resume, model, *optimizer);
-      check_resume_contract(state.run, contract, o.resume);
-      first_step = state.step;
-      loader.set_position(state.data_position);
-      if (first_step > o.steps) {
-        throw std::invalid_argument("--resume '" + o.resume + "' is at step " + std::to_string(first_step) + ", beyond --steps " +
+    const nlohmann::json contract = resume_contract(o, sequence, data);
+    if (saved) {
+      check_resume_contract(saved->run, contract, o.resume);
+      if (saved->step > o.steps) {
+        throw std::invalid_argument("--resume '" + o.resume + "' is at step " + std::to_string(saved->step) + ", beyond --steps " +
                                     std::to_string(o.steps) + " (--steps counts total steps)");
       }
+      const TrainerState state = load_checkpoint(o.resume, model, *optimizer);
+      first_step = state.step;
+      loader.set_position(state.data_position);
+      if (scaler) {
+        if (!state.loss_scaler) throw CheckpointError("checkpoint '" + o.resume + "' of an fp16 run has no loss_scaler state");
+        scaler->restore(*state.loss_scaler);
+      }
     }
+    last_step = stopping_step(o, first_step);
     auto save = [&](std::int64_t steps_done) {
-      save_checkpoint(o.save, model, *optimizer, TrainerState{steps_done, loader.position(), o.seed, contract});
+      TrainerState state;
+      state.step = steps_done;
+      state.data_position = loader.position();
+      state.seed = o.seed;
+      state.run = contract;
+      state.run["data_name"] = data.name();  // for people; the data's identity is what a resume checks
+      state.optimizer = hyper;
+      if (scaler) state.loss_scaler = scaler->state();
+      save_checkpoint(o.save, model, *optimizer, state);
     };
 
     std::printf("ferry train: %s (%lld layers, hidden %lld, %lld heads, vocab %lld), %s parameters, %s on %s\n", config.name.c_str(),
@@ -185,12 +209,12 @@ nlohmann::json run_training(const TrainOptions& o) {
     std::printf("  data %s (%s, %lld tokens), batch %lld x seq %lld x grad-accum %lld, steps %lld..%lld, %d threads, BLAS kernels %s\n",
                 data.name().c_str(), data.format().c_str(), static_cast<long long>(data.size()), static_cast<long long>(o.batch),
                 static_cast<long long>(sequence), static_cast<long long>(o.grad_accum), static_cast<long long>(first_step + 1),
-                static_cast<long long>(o.steps), cpu::compute_threads(), cpu::blas_core_name().c_str());
+                static_cast<long long>(last_step), cpu::compute_threads(), cpu::blas_core_name().c_str());
     std::fflush(stdout);
 
-    for (std::int64_t step = first_step; step < o.steps; ++step) {
+    for (std::int64_t step = first_step; step < last_step; ++step) {
       const auto start = Clock::now();
-      const double learning_rate = schedule.at(step);
+      const double learning_rate = hyper.schedule.at(step);
       current_step = step + 1;
       profile.begin_step(step + 1);
       StepResult result;
@@ -214,16 +238,18 @@ nlohmann::json run_training(const TrainOptions& o) {
         steps.back()["skipped"] = result.skipped;
       }
       const double typical = median(step_seconds);
-      progress.update(StepProgress{step + 1, o.steps, loss, throughput, learning_rate, norm,
+      progress.update(StepProgress{step + 1, last_step, loss, throughput, learning_rate, norm,
                                    device->allocator().statistics().allocated_bytes.all().peak,
-                                   typical * static_cast<double>(o.steps - step - 1)});
-      if (o.save_every > 0 && (step + 1) % o.save_every == 0 && step + 1 < o.steps) save(step + 1);
+                                   typical * static_cast<double>(last_step - step - 1)});
+      if (o.save_every > 0 && (step + 1) % o.save_every == 0 && step + 1 < last_step) save(step + 1);
     }
     progress.finish();
     profile.finish();
     optimizer_description = optimizer->describe();
+    if (last_step < o.steps) std::printf("  stopped after step %lld (--exit-interval %lld)\n", static_cast<long long>(last_step),
+                                         static_cast<long long>(*o.exit_interval));
     if (!o.save.empty()) {
-      save(std::max(first_step, o.steps));
+      save(std::max(first_step, last_step));
       std::printf("  saved checkpoint %s\n", o.save.c_str());
     }
   } catch (const OutOfMemoryError& error) {
@@ -245,7 +271,8 @@ nlohmann::json run_training(const TrainOptions& o) {
                {"steps", o.steps}, {"first_step", first_step + 1}, {"checkpointing", policy.name()}, {"checkpointing_requested", o.checkpointing},
                {"loss_chunk", o.loss_chunk},
                {"offload_optimizer", o.offload_optimizer}, {"data", data.name()}, {"shuffle", o.shuffle}, {"seed", o.seed},
-               {"lr", o.lr}, {"lr_schedule", o.lr_schedule}, {"threads", cpu::compute_threads()}, {"blas_kernels", cpu::blas_core_name()},
+               {"last_step", last_step}, {"lr", hyper.schedule.peak}, {"lr_schedule", learning_rate_kind_name(hyper.schedule.kind)},
+               {"optimizer_settings", hyper.to_json()}, {"threads", cpu::compute_threads()}, {"blas_kernels", cpu::blas_core_name()},
                {"dry_run", !device->has_storage()}}},
       {"steps", steps},
       {"final_loss", steps.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_loss)},

@@ -28,49 +28,75 @@ assert sum(s["memory"]["at_peak"].values()) == s["memory"]["peak_allocated"]
 assert len(s["steps"]) == 40 and s["steps"][-1]["loss"] == last
 PY
 
-# 2. Resume is exact: 6 steps straight == 3 steps, save, resume to 6 (shuffled data, grad accumulation, dropout).
-run=("$ferry" train "${tiny[@]}" --grad-accum 2 --dropout 0.1 --lr-schedule cosine --warmup-steps 2)
-"${run[@]}" --steps 6 --save "$work/straight" --summary "$work/straight.json" > /dev/null
-"${run[@]}" --steps 3 --save "$work/resumed" > /dev/null
-"${run[@]}" --steps 6 --resume "$work/resumed" --save "$work/resumed" --summary "$work/resumed.json" > /dev/null
-for file in model.safetensors optimizer.safetensors config.json DONE; do
-  cmp "$work/straight/$file" "$work/resumed/$file"
-done
-/usr/bin/python3 - "$work/straight.json" "$work/resumed.json" <<'PY'
+# 2. Resume is exact the way runs are stopped and restarted: --steps 6 straight == --steps 6
+#    --exit-interval 3 --save D, then --steps 6 --resume D (cosine after warmup, dropout, shuffled data,
+#    gradient accumulation), in fp32, bf16 and fp16 (whose dynamic scale doubles across the restart).
+run=("$ferry" train "${tiny[@]}" --grad-accum 2 --dropout 0.1 --lr-schedule cosine --warmup-steps 1)
+for precision in fp32 bf16 fp16; do
+  flags=(--precision "$precision")
+  [[ $precision == fp16 ]] && flags+=(--initial-scale-power 12 --loss-scale-window 2 --hysteresis 3)
+  straight=$work/straight_$precision resumed=$work/resumed_$precision
+  "${run[@]}" "${flags[@]}" --steps 6 --save "$straight" --summary "$straight.json" > /dev/null
+  "${run[@]}" "${flags[@]}" --steps 6 --exit-interval 3 --save "$resumed" --summary "$resumed.first.json" > "$work/exit.txt"
+  grep -q "stopped after step 3 (--exit-interval 3)" "$work/exit.txt"
+  grep -q '"lr_decay_steps": 6' "$resumed/trainer_state.json"
+  "${run[@]}" "${flags[@]}" --steps 6 --resume "$resumed" --save "$resumed" --summary "$resumed.json" > /dev/null
+  for file in model.safetensors optimizer.safetensors config.json trainer_state.json DONE; do
+    cmp "$straight/$file" "$resumed/$file" || { echo "$precision: $file differs after the resume"; exit 1; }
+  done
+  /usr/bin/python3 - "$straight.json" "$resumed.first.json" "$resumed.json" "$precision" <<'PY'
 import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:])
-assert [s["loss"] for s in a["steps"][3:]] == [s["loss"] for s in b["steps"]], "resumed losses differ"
+a, first, b = (json.load(open(p)) for p in sys.argv[1:4])
+keys = ["loss", "lr"] + (["loss_scale", "skipped"] if sys.argv[4] == "fp16" else [])
+pick = lambda steps: [[s[k] for k in keys] for s in steps]
+assert len(first["steps"]) == 3 and first["run"]["last_step"] == 3, first["run"]
+assert pick(a["steps"]) == pick(first["steps"] + b["steps"]), (sys.argv[4], pick(a["steps"]), pick(first["steps"] + b["steps"]))
 assert b["steps"][0]["step"] == 4
+if sys.argv[4] == "fp16":
+    assert [s["loss_scale"] for s in a["steps"]] == [4096, 4096, 8192, 8192, 16384, 16384], a["steps"]
+    assert a["loss_scaling"] == b["loss_scaling"], (a["loss_scaling"], b["loss_scaling"])
 PY
-
-# The same for bf16 (bf16 parameters are the rounded f32 master weights the checkpoint holds).
-"${run[@]}" --precision bf16 --steps 4 --save "$work/bf16_straight" > /dev/null
-"${run[@]}" --precision bf16 --steps 2 --save "$work/bf16_resumed" > /dev/null
-"${run[@]}" --precision bf16 --steps 4 --resume "$work/bf16_resumed" --save "$work/bf16_resumed" > /dev/null
-cmp "$work/bf16_straight/model.safetensors" "$work/bf16_resumed/model.safetensors"
-cmp "$work/bf16_straight/optimizer.safetensors" "$work/bf16_resumed/optimizer.safetensors"
-# And for fp16 with dynamic loss scaling (the flags reach the scaler; power-of-two scales unscale exactly,
-# so a resumed run that restarts the scale without an overflow is byte-identical).
-fp16=(--precision fp16 --initial-scale-power 12 --hysteresis 3 --loss-scale-window 3)
-"${run[@]}" "${fp16[@]}" --steps 4 --save "$work/fp16_straight" --summary "$work/fp16.json" > /dev/null
-"${run[@]}" "${fp16[@]}" --steps 2 --save "$work/fp16_resumed" > /dev/null
-"${run[@]}" "${fp16[@]}" --steps 4 --resume "$work/fp16_resumed" --save "$work/fp16_resumed" > /dev/null
-cmp "$work/fp16_straight/model.safetensors" "$work/fp16_resumed/model.safetensors"
-cmp "$work/fp16_straight/optimizer.safetensors" "$work/fp16_resumed/optimizer.safetensors"
-/usr/bin/python3 - "$work/fp16.json" <<'PY'
+done
+/usr/bin/python3 - "$work/straight_fp16.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
 scaling = s["loss_scaling"]
 assert s["run"]["precision"] == "fp16"
 assert scaling["dynamic"] and scaling["hysteresis"] == 3 and scaling["skipped_steps"] == 0, scaling
-assert [step["loss_scale"] for step in s["steps"]] == [4096, 4096, 4096, 8192], s["steps"]  # doubled after 3 clean steps
-assert scaling["scale"] == 8192 and scaling["scale_increases"] == 1, scaling
+assert scaling["scale"] == 32768 and scaling["scale_increases"] == 3, scaling
 PY
+# --save-every writes the same checkpoint on the way.
+"${run[@]}" --steps 6 --save-every 3 --save "$work/every" --exit-interval 5 > /dev/null
+grep -q '"step": 5' "$work/every/trainer_state.json"
+"${run[@]}" --steps 6 --resume "$work/every" --save "$work/every" > /dev/null
+cmp "$work/straight_fp32/model.safetensors" "$work/every/model.safetensors"
+
+# A resume keeps the checkpoint's optimizer settings; an explicit flag that contradicts one names both.
+expect_error "--lr 0.5 contradicts the checkpoint '$work/resumed_fp32', which was trained with --lr 0.001" \
+  "${run[@]}" --steps 8 --resume "$work/resumed_fp32" --lr 0.5
+expect_error "--lr-decay-steps 9 contradicts" "${run[@]}" --steps 8 --resume "$work/resumed_fp32" --lr-decay-steps 9
+expect_error "--betas 0.8,0.95 contradicts .* with --betas 0.9,0.95" "${run[@]}" --steps 8 --resume "$work/resumed_fp32" --betas 0.8,0.95
+"${run[@]}" --steps 7 --resume "$work/resumed_fp32" --lr 0.001 --warmup-steps 1 --summary "$work/longer.json" > /dev/null
+/usr/bin/python3 - "$work/longer.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+settings = s["run"]["optimizer_settings"]
+assert settings["lr_decay_steps"] == 6 and settings["warmup_steps"] == 1, settings  # the checkpoint's horizon
+assert s["steps"][0]["step"] == 7 and abs(s["steps"][0]["lr"] - 1e-4) < 1e-12, s["steps"]  # past the horizon: the minimum
+PY
+
+# The data is known by its content: another path to the same file resumes; other content under the
+# same name is refused.
+cp "$root/data/corpus/tiny-stories.txt" "$work/data.txt"
+"${run[@]}" --data "$work/data.txt" --steps 2 --exit-interval 1 --save "$work/on_data" > /dev/null
+(cd "$work" && "${run[@]}" --data ./data.txt --steps 2 --resume on_data > /dev/null)
+head -c 20000 "$root/data/corpus/tiny-stories.txt" > "$work/data.txt"
+expect_error "the checkpoint was trained with data = {\"tokens\":" "${run[@]}" --data "$work/data.txt" --steps 2 --resume "$work/on_data"
 
 # Recompute policies give the same losses as none (dropout on); auto picks the least recompute that fits.
 for policy in full selective every:2; do
   "${run[@]}" --steps 2 --checkpointing "$policy" --summary "$work/policy.json" > /dev/null
-  /usr/bin/python3 - "$work/straight.json" "$work/policy.json" "$policy" <<'PY'
+  /usr/bin/python3 - "$work/straight_fp32.json" "$work/policy.json" "$policy" <<'PY'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 assert [s["loss"] for s in a["steps"][:2]] == [s["loss"] for s in b["steps"]], sys.argv[3]
@@ -83,12 +109,12 @@ expect_error "no recompute policy fits --device-memory" "$ferry" train "${tiny[@
 expect_error "not one of none, full, selective" "$ferry" train "${tiny[@]}" --steps 1 --checkpointing some
 
 # 3. Broken checkpoints and bad resumes are clear errors.
-cp -r "$work/resumed" "$work/partial" && rm "$work/partial/DONE"
+cp -r "$work/resumed_fp32" "$work/partial" && rm "$work/partial/DONE"
 expect_error "partial" "${run[@]}" --steps 8 --resume "$work/partial"
-cp -r "$work/resumed" "$work/corrupt" && truncate -s 1000 "$work/corrupt/model.safetensors"
+cp -r "$work/resumed_fp32" "$work/corrupt" && truncate -s 1000 "$work/corrupt/model.safetensors"
 expect_error "corrupt" "${run[@]}" --steps 8 --resume "$work/corrupt"
 expect_error "does not exist" "${run[@]}" --steps 8 --resume "$work/missing"
-expect_error "batch = 2" "$ferry" train "${shape[@]}" --grad-accum 2 --dropout 0.1 --batch 3 --steps 8 --resume "$work/resumed"
+expect_error "batch = 2" "$ferry" train "${shape[@]}" --grad-accum 2 --dropout 0.1 --batch 3 --steps 8 --resume "$work/resumed_fp32"
 
 # 4. Config file: DeepSpeed keys apply, flags override them, unknown keys are named.
 cat > "$work/config.json" <<'JSON'
@@ -116,12 +142,12 @@ expect_error "use a smaller --batch or --seq" "$ferry" train "${tiny[@]}" --data
 expect_error "out of memory" "$ferry" train "${tiny[@]}" --device-memory 1MiB --steps 1
 
 # 6. eval reads what train saved; a meta dry run of gpt2 (124M) allocates the real shapes without memory.
-"$ferry" eval --init-from "$work/straight/model.safetensors" --batch 2 --seq 32 --batches 3 --threads 2 --summary "$work/eval.json"
+"$ferry" eval --init-from "$work/straight_fp32/model.safetensors" --batch 2 --seq 32 --batches 3 --threads 2 --summary "$work/eval.json"
 /usr/bin/python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert 0 < s['loss'] < 6 and s['batches'] == 3" "$work/eval.json"
 # Hugging Face variants load: "transformer." prefix, BF16 and F16 tensors, lm_head and attn.bias buffers.
 mkdir -p "$work/hf"
-cp "$work/straight/config.json" "$work/hf/config.json"
-/usr/bin/python3 - "$work/straight/model.safetensors" "$work/hf/model.safetensors" <<'PY'
+cp "$work/straight_fp32/config.json" "$work/hf/config.json"
+/usr/bin/python3 - "$work/straight_fp32/model.safetensors" "$work/hf/model.safetensors" <<'PY'
 import json, struct, sys
 import numpy as np
 source, target = sys.argv[1:]
@@ -154,7 +180,7 @@ PY
 /usr/bin/python3 -c "
 import json,sys; a=json.load(open(sys.argv[1]))['loss']; b=json.load(open(sys.argv[2]))['loss']
 assert abs(a - b) < 1e-2 * a, (a, b)" "$work/eval.json" "$work/eval_hf.json"
-sed 's/"n_embd": 32/"n_embd": 64/' "$work/straight/config.json" > "$work/hf/config.json"
+sed 's/"n_embd": 32/"n_embd": 64/' "$work/straight_fp32/config.json" > "$work/hf/config.json"
 expect_error "tensor .transformer.wte.weight. has shape" "$ferry" eval --init-from "$work/hf/model.safetensors" --batches 1
 rm "$work/hf/config.json"
 expect_error "pass --heads" "$ferry" eval --init-from "$work/hf/model.safetensors" --batches 1

@@ -22,6 +22,15 @@ std::string fresh_directory(const std::string& name) {
   return path.string();
 }
 
+TrainerState trainer_state(std::int64_t step, std::uint64_t position, std::uint64_t seed, const nlohmann::json& run) {
+  TrainerState state;
+  state.step = step;
+  state.data_position = position;
+  state.seed = seed;
+  state.run = run;
+  return state;
+}
+
 TEST(Checkpoint, RoundTripRestoresWeightsMomentsAndState) {
   auto device = create_device(DeviceOptions{});
   GptModel model(*device, tiny(), DType::f32);
@@ -32,7 +41,11 @@ TEST(Checkpoint, RoundTripRestoresWeightsMomentsAndState) {
   values.steps = 3;
   optimizer->restore(values);
   const std::string directory = fresh_directory("round_trip");
-  save_checkpoint(directory, model, *optimizer, TrainerState{3, 17, 5, {{"batch", 2}}});
+  TrainerState saved = trainer_state(3, 17, 5, {{"batch", 2}});
+  saved.optimizer.schedule.peak = 5e-4;
+  saved.optimizer.schedule.decay_steps = 40;
+  saved.loss_scaler = LossScalerState{1024, 1, 2, 3, 4, 5};
+  save_checkpoint(directory, model, *optimizer, saved);
 
   GptModel restored(*device, tiny(), DType::f32);
   const auto restored_optimizer = make_device_optimizer(restored, {});
@@ -41,6 +54,9 @@ TEST(Checkpoint, RoundTripRestoresWeightsMomentsAndState) {
   EXPECT_EQ(state.data_position, 17u);
   EXPECT_EQ(state.seed, 5u);
   EXPECT_EQ(state.run["batch"], 2);
+  EXPECT_EQ(state.optimizer.to_json(), saved.optimizer.to_json());
+  ASSERT_TRUE(state.loss_scaler.has_value());
+  EXPECT_EQ(state.loss_scaler->to_json(), saved.loss_scaler->to_json());
   EXPECT_EQ(restored_optimizer->steps_taken(), 3);
   EXPECT_EQ(copy_to_host_f32(restored.parameters().wte), copy_to_host_f32(model.parameters().wte));
   const OptimizerSnapshot loaded = restored_optimizer->snapshot();
@@ -71,7 +87,7 @@ TEST(Checkpoint, OptimizerStateMovesBetweenOffloadModes) {
     values.steps = 5;
     offloaded->restore(values);
     const std::string directory = fresh_directory("offload_" + mode);
-    save_checkpoint(directory, source, *offloaded, TrainerState{5, 10, 1, {}});
+    save_checkpoint(directory, source, *offloaded, trainer_state(5, 10, 1, nlohmann::json::object()));
 
     GptModel restored(*device, tiny(), DType::bf16);
     const auto on_device = make_device_optimizer(restored, {});
@@ -98,13 +114,13 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousCheckpointWhole) {
   initialize_gpt_parameters(model.parameters(), tiny(), 7);
   const auto optimizer = make_device_optimizer(model, {});
   const std::string directory = fresh_directory("failed_save");
-  save_checkpoint(directory, model, *optimizer, TrainerState{2, 4, 1, {}});
+  save_checkpoint(directory, model, *optimizer, trainer_state(2, 4, 1, nlohmann::json::object()));
 
   // The optimizer file's temporary name is taken by a directory: its creation fails (even as root).
   const fs::path blocker = fs::path(directory) / ("optimizer.safetensors.tmp." + std::to_string(::getpid()));
   fs::create_directory(blocker);
   initialize_gpt_parameters(model.parameters(), tiny(), 8);
-  EXPECT_THROW(save_checkpoint(directory, model, *optimizer, TrainerState{9, 9, 1, {}}), FileError);
+  EXPECT_THROW(save_checkpoint(directory, model, *optimizer, trainer_state(9, 9, 1, nlohmann::json::object())), FileError);
   fs::remove(blocker);
 
   EXPECT_TRUE(fs::exists(fs::path(directory) / "DONE"));

@@ -123,10 +123,10 @@ std::vector<double> losses(const nlohmann::json& summary) { return testing::step
 
 TEST(Fp16Training, APowerOfTwoScaleGivesBitwiseTheLossesOfNoScaling) {
   TrainOptions unscaled = tiny_run("fp16");
-  unscaled.loss_scaling.loss_scale = 1;
+  unscaled.optimizer.loss_scale = 1;
   const std::vector<double> expected = losses(run_training(unscaled));
   TrainOptions scaled = tiny_run("fp16");
-  scaled.loss_scaling.loss_scale = 1024;
+  scaled.optimizer.loss_scale = 1024;
   EXPECT_EQ(losses(run_training(scaled)), expected);
   const nlohmann::json dynamic = run_training(tiny_run("fp16"));  // 2^16, no overflow here
   EXPECT_EQ(losses(dynamic), expected);
@@ -207,11 +207,11 @@ TEST(Fp16Config, DeepSpeedsSectionSetsPrecisionAndScaling) {
                                   "loss_scale_window": 500, "hysteresis": 4, "min_loss_scale": 2}})"),
                     o);
   EXPECT_EQ(o.precision, "fp16");
-  EXPECT_EQ(o.loss_scaling.loss_scale, 0.0);
-  EXPECT_EQ(o.loss_scaling.initial_scale_power, 12);
-  EXPECT_EQ(o.loss_scaling.loss_scale_window, 500);
-  EXPECT_EQ(o.loss_scaling.hysteresis, 4);
-  EXPECT_EQ(o.loss_scaling.min_loss_scale, 2.0);
+  EXPECT_EQ(o.optimizer.loss_scale, 0.0);
+  EXPECT_EQ(o.optimizer.initial_scale_power, 12);
+  EXPECT_EQ(o.optimizer.loss_scale_window, 500);
+  EXPECT_EQ(o.optimizer.hysteresis, 4);
+  EXPECT_EQ(o.optimizer.min_loss_scale, 2.0);
   TrainOptions disabled;
   apply_config_file(write_config("off", R"({"fp16": {"enabled": false, "initial_scale_power": 3}})"), disabled);
   EXPECT_EQ(disabled.precision, "fp32");

@@ -104,7 +104,7 @@ TEST(PipelineTraining, DryRunOnMetaMeasuresTheSameStash) {
 // summed between host copies, and the losses stay one rank's (with or without offload).
 TEST(PipelineTraining, OffloadedOptimizerGivesTheSameLossesAsOneRank) {
   TrainOptions o = tiny_run(4);
-  o.grad_clip = 0.05;  // the clip scale depends on the global norm: every rank must see the same one
+  o.optimizer.grad_clip = 0.05;  // the clip scale depends on the global norm: every rank must see the same one
   const std::vector<double> expected = single_rank_losses(o, 4);
   o.offload_optimizer = "cpu";
   expect_same_losses(expected, single_rank_losses(o, 4), 1e-5, "one rank with offload");

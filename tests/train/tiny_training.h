@@ -20,7 +20,7 @@ inline TrainOptions tiny_training(std::int64_t layers, std::int64_t hidden = 32,
   o.seq = 16;
   o.batch = 2;
   o.steps = 3;
-  o.lr = 3e-3;
+  o.optimizer.lr = 3e-3;
   o.threads = 1;
   o.log_every = 1000;
   return o;

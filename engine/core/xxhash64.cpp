@@ -1,4 +1,4 @@
-// chunk_checksum: XXH64 (seed 0), written here from the published xxHash specification
+// xxhash64: XXH64 (seed 0), written here from the published xxHash specification
 // (https://github.com/Cyan4973/xxHash/blob/dev/doc/xxhash_spec.md): four 64-bit accumulators over
 // 32-byte stripes, then the tail and an avalanche. Portable scalar code at about a byte per cycle,
 // well above a drive's bandwidth; the result equals xxhsum -H1, so a file can be checked by hand.
@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "offload/nvme_store.h"
+#include "engine/core/xxhash64.h"
 
-namespace ferry::offload {
+namespace ferry {
 namespace {
 
 constexpr std::uint64_t prime1 = 0x9E3779B185EBCA87ULL;
@@ -45,7 +45,7 @@ std::uint64_t merge(std::uint64_t hash, std::uint64_t accumulator) {
 
 }  // namespace
 
-std::uint64_t chunk_checksum(const void* data, std::size_t bytes) {
+std::uint64_t xxhash64(const void* data, std::size_t bytes) {
   const auto* cursor = static_cast<const unsigned char*>(data);
   const unsigned char* const end = cursor + bytes;
   std::uint64_t hash = 0;
@@ -94,4 +94,4 @@ std::uint64_t chunk_checksum(const void* data, std::size_t bytes) {
   return hash;
 }
 
-}  // namespace ferry::offload
+}  // namespace ferry
