@@ -9,7 +9,8 @@
 namespace ferry {
 
 namespace {
-constexpr std::size_t kDefaultMetaMemory = std::size_t{80} << 30;  // an 80 GiB GPU
+// A dry run without a limit measures: 4 PiB stands for unlimited (every address still fits in 64 bits).
+constexpr std::size_t kDefaultMetaMemory = std::size_t{1} << 52;
 }
 
 std::size_t physical_memory_bytes() {

@@ -46,7 +46,7 @@ class DeviceAttachment {
 
 struct DeviceOptions {
   DeviceKind kind = DeviceKind::cpu;
-  // Device memory the allocator may use. 0: cpu = physical memory, meta = 80 GiB, cuda = the GPU's.
+  // Device memory the allocator may use. 0: cpu = physical memory, meta = unlimited (4 PiB), cuda = the GPU's.
   std::size_t memory_limit = 0;
   AllocatorConfig allocator_config = {};
   int cuda_device = 0;

@@ -3,12 +3,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "engine/train/bench_memory.h"
+#include "engine/train/build_info.h"
+#include "engine/train/command_suggestions.h"
 #include "engine/train/memory_report.h"
 #include "engine/train/replay_command.h"
 #include "engine/train/schedule_command.h"
@@ -36,7 +40,8 @@ int main(int argc, char** argv) {
   CLI::App app{"ferry: train models larger than GPU memory, and see where every byte went"};
   app.require_subcommand(1);
   // A flag given twice takes its last value (as a later flag overrides the config file's).
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->always_capture_default();  // --help shows defaults
+  app.set_version_flag("--version", [] { return ferry::version_text(); });
   ferry::ReplayCommandOptions replay;
   ferry::add_replay_command(app, replay);
   ferry::ScheduleCommandOptions schedule;
@@ -49,17 +54,28 @@ int main(int argc, char** argv) {
   ferry::add_report_command(app, report);
   ferry::BenchMemoryOptions bench_memory;
   ferry::add_bench_command(app, bench_memory);
+  // The config is applied first: its DeepSpeed keys into the options, its "ferry" section as flags that
+  // go before the command line's, so that the command line overrides both.
+  std::vector<std::string> arguments(argv + 1, argv + argc);
   try {
-    // The config is applied first, so the flags parsed next override it.
-    if (const auto config = ferry::find_config_path(argc, argv)) ferry::apply_config_file(*config, train);
+    if (const auto config = ferry::find_config_path(argc, argv)) {
+      const std::vector<std::string> flags = ferry::apply_config_file(*config, train);
+      ferry::check_config_flags(flags, *config);
+      const auto command = std::find(arguments.begin(), arguments.end(), "train");
+      arguments.insert(command + 1, flags.begin(), flags.end());
+    }
   } catch (const std::exception& error) {
     std::fprintf(stderr, "ferry: error: %s\n", error.what());
     return 1;
   }
+  std::reverse(arguments.begin(), arguments.end());  // CLI11 reads a vector from its end
   try {
-    app.parse(argc, argv);
+    app.parse(arguments);
   } catch (const CLI::ParseError& error) {
-    return app.exit(error);
+    const std::string hint = error.get_exit_code() != 0 ? ferry::suggest_for_arguments(app, argc, argv) : "";
+    const int code = app.exit(error);
+    if (!hint.empty()) std::fprintf(stderr, "%s\n", hint.c_str());
+    return code;
   }
   try {
     if (app.got_subcommand("replay")) return ferry::run_replay_command(replay);

@@ -1,6 +1,7 @@
 #include "engine/train/model_state_report.h"
 
 #include <cstdio>
+#include <string>
 
 #include "allocator/byte_size.h"
 
@@ -12,16 +13,23 @@ nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, 
   const auto largest = [&](MemoryCategory category) { return device_statistics.category_allocated_bytes[category_index(category)].peak; };
   const auto psi = parameters;
   const auto parameter_bytes = static_cast<std::int64_t>(dtype_size(parameter_dtype));
-  // ZeRO's accounting: 16-bit parameters and gradients with K = 12 bytes of fp32 state (master, m, v);
-  // in fp32 the parameters are the master weights: 4 + 4 + 8.
-  const std::int64_t gradient_bytes = parameter_dtype == DType::f32 ? 4 : 2;
+  // The configuration ferry runs: its gradients are f32 whatever the parameters' dtype, so 16-bit
+  // parameters come with 4 + 12 (fp32 master, m, v): 18 bytes per parameter, Megatron's figure for bf16
+  // parameters with fp32 gradients (ZeRO's 16 assumes 16-bit gradients). In fp32 the parameters are the
+  // master weights: 4 + 4 + 8 = 16.
+  const std::int64_t gradient_bytes = 4;
   const std::int64_t state_bytes = parameter_dtype == DType::f32 ? 8 : 12;
+  const std::string per_parameter = std::to_string(parameter_bytes + gradient_bytes + state_bytes) + " bytes per parameter: " +
+                                    std::string(dtype_name(parameter_dtype)) + " parameters, f32 gradients, " +
+                                    (parameter_dtype == DType::f32 ? "f32 moments" : "f32 master weights and moments");
   nlohmann::json formula = {
       {"parameters", parameter_bytes * psi},
       {"gradients", offloaded ? 0 : gradient_bytes * psi},
       {"optimizer_states", offloaded ? 0 : state_bytes * psi},
       {"host", offloaded ? nlohmann::json{{"optimizer_states", state_bytes * psi}, {"gradients", 4 * psi}} : nlohmann::json::object()},
-      {"name", offloaded ? "ZeRO-Offload (stage 2, one rank)" : "ZeRO stage 0 (no partitioning)"},
+      {"name", offloaded ? "ZeRO-Offload (stage 2, one rank): " + std::string(dtype_name(parameter_dtype)) + " parameters on the device"
+                         : "no partitioning (" + per_parameter + ")"},
+      {"bytes_per_parameter", offloaded ? parameter_bytes : parameter_bytes + gradient_bytes + state_bytes},
   };
   return {{"parameters", psi},
           {"device_at_peak",
@@ -35,8 +43,8 @@ nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, 
 std::string describe_model_state_report(const nlohmann::json& report) {
   const nlohmann::json& device = report["device_at_peak"];
   const nlohmann::json& formula = report["formula"];
-  std::string text = "  model states on the device at the peak, beside " + formula["name"].get<std::string>() + " for " +
-                     std::to_string(report["parameters"].get<std::int64_t>()) + " parameters:";
+  std::string text = "  model states on the device at the peak, beside the formula for " +
+                     std::to_string(report["parameters"].get<std::int64_t>()) + " parameters, " + formula["name"].get<std::string>() + ":";
   for (const char* category : {"parameters", "gradients", "optimizer_states"}) {
     char line[200];
     std::snprintf(line, sizeof line, "\n    %-17s %12s on the device | formula %12s", category,

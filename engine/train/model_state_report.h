@@ -1,7 +1,8 @@
-// The device's model-state bytes at the peak (parameters, gradients, optimizer states) beside ZeRO's
-// formulas for the same model and mode: 16 bytes per parameter without offload (2+2+12 mixed precision,
-// 4+4+8 in fp32), and ZeRO-Offload's 2 bytes of 16-bit parameters on the device with 12 of fp32 state
-// (plus the gradients) on the host. Printed after training and kept in the summary.
+// The device's model-state bytes at the peak (parameters, gradients, optimizer states) beside the formula
+// of the configuration run: without offload 16 bytes per parameter in fp32 (4+4+8) and 18 with 16-bit
+// parameters (2 + 4 of f32 gradients + 12 of f32 master, m, v: Megatron's figure), and ZeRO-Offload's
+// 16-bit parameters on the device with 12 of fp32 state and 4 of gradients on the host. Printed after
+// training and kept in the summary.
 #pragma once
 
 #include <cstdint>

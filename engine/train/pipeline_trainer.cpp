@@ -10,6 +10,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/core/safetensors.h"
 #include "engine/train/learning_rate.h"
+#include "engine/train/metrics_file.h"
 #include "engine/train/pipeline_step.h"
 #include "engine/train/pipeline_transports.h"
 #include "engine/train/progress.h"
@@ -49,6 +50,7 @@ void reject_unsupported(const TrainOptions& o) {
   };
   refuse(!o.save.empty() || !o.resume.empty(), "--save/--resume (checkpoints of pipeline stages)");
   refuse(o.exit_interval.has_value(), "--exit-interval (it stops to save a checkpoint)");
+  refuse(!o.eval_data.empty(), "--eval-data (validation loss through the stages)");
   // The stages exchange activations and tied-embedding gradients through host pointers (MPI, or memcpy
   // in one process); device-to-device transfers (NCCL, CUDA-aware MPI) are not built.
   refuse(o.device == "cuda", "--device cuda (stage-to-stage transfers of GPU tensors)");
@@ -214,7 +216,7 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator)
       if (o.init_from.empty()) {
         initialize_gpt_parameters(rank.model->parameters(), config, o.seed);
       } else {
-        load_gpt_parameters(SafetensorsFile(o.init_from), rank.model->parameters());
+        if (rank.device->has_storage()) load_gpt_parameters(SafetensorsFile(o.init_from), rank.model->parameters());
       }
       rank.optimizer = !offloaded                    ? make_device_optimizer(*rank.model, hyperparameters)
                        : rank.device->has_storage() ? make_offload_optimizer(*rank.model, hyperparameters, rank_offload_settings(o, r, threads))
@@ -240,6 +242,7 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator)
     }
 
     DataLoader loader(data, o.batch, sequence, o.shuffle, o.seed);
+    MetricsFile metrics(writes_summary ? o.metrics : std::string());
     ProgressPrinter progress(stdout, prints && world == 1 && is_terminal(stdout), o.log_every);  // mpirun forwards output: no live line
     nlohmann::json steps = nlohmann::json::array();
     std::vector<double> throughputs;
@@ -265,9 +268,11 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator)
       last_loss = result.loss;
       steps.push_back({{"step", step + 1}, {"loss", result.loss}, {"tokens_per_second", tokens_per_step / seconds}, {"lr", settings.learning_rate},
                        {"grad_norm", result.gradient_norm}, {"seconds", seconds}});
+      if (writes_summary) metrics.append(steps.back(), *local.front().device);  // rank 0's memory
       if (prints) {
         progress.update(StepProgress{step + 1, o.steps, result.loss, tokens_per_step / seconds, settings.learning_rate, result.gradient_norm,
-                                     local.front().device->allocator().statistics().allocated_bytes.all().peak, 0.0});
+                                     local.front().device->allocator().statistics().allocated_bytes.all().peak, 0.0,
+                                     !local.front().device->has_storage(), std::nullopt});
       }
     }
     progress.finish();
@@ -315,7 +320,11 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator)
         {"ranks", rank_entries},
     };
     if (!prints) return summary;
-    std::printf("  final loss %.4f | %.0f tok/s (median)\n", steps.empty() ? 0.0 : last_loss, median(throughputs));
+    if (local.front().device->has_storage()) {
+      std::printf("  final loss %.4f | %.0f tok/s (median)\n", steps.empty() ? 0.0 : last_loss, median(throughputs));
+    } else {
+      std::printf("  dry run on meta of every stage (no values computed)\n");
+    }
     if (!o.profile.empty()) std::printf("  memory profiles in %s/rank-*: run `ferry report %s`\n", o.profile.c_str(), o.profile.c_str());
     for (const nlohmann::json& entry : rank_entries) {
       std::printf("  rank %d (stage %d): peak allocated %s, peak reserved %s, activation stash peak %s (one micro-batch %s)\n",

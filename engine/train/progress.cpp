@@ -27,12 +27,20 @@ ProgressPrinter::~ProgressPrinter() { finish(); }
 
 void ProgressPrinter::update(const StepProgress& p) {
   const bool last = p.step == p.total_steps;
-  if (!live_ && !(p.step % every_ == 0 || last || p.step == 1)) return;
-  std::fprintf(stream_, "%sstep %5lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | peak %s | ETA %s%s",
-               live_ ? "\r" : "", static_cast<long long>(p.step), static_cast<long long>(p.total_steps), p.loss,
-               p.learning_rate, p.gradient_norm, p.tokens_per_second,
-               format_bytes(static_cast<std::size_t>(p.peak_allocated_bytes)).c_str(), format_duration(p.seconds_left).c_str(),
-               live_ ? "\x1b[K" : "\n");
+  if (!live_ && !(p.step % every_ == 0 || last || p.step == 1 || p.eval_loss)) return;
+  if (p.dry_run) {
+    std::fprintf(stream_, "%sstep %5lld/%lld | dry run: no values computed | peak allocated %s%s", live_ ? "\r" : "",
+                 static_cast<long long>(p.step), static_cast<long long>(p.total_steps),
+                 format_bytes(static_cast<std::size_t>(p.peak_allocated_bytes)).c_str(), live_ ? "\x1b[K" : "\n");
+  } else {
+    char eval[48] = "";
+    if (p.eval_loss) std::snprintf(eval, sizeof eval, " | val loss %.4f", *p.eval_loss);
+    std::fprintf(stream_, "%sstep %5lld/%lld | loss %.4f%s | lr %.2e | grad norm %.3f | %.0f tok/s | peak %s | ETA %s%s",
+                 live_ ? "\r" : "", static_cast<long long>(p.step), static_cast<long long>(p.total_steps), p.loss, eval,
+                 p.learning_rate, p.gradient_norm, p.tokens_per_second,
+                 format_bytes(static_cast<std::size_t>(p.peak_allocated_bytes)).c_str(), format_duration(p.seconds_left).c_str(),
+                 live_ ? "\x1b[K" : "\n");
+  }
   std::fflush(stream_);
   line_open_ = live_;
 }

@@ -1,9 +1,10 @@
 // Training progress on the terminal: a live line rewritten every step on a TTY (step, loss, tokens/s,
-// peak device memory, ETA), plain lines every N steps otherwise (logs, CI).
+// peak device memory, ETA; a dry run's shows memory only), plain lines every N steps otherwise (logs, CI).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 
 namespace ferry {
 
@@ -16,6 +17,8 @@ struct StepProgress {
   double gradient_norm = 0;
   std::int64_t peak_allocated_bytes = 0;
   double seconds_left = 0;
+  bool dry_run = false;  // meta: no loss, rate or norm exists, only memory
+  std::optional<double> eval_loss;  // --eval-data, on the steps that evaluated
 };
 
 class ProgressPrinter {

@@ -1,5 +1,6 @@
 #include "engine/train/train_options.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -7,6 +8,7 @@
 
 #include "engine/core/atomic_file.h"
 #include "engine/core/safetensors.h"
+#include "engine/train/command_suggestions.h"
 #include "engine/train/config_keys.h"
 #include "engine/train/zero_config.h"
 #include "models/gpt_weights.h"
@@ -18,47 +20,23 @@ using nlohmann::json;
 using config::reject_unknown;
 using config::value_of;
 
-void apply_ferry_section(const json& section, TrainOptions& options) {
-  reject_unknown(section, "ferry",
-                 {"model", "layers", "hidden", "heads", "vocab", "seq", "device", "device_memory", "precision", "steps",
-                  "exit_interval", "lr_schedule", "warmup_steps", "lr_decay_steps", "min_lr_ratio", "seed", "data", "shuffle", "init_from", "save", "save_every",
-                  "resume", "summary", "dropout", "threads", "log_every", "checkpointing", "offload_optimizer", "loss_chunk", "profile", "profile_steps"});
+// ferry's own section takes every flag of `ferry train`, named with underscores: {"device_memory":
+// "2GiB"} is --device-memory 2GiB. It becomes flags placed before the command line's, so those override.
+std::vector<std::string> ferry_section_flags(const json& section) {
+  if (!section.is_object()) throw std::invalid_argument("config key 'ferry' must be an object of flag names and values");
+  std::vector<std::string> flags;
   for (const auto& [key, value] : section.items()) {
-    const std::string name = "ferry." + key;
-    if (key == "model") options.model = value_of<std::string>(value, name);
-    else if (key == "layers") options.layers = value_of<std::int64_t>(value, name);
-    else if (key == "hidden") options.hidden = value_of<std::int64_t>(value, name);
-    else if (key == "heads") options.heads = value_of<std::int64_t>(value, name);
-    else if (key == "vocab") options.vocab = value_of<std::int64_t>(value, name);
-    else if (key == "seq") options.seq = value_of<std::int64_t>(value, name);
-    else if (key == "device") options.device = value_of<std::string>(value, name);
-    else if (key == "device_memory") options.device_memory = value_of<std::string>(value, name);
-    else if (key == "precision") options.precision = value_of<std::string>(value, name);
-    else if (key == "steps") options.steps = value_of<std::int64_t>(value, name);
-    else if (key == "exit_interval") options.exit_interval = value_of<std::int64_t>(value, name);
-    else if (key == "lr_schedule") options.optimizer.lr_schedule = value_of<std::string>(value, name);
-    else if (key == "warmup_steps") options.optimizer.warmup_steps = value_of<std::int64_t>(value, name);
-    else if (key == "lr_decay_steps") options.optimizer.lr_decay_steps = value_of<std::int64_t>(value, name);
-    else if (key == "min_lr_ratio") options.optimizer.min_lr_ratio = value_of<double>(value, name);
-    else if (key == "seed") options.seed = value_of<std::uint64_t>(value, name);
-    else if (key == "data") options.data = value_of<std::string>(value, name);
-    else if (key == "shuffle") options.shuffle = value_of<bool>(value, name);
-    else if (key == "init_from") options.init_from = value_of<std::string>(value, name);
-    else if (key == "save") options.save = value_of<std::string>(value, name);
-    else if (key == "save_every") options.save_every = value_of<std::int64_t>(value, name);
-    else if (key == "resume") options.resume = value_of<std::string>(value, name);
-    else if (key == "summary") options.summary = value_of<std::string>(value, name);
-    else if (key == "dropout") options.dropout = value_of<float>(value, name);
-    else if (key == "threads") options.threads = value_of<int>(value, name);
-    else if (key == "log_every") options.log_every = value_of<std::int64_t>(value, name);
-    else if (key == "checkpointing") options.checkpointing = value_of<std::string>(value, name);
-    else if (key == "offload_optimizer") options.offload_optimizer = value_of<std::string>(value, name);
-    else if (key == "loss_chunk") options.loss_chunk = value_of<std::int64_t>(value, name);
-    else if (key == "profile") options.profile = value_of<std::string>(value, name);
-    else if (key == "profile_steps") {
-      options.profile_steps = value.is_number_integer() ? std::to_string(value.get<std::int64_t>()) : value_of<std::string>(value, name);
-    }
+    std::string flag = "--" + key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    std::string text;
+    if (value.is_string()) text = value.get<std::string>();
+    else if (value.is_boolean()) text = value.get<bool>() ? "true" : "false";
+    else if (value.is_number()) text = value.dump();
+    else throw std::invalid_argument("config key 'ferry." + key + "' must be a string, number or boolean, got " + value.dump());
+    flags.push_back(flag);
+    flags.push_back(text);
   }
+  return flags;
 }
 
 // DeepSpeed's fp16 section: enabled selects --precision fp16 (with bf16 also enabled, the config is
@@ -206,6 +184,10 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--save-every", o.save_every, "Also checkpoint every N steps (0: only at the end)");
   train->add_option("--resume", o.resume, "Continue from a checkpoint directory");
   train->add_option("--summary", o.summary, "Write the run's summary JSON here");
+  train->add_option("--metrics", o.metrics, "Append one JSON line per step here (loss, lr, grad norm, tokens/s, memory by category), flushed each step");
+  train->add_option("--eval-data", o.eval_data, "Validation data (llm.c shard or text): its mean loss every --eval-every steps and at the end");
+  train->add_option("--eval-every", o.eval_every, "Evaluate on --eval-data every N steps (0: at the last step only)");
+  train->add_option("--eval-batches", o.eval_batches, "Micro-batches of --eval-data per evaluation (0: all of it)");
   train->add_option("--dropout", o.dropout, "Dropout probability for embeddings, attention and residuals (default 0)");
   train->add_option("--threads", o.threads, "Compute threads (0: all cores)");
   train->add_option("--log-every", o.log_every, "Print a progress line every N steps when not on a terminal");
@@ -257,7 +239,7 @@ std::optional<std::string> find_config_path(int argc, char** argv) {
   return std::nullopt;
 }
 
-void apply_config_file(const std::string& path, TrainOptions& options) {
+std::vector<std::string> apply_config_file(const std::string& path, TrainOptions& options) {
   json config;
   try {
     config = json::parse(read_text_file(path));
@@ -312,7 +294,34 @@ void apply_config_file(const std::string& path, TrainOptions& options) {
   }
   if (config.contains("zero_optimization")) apply_zero_optimization(config["zero_optimization"], options);
   if (config.contains("aio")) apply_aio(config["aio"], options);
-  if (config.contains("ferry")) apply_ferry_section(config["ferry"], options);
+  return config.contains("ferry") ? ferry_section_flags(config["ferry"]) : std::vector<std::string>{};
+}
+
+void check_config_flags(const std::vector<std::string>& flags, const std::string& path) {
+  for (std::size_t i = 0; i + 1 < flags.size(); i += 2) {
+    std::string key = flags[i].substr(2);
+    std::replace(key.begin(), key.end(), '-', '_');
+    CLI::App probe;
+    TrainOptions scratch;
+    CLI::App* train = add_train_command(probe, scratch);
+    if (flags[i] == "--config" || train->get_option_no_throw(flags[i]) == nullptr) {
+      std::vector<std::string> known;
+      for (const CLI::Option* option : train->get_options()) {
+        for (std::string name : option->get_lnames()) {
+          std::replace(name.begin(), name.end(), '-', '_');
+          if (name != "config") known.push_back(name);
+        }
+      }
+      const std::optional<std::string> near = nearest_name(key, known);
+      throw std::invalid_argument("config '" + path + "': unknown key 'ferry." + key + "'" + (near ? ": did you mean 'ferry." + *near + "'?" : "") +
+                                  " (the section takes the flags of `ferry train --help`, with underscores)");
+    }
+    try {
+      probe.parse(std::vector<std::string>{flags[i + 1], flags[i], "train"});  // CLI11 reads the vector from its end
+    } catch (const CLI::ParseError& error) {
+      throw std::invalid_argument("config '" + path + "': key 'ferry." + key + "' = " + flags[i + 1] + ": " + error.what());
+    }
+  }
 }
 
 GptConfig resolve_model_config(const TrainOptions& options) {

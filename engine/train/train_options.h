@@ -36,6 +36,10 @@ struct TrainOptions {
   std::int64_t save_every = 0;
   std::string resume;
   std::string summary;
+  std::string metrics;              // JSON lines, one per step, appended and flushed as training goes
+  std::string eval_data;            // validation data: its mean loss every --eval-every steps and at the end
+  std::int64_t eval_every = 0;      // 0: at the last step only
+  std::int64_t eval_batches = 20;   // micro-batches of the validation data per evaluation (0: all)
   float dropout = 0.0f;
   int threads = 0;  // 0: all cores
   std::int64_t log_every = 10;
@@ -81,8 +85,13 @@ CLI::App* add_eval_command(CLI::App& app, EvalOptions& options);
 // The value of --config in argv after the `train` subcommand, if any: it is read before the flags so
 // that flags override it.
 std::optional<std::string> find_config_path(int argc, char** argv);
-// Applies a JSON config file to options; throws std::invalid_argument naming an unknown key or bad value.
-void apply_config_file(const std::string& path, TrainOptions& options);
+// Applies a JSON config file's DeepSpeed and Megatron keys to options and returns its "ferry" section as
+// `ferry train` flags (--key value, underscores as dashes), to be parsed before the command line's;
+// throws std::invalid_argument naming an unknown key or bad value.
+std::vector<std::string> apply_config_file(const std::string& path, TrainOptions& options);
+// Checks flags from a config's "ferry" section: each names a flag of `ferry train` (else the nearest
+// one is suggested) and its value parses; the error names the config key.
+void check_config_flags(const std::vector<std::string>& flags, const std::string& path);
 
 // The model shape: --init-from's config.json (or its tensors), else the preset, then shape flags.
 GptConfig resolve_model_config(const TrainOptions& options);

@@ -11,8 +11,10 @@
 #include "allocator/byte_size.h"
 #include "engine/core/safetensors.h"
 #include "engine/train/checkpoint.h"
+#include "engine/train/evaluation.h"
 #include "engine/train/learning_rate.h"
 #include "engine/train/memory_advice.h"
+#include "engine/train/metrics_file.h"
 #include "engine/train/model_state_report.h"
 #include "engine/train/pipeline_trainer.h"
 #include "engine/train/progress.h"
@@ -40,6 +42,9 @@ void validate(const TrainOptions& o) {
   if (o.steps < 0) throw std::invalid_argument("--steps must be >= 0");
   if (o.save_every < 0) throw std::invalid_argument("--save-every must be >= 0");
   if (o.save_every > 0 && o.save.empty()) throw std::invalid_argument("--save-every needs --save DIR");
+  if (o.eval_every < 0) throw std::invalid_argument("--eval-every must be >= 0 steps (0: at the last step only)");
+  if (o.eval_batches < 0) throw std::invalid_argument("--eval-batches must be >= 0 (0: all of --eval-data)");
+  if (o.eval_every > 0 && o.eval_data.empty()) throw std::invalid_argument("--eval-every needs --eval-data FILE (the validation data)");
   if (o.exit_interval && *o.exit_interval < 1) {
     throw std::invalid_argument("--exit-interval must be >= 1 step, got " + std::to_string(*o.exit_interval));
   }
@@ -72,6 +77,23 @@ nlohmann::json resume_contract(const TrainOptions& o, std::int64_t sequence, con
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(identity.xxh64));
   return {{"batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum}, {"precision", o.precision},
           {"data", {{"tokens", identity.tokens}, {"xxh64", hash}}}, {"shuffle", o.shuffle}, {"seed", o.seed}};
+}
+
+// A resume takes the model's shape from the checkpoint; shape flags may repeat it, not change it.
+void check_shape_flags_against_checkpoint(const TrainOptions& o, const GptConfig& config) {
+  const std::pair<const char*, std::optional<std::int64_t>> requested[] = {
+      {"--layers", o.layers}, {"--hidden", o.hidden}, {"--heads", o.heads}, {"--vocab", o.vocab}};
+  const std::int64_t saved[] = {config.layers, config.hidden, config.heads, config.vocab};
+  for (std::size_t i = 0; i < std::size(saved); ++i) {
+    const auto& [flag, value] = requested[i];
+    if (value && *value != saved[i]) {
+      throw std::invalid_argument(std::string(flag) + " " + std::to_string(*value) + " contradicts the checkpoint '" + o.resume +
+                                  "', whose model has " + flag + " " + std::to_string(saved[i]) + ": drop the flag to resume it");
+    }
+  }
+  if (!o.init_from.empty()) {
+    std::printf("  note: --init-from %s is not read: --resume continues from the checkpoint's weights\n", o.init_from.c_str());
+  }
 }
 
 // The last step this run takes: --steps, or earlier at the first multiple of --exit-interval after
@@ -108,6 +130,7 @@ nlohmann::json run_training(const TrainOptions& o) {
   cpu::set_compute_threads(o.threads);
   const DType dtype = parse_precision(o.precision);
   GptConfig config = o.resume.empty() ? resolve_model_config(o) : read_checkpoint_config(o.resume);
+  if (!o.resume.empty()) check_shape_flags_against_checkpoint(o, config);
   const std::int64_t sequence = o.seq.value_or(config.max_sequence);
   if (sequence > config.max_sequence) {
     throw std::invalid_argument("--seq " + std::to_string(sequence) + " exceeds the model's " + std::to_string(config.max_sequence) + " positions");
@@ -117,12 +140,18 @@ nlohmann::json run_training(const TrainOptions& o) {
                                         : resolve_new_run_settings(o.optimizer, o.steps);
 
   const std::unique_ptr<Device> device = make_training_device(o.device, o.device_memory);
-  if (!device->has_storage() && (!o.save.empty() || !o.resume.empty() || !o.init_from.empty())) {
-    throw std::invalid_argument("--device meta is a dry run without values: it cannot --save, --resume or --init-from");
+  if (!device->has_storage() && !o.save.empty()) {
+    throw std::invalid_argument("--device meta is a dry run without values: it cannot --save (--init-from and --resume give it the shape)");
   }
   const TokenDataset data = open_training_data(o.data);
   check_vocabulary(data, config);
   DataLoader loader(data, o.batch, sequence, o.shuffle, o.seed);
+  const std::optional<TokenDataset> eval_data = o.eval_data.empty() ? std::nullopt : std::optional(TokenDataset::open(o.eval_data));
+  if (eval_data) {
+    check_vocabulary(*eval_data, config);
+    DataLoader(*eval_data, o.batch, sequence, false, 0);  // refuses data shorter than one micro-batch, before training
+  }
+  MetricsFile metrics(o.metrics);
 
   const GptDropout dropout{o.dropout, o.dropout, o.dropout};
   const StepSettings settings{o.batch, sequence, o.grad_accum, o.seed, hyper.grad_clip};
@@ -157,6 +186,7 @@ nlohmann::json run_training(const TrainOptions& o) {
   std::vector<double> step_seconds;
   const double tokens_per_step = static_cast<double>(o.batch * sequence * o.grad_accum);
   double last_loss = std::nan("");
+  std::optional<double> last_eval_loss;
   nlohmann::json optimizer_description = nlohmann::json::object();
   std::int64_t first_step = 0;
   std::int64_t last_step = o.steps;
@@ -165,7 +195,7 @@ nlohmann::json run_training(const TrainOptions& o) {
     GptModel model(*device, config, dtype, dropout, offloaded ? GradientStorage::streamed : GradientStorage::whole);
     model.set_loss_chunk(o.loss_chunk);
     if (!o.init_from.empty() && o.resume.empty()) {
-      load_gpt_parameters(SafetensorsFile(o.init_from), model.parameters());
+      if (device->has_storage()) load_gpt_parameters(SafetensorsFile(o.init_from), model.parameters());  // meta: the shape only
     } else {
       initialize_gpt_parameters(model.parameters(), config, o.seed);
     }
@@ -181,12 +211,12 @@ nlohmann::json run_training(const TrainOptions& o) {
         throw std::invalid_argument("--resume '" + o.resume + "' is at step " + std::to_string(saved->step) + ", beyond --steps " +
                                     std::to_string(o.steps) + " (--steps counts total steps)");
       }
-      const TrainerState state = load_checkpoint(o.resume, model, *optimizer);
-      first_step = state.step;
-      loader.set_position(state.data_position);
+      if (device->has_storage()) load_checkpoint(o.resume, model, *optimizer);  // meta: the shape and the state only
+      first_step = saved->step;
+      loader.set_position(saved->data_position);
       if (scaler) {
-        if (!state.loss_scaler) throw CheckpointError("checkpoint '" + o.resume + "' of an fp16 run has no loss_scaler state");
-        scaler->restore(*state.loss_scaler);
+        if (!saved->loss_scaler) throw CheckpointError("checkpoint '" + o.resume + "' of an fp16 run has no loss_scaler state");
+        scaler->restore(*saved->loss_scaler);
       }
     }
     last_step = stopping_step(o, first_step);
@@ -237,10 +267,18 @@ nlohmann::json run_training(const TrainOptions& o) {
         steps.back()["loss_scale"] = result.loss_scale;
         steps.back()["skipped"] = result.skipped;
       }
+      std::optional<double> eval_loss;
+      if (eval_data && ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || step + 1 == last_step)) {
+        const OpScope op(*device, "eval", "eval after step " + std::to_string(step + 1));
+        eval_loss = evaluate_loss(*device, model, *eval_data, o.batch, sequence, o.eval_batches).loss;
+        steps.back()["eval_loss"] = *eval_loss;
+        last_eval_loss = *eval_loss;
+      }
+      metrics.append(steps.back(), *device);
       const double typical = median(step_seconds);
       progress.update(StepProgress{step + 1, last_step, loss, throughput, learning_rate, norm,
                                    device->allocator().statistics().allocated_bytes.all().peak,
-                                   typical * static_cast<double>(last_step - step - 1)});
+                                   typical * static_cast<double>(last_step - step - 1), !device->has_storage(), eval_loss});
       if (o.save_every > 0 && (step + 1) % o.save_every == 0 && step + 1 < last_step) save(step + 1);
     }
     progress.finish();
@@ -282,15 +320,25 @@ nlohmann::json run_training(const TrainOptions& o) {
       {"model_states", model_state_report(device->allocator().statistics(), config.parameter_count(), dtype, offloaded)},
   };
   if (scaler) summary["loss_scaling"] = scaler->describe();
+  if (eval_data) {
+    summary["eval"] = {{"data", eval_data->name()}, {"every", o.eval_every}, {"batches", o.eval_batches}};
+    summary["final_eval_loss"] = last_eval_loss ? nlohmann::json(*last_eval_loss) : nlohmann::json(nullptr);
+  }
   if (throughputs.empty() && !step_seconds.empty()) summary["tokens_per_second"] = tokens_per_step / step_seconds.front();
   if (!profile.written().empty()) {
     summary["profile"] = profile.written();
     std::printf("  memory profile in %s: run `ferry report %s`\n", profile.written().c_str(), profile.written().c_str());
   }
   const nlohmann::json& memory = summary["memory"];
-  std::printf("  final loss %.4f | %.0f tok/s (median) | peak allocated %s | peak reserved %s\n", steps.empty() ? 0.0 : last_loss,
-              summary["tokens_per_second"].get<double>(), format_bytes(memory["peak_allocated"].get<std::size_t>()).c_str(),
-              format_bytes(memory["peak_reserved"].get<std::size_t>()).c_str());
+  if (device->has_storage()) {
+    std::printf("  final loss %.4f | %.0f tok/s (median) | peak allocated %s | peak reserved %s\n", steps.empty() ? 0.0 : last_loss,
+                summary["tokens_per_second"].get<double>(), format_bytes(memory["peak_allocated"].get<std::size_t>()).c_str(),
+                format_bytes(memory["peak_reserved"].get<std::size_t>()).c_str());
+  } else {
+    summary["tokens_per_second"] = nullptr;  // a dry run computes nothing: no rate to report
+    std::printf("  dry run on meta (no values computed) | peak allocated %s | peak reserved %s\n",
+                format_bytes(memory["peak_allocated"].get<std::size_t>()).c_str(), format_bytes(memory["peak_reserved"].get<std::size_t>()).c_str());
+  }
   std::printf("  at peak:");
   for (const auto& [category, bytes] : memory["at_peak"].items()) {
     if (bytes.get<std::int64_t>() > 0) std::printf(" %s %s", category.c_str(), format_bytes(bytes.get<std::size_t>()).c_str());
@@ -324,18 +372,11 @@ nlohmann::json run_evaluation(const EvalOptions& o) {
   const std::unique_ptr<Device> device = make_training_device(o.device, o.device_memory);
   const TokenDataset data = open_training_data(o.data);
   check_vocabulary(data, config);
-  DataLoader loader(data, o.batch, sequence, false, 0);
   GptModel model(*device, config, dtype);
   if (device->has_storage()) load_gpt_parameters(SafetensorsFile(o.init_from), model.parameters());
-  const std::int64_t batches = o.batches == 0 ? loader.windows_per_epoch() : o.batches;
-  std::vector<std::int32_t> inputs, targets;
-  double total = 0;
-  for (std::int64_t i = 0; i < batches; ++i) {
-    loader.next(inputs, targets);
-    total += model.evaluate(device_tokens(*device, inputs, o.batch, sequence, "tokens"),
-                            device_tokens(*device, targets, o.batch, sequence, "targets"));
-  }
-  const double loss = total / static_cast<double>(batches);
+  const EvaluationResult evaluation = evaluate_loss(*device, model, data, o.batch, sequence, o.batches);
+  const double loss = evaluation.loss;
+  const std::int64_t batches = evaluation.batches;
   std::printf("ferry eval: %s on %s: mean loss %.6f over %lld micro-batches of %lld x %lld tokens\n", o.init_from.c_str(),
               data.name().c_str(), loss, static_cast<long long>(batches), static_cast<long long>(o.batch), static_cast<long long>(sequence));
   return {{"command", "eval"},

@@ -4,6 +4,7 @@ set -euo pipefail
 ferry=${FERRY:?FERRY must name the ferry binary}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+trap 'echo "$(basename "$0") failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 expect_error() {  # expect_error PATTERN COMMAND...: the command fails and stderr names the problem
   local pattern=$1; shift

@@ -132,6 +132,80 @@ PY
 echo '{"train_micro_batch_size_per_gpu": 2, "optimizer": {"params": {"learning_rate": 1}}}' > "$work/bad_config.json"
 expect_error "unknown config key 'optimizer.params.learning_rate'" "$ferry" train --config "$work/bad_config.json"
 
+# 4b. The "ferry" section takes every flag (underscored); a mistyped key names the nearest one.
+cat > "$work/ferry_section.json" <<'JSON'
+{"ferry": {"layers": 1, "hidden": 16, "heads": 2, "seq": 16, "steps": 2, "batch": 3, "lr": 0.002, "grad_clip": 0.5,
+           "shuffle": false, "device_memory": "1GiB", "schedule": "gpipe", "lr_decay_steps": 10, "metrics": "METRICS"}}
+JSON
+sed -i "s|METRICS|$work/section_metrics.jsonl|" "$work/ferry_section.json"
+"$ferry" train --config "$work/ferry_section.json" --batch 1 --threads 2 --summary "$work/section.json" > /dev/null
+/usr/bin/python3 - "$work/section.json" "$work/section_metrics.jsonl" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+r = s["run"]
+assert r["micro_batch"] == 1 and r["steps"] == 2 and r["lr"] == 0.002 and r["shuffle"] is False, r  # the flag overrides the section
+assert r["device_memory_limit"] == 1 << 30 and r["optimizer_settings"]["grad_clip"] == 0.5 and r["optimizer_settings"]["lr_decay_steps"] == 10, r
+assert len(open(sys.argv[2]).readlines()) == 2
+PY
+echo '{"ferry": {"stpes": 2}}' > "$work/typo.json"
+expect_error "unknown key 'ferry.stpes': did you mean 'ferry.steps'?" "$ferry" train --config "$work/typo.json"
+echo '{"ferry": {"batch": 2.7}}' > "$work/fraction.json"
+expect_error "key 'ferry.batch' = 2.7" "$ferry" train --config "$work/fraction.json"
+
+# 4c. A command line people find their way in: did-you-mean, defaults in --help, --version, the last of
+#     a repeated flag, metrics as JSON lines, a validation loss, dry runs that say so.
+expect_error "unknown command 'trian' for .ferry.: did you mean 'train'?" "$ferry" trian
+expect_error "unknown flag '--stpes' for .ferry train.: did you mean --steps?" "$ferry" train --stpes 3
+expect_error "did you mean 'memory'?" "$ferry" bench memroy
+"$ferry" train --help > "$work/help.txt"  # (not piped into grep -q: pipefail would see ferry's SIGPIPE)
+grep -q -- "--steps INT=300" "$work/help.txt"
+grep -q -- "--lr FLOAT .*(default 1e-3)" "$work/help.txt"
+"$ferry" --version > "$work/version.txt"
+grep -q "^ferry [0-9.]* (commit " "$work/version.txt" && grep -q "^CUDA: \(yes\|no\)" "$work/version.txt" && grep -q "^BLAS kernels: OpenBLAS" "$work/version.txt"
+"$ferry" train "${tiny[@]}" --steps 3 --steps 2 --summary "$work/twice.json" > /dev/null
+/usr/bin/python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['run']['steps'] == 2" "$work/twice.json"
+printf 'not a header line\n' > "$work/metrics.jsonl"  # appended to, never truncated
+"$ferry" train "${tiny[@]}" --steps 4 --metrics "$work/metrics.jsonl" --eval-data "$root/data/corpus/tiny-stories.txt" --eval-every 2 \
+  --eval-batches 2 --precision fp16 --summary "$work/metrics_run.json" > "$work/metrics_run.txt"
+grep -q "step     2/4 | loss [0-9.]* | val loss [0-9.]*" "$work/metrics_run.txt"
+/usr/bin/python3 - "$work/metrics.jsonl" "$work/metrics_run.json" <<'PY'
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+assert lines[0] == "not a header line" and len(lines) == 5, lines
+rows = [json.loads(line) for line in lines[1:]]
+s = json.load(open(sys.argv[2]))
+for row, step in zip(rows, s["steps"]):
+    for key in ["step", "loss", "lr", "grad_norm", "tokens_per_second", "loss_scale"]:
+        assert row[key] == step[key], (key, row, step)
+    assert row["memory"]["allocated_by_category"]["parameters"] > 0 and row["memory"]["peak_allocated"] > 0
+assert [("eval_loss" in row) for row in rows] == [False, True, False, True]
+assert s["final_eval_loss"] == rows[-1]["eval_loss"] and 0 < s["final_eval_loss"] < 6
+PY
+expect_error "--eval-every needs --eval-data" "$ferry" train "${tiny[@]}" --steps 1 --eval-every 2
+expect_error "cannot open the --metrics file" "$ferry" train "${tiny[@]}" --steps 1 --metrics "$work/missing/dir/m.jsonl"
+# A dry run says so, is unlimited without --device-memory (gpt3-13b's step needs ~242 GiB) and dry-runs
+# the checkpoint or weights a user has, reading their shapes only.
+"$ferry" train --device meta --model gpt3-13b --batch 1 --seq 2048 --steps 1 --precision bf16 --summary "$work/13b.json" > "$work/13b.txt"
+grep -q "dry run: no values computed" "$work/13b.txt" && ! grep -q "loss nan\|tok/s" "$work/13b.txt"
+grep -q "18 bytes per parameter: bf16 parameters, f32 gradients" "$work/13b.txt"
+/usr/bin/python3 - "$work/13b.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["memory"]["peak_allocated"] > 200 * 2**30 and s["tokens_per_second"] is None, s["memory"]
+assert s["model_states"]["formula"]["bytes_per_parameter"] == 18
+PY
+"$ferry" train --device meta --resume "$work/resumed_fp32" --batch 2 --seq 32 --grad-accum 2 --dropout 0.1 --steps 8 --summary "$work/meta_resume.json" > /dev/null
+"$ferry" train --device meta --init-from "$work/straight_fp32/model.safetensors" --batch 2 --seq 32 --steps 1 --summary "$work/meta_init.json" > /dev/null
+/usr/bin/python3 - "$work/meta_resume.json" "$work/meta_init.json" "$work/straight_fp32.json" <<'PY'
+import json, sys
+resumed, init, real = (json.load(open(p)) for p in sys.argv[1:])
+assert resumed["run"]["first_step"] == 7 and resumed["run"]["dry_run"] and resumed["model"] == real["model"], resumed["run"]
+assert init["model"]["parameters"] == real["model"]["parameters"] and init["run"]["dry_run"]
+PY
+expect_error "cannot --save" "$ferry" train --device meta "${tiny[@]}" --steps 1 --save "$work/meta_save"
+expect_error "--hidden 64 contradicts the checkpoint .*, whose model has --hidden 32" "$ferry" train --resume "$work/resumed_fp32" \
+  "${tiny[@]}" --grad-accum 2 --steps 8 --hidden 64
+
 # 5. Bad flags and data.
 expect_error "precision 'fp8'" "$ferry" train "${tiny[@]}" --precision fp8 --steps 1
 expect_error "not one of constant, cosine" "$ferry" train "${tiny[@]}" --lr-schedule linear --steps 1

@@ -1,0 +1,20 @@
+#include "engine/train/build_info.h"
+
+#include "models/kernels/cpu/compute_threads.h"
+#include "offload/simd_level.h"
+
+namespace ferry {
+
+std::string version_text() {
+  std::string text = "ferry " FERRY_VERSION " (commit " + std::string(build_commit()) + ")\n";
+#ifdef FERRY_HAVE_CUDA
+  text += "CUDA: yes (cuda device built with CUDA " FERRY_CUDA_VERSION ")\n";
+#else
+  text += "CUDA: no (a CPU-only build: --device cpu and meta)\n";
+#endif
+  text += "BLAS kernels: OpenBLAS " + cpu::blas_core_name() + "\n";
+  text += "CpuAdam SIMD: " + std::string(offload::simd_level_name(offload::best_simd_level()));
+  return text;
+}
+
+}  // namespace ferry
