@@ -3,6 +3,8 @@
 #include <new>
 #include <utility>
 
+#include "allocator/cleanup.h"
+
 namespace ferry::offload {
 
 HostBuffer::HostBuffer(PinnedHostAllocator* pinned, std::size_t bytes, MemoryCategory category, std::size_t alignment)
@@ -16,7 +18,7 @@ HostBuffer::HostBuffer(PinnedHostAllocator* pinned, std::size_t bytes, MemoryCat
   }
 }
 
-HostBuffer::~HostBuffer() { release(); }
+HostBuffer::~HostBuffer() { run_cleanup("freeing a host buffer", [&] { release(); }); }
 
 HostBuffer::HostBuffer(HostBuffer&& other) noexcept
     : pinned_(std::exchange(other.pinned_, nullptr)),

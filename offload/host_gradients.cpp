@@ -105,13 +105,14 @@ void HostGradients::complete(StagingSlot& slot) {
   const auto* rows = reinterpret_cast<const float*>(static_cast<const std::byte*>(slot.buffer.data()) + ids_bytes_rounded(bucket.rows));
   const std::int64_t width = bucket.width;
   const auto table_rows = static_cast<std::int64_t>(target.size()) / width;
-  for (std::int64_t i = 0; i < bucket.rows; ++i) {
-    const std::int32_t id = ids[i];
-    if (id < 0 || id >= table_rows) {
-      throw std::out_of_range("embedding gradient row id " + std::to_string(id) + " outside the table of " +
+  for (std::int64_t i = 0; i < bucket.rows; ++i) {  // every id first: a bad bucket adds nothing
+    if (ids[i] < 0 || ids[i] >= table_rows) {
+      throw std::out_of_range("embedding gradient row id " + std::to_string(ids[i]) + " outside the table of " +
                               std::to_string(table_rows) + " rows (parameter " + std::to_string(bucket.index) + ")");
     }
-    float* destination = target.data() + static_cast<std::int64_t>(id) * width;
+  }
+  for (std::int64_t i = 0; i < bucket.rows; ++i) {
+    float* destination = target.data() + static_cast<std::int64_t>(ids[i]) * width;
     const float* row = rows + i * width;
     for (std::int64_t c = 0; c < width; ++c) destination[c] += row[c];
   }

@@ -43,10 +43,11 @@ class OptimizerStateTier {
   virtual void flush() = 0;
   // Bytes of state in NVMe files (0 for host memory).
   virtual std::uint64_t nvme_bytes() const { return 0; }
+  // Group i's first element and count (no state pointers).
+  StateGroup bounds_of(std::int64_t group) const;
 
  protected:
   OptimizerStateTier(std::int64_t total, std::int64_t group_elements) : total_(total), group_elements_(group_elements) {}
-  StateGroup bounds(std::int64_t group) const;
 
  private:
   std::int64_t total_;

@@ -10,7 +10,7 @@
 
 namespace ferry::offload {
 
-StateGroup OptimizerStateTier::bounds(std::int64_t group) const {
+StateGroup OptimizerStateTier::bounds_of(std::int64_t group) const {
   if (group < 0 || group >= group_count()) {
     throw std::out_of_range("optimizer state group " + std::to_string(group) + " of " + std::to_string(group_count()));
   }
@@ -35,7 +35,7 @@ class HostStateTier final : public OptimizerStateTier {
   std::string name() const override { return "cpu"; }
   void prefetch(std::int64_t) override {}
   StateGroup acquire(std::int64_t group) override {
-    StateGroup result = bounds(group);
+    StateGroup result = bounds_of(group);
     result.master = master_.as<float>() + result.begin;
     result.first_moment = first_moment_.as<float>() + result.begin;
     result.second_moment = second_moment_.as<float>() + result.begin;
@@ -94,7 +94,7 @@ class NvmeStateTier final : public OptimizerStateTier {
     slot.read = store_.read_async(file_, offset(group), slot.buffer.data(), region_bytes_);
   }
   StateGroup acquire(std::int64_t group) override {
-    StateGroup result = bounds(group);
+    StateGroup result = bounds_of(group);
     prefetch(group);
     Slot& slot = slot_of(group);
     if (slot.read) {

@@ -151,7 +151,11 @@ void ZeroOffloadOptimizer::return_parameters(const StateGroup& state) {
 }
 
 std::int64_t ZeroOffloadOptimizer::step(float learning_rate, float gradient_scale) {
-  ++steps_;
+  // A step that fails part-way (an NVMe error after some sub-groups) leaves the device parameters and
+  // the step count as they were: the updated parameters wait in staging until every sub-group is
+  // written back. The NVMe state of the groups already written is then newer than the rest, so the
+  // store refuses further work and the run resumes from its last checkpoint.
+  const std::int64_t step_number = steps_ + 1;
   const OpScope op(device_, "optimizer", "zero_offload_adamw");
   const Clock::time_point start = Clock::now();
   times_ = {};
@@ -166,17 +170,18 @@ std::int64_t ZeroOffloadOptimizer::step(float learning_rate, float gradient_scal
     const StateGroup state = tier_->acquire(group);
     times_.read_wait += seconds_since(mark);
     mark = Clock::now();
-    adam_->step(spans_of(state), settings, steps_, gradient_scale);
+    adam_->step(spans_of(state), settings, step_number, gradient_scale);
     times_.adam += seconds_since(mark);
-    mark = Clock::now();
     tier_->release(group, true);  // written back while the next group updates
-    return_parameters(state);
-    times_.copy_back += seconds_since(mark);
   }
   Clock::time_point mark = Clock::now();
   tier_->flush();
   times_.write_wait += seconds_since(mark);
+  mark = Clock::now();
+  for (std::int64_t group = 0; group < groups; ++group) return_parameters(tier_->bounds_of(group));
   device_.synchronize(copy_stream_);
+  times_.copy_back = seconds_since(mark);
+  steps_ = step_number;
   times_.step = seconds_since(start);
   return steps_;
 }

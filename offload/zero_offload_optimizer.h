@@ -1,7 +1,8 @@
 // ZeroOffloadOptimizer: AdamW with its fp32 state off the device (ZeRO-Offload). Gradients arrive in
 // host memory bucket by bucket during backward (its HostGradients is the model's GradientSink); the
 // step walks the state's sub-groups as a pipeline (read group i+1 while CpuAdam updates group i while
-// group i-1 is written back) and returns each group's updated parameters to the device as it goes.
+// group i-1 is written back) and returns the updated parameters to the device once every group is
+// written, so a step that fails part-way leaves the device parameters and the step count as they were.
 #pragma once
 
 #include <cstdint>

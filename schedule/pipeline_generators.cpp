@@ -127,6 +127,8 @@ std::int32_t interleaved_chunks(std::string_view name) {
 
 std::vector<std::string> pipeline_schedule_names() { return {"gpipe", "1f1b", "1f1b-deep", "interleaved:V", "zb-h1"}; }
 
+std::int32_t pipeline_stages_per_rank(std::string_view name) { return name.starts_with("interleaved") ? interleaved_chunks(name) : 1; }
+
 PipelineSchedule generate_pipeline_schedule(std::string_view name, std::int32_t ranks, std::int32_t micro_batches) {
   if (ranks < 1) throw std::invalid_argument("a pipeline needs at least 1 rank (--pp), got " + std::to_string(ranks));
   if (micro_batches < 1) {

@@ -63,6 +63,8 @@ struct PipelineSchedule {
 
 // The generators' names, for help texts and errors.
 std::vector<std::string> pipeline_schedule_names();  // gpipe, 1f1b, 1f1b-deep, interleaved:V, zb-h1
+// Stages each rank holds under the named schedule: V for interleaved:V, else 1.
+std::int32_t pipeline_stages_per_rank(std::string_view name);
 
 // Compute actions only (F, B or I/W), one time slot per action at unit cost, bubbles where a stage
 // waits. Throws std::invalid_argument naming the problem and the fix (unknown name, m < p where the

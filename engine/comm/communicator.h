@@ -56,6 +56,8 @@ class Communicator {
   virtual int size() const = 0;
   virtual int local_rank() const = 0;
   virtual std::string backend() const = 0;  // "single", "mpi"
+  // The largest message tag point-to-point calls take (MPI_TAG_UB under MPI; at least 32767).
+  virtual int max_tag() const = 0;
 
   // In place over every rank. reduce_scatter: `count` elements per rank, rank r keeps block r of the
   // sum in `output`. all_gather: each rank's `count` elements land at offset rank * count of `output`.

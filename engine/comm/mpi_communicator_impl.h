@@ -28,6 +28,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   int local_rank() const override { return local_rank_; }
   std::string backend() const override { return "mpi"; }
+  int max_tag() const override { return tag_upper_bound_; }
 
   void all_reduce(void* data, std::size_t count, CommDataType type, ReduceOperation operation) override;
   void reduce_scatter(const void* input, void* output, std::size_t count, CommDataType type) override;

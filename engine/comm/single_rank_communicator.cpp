@@ -3,6 +3,7 @@
 // ranks that send before they receive).
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@ class SingleRankCommunicator final : public Communicator {
   int size() const override { return 1; }
   int local_rank() const override { return 0; }
   std::string backend() const override { return "single"; }
+  int max_tag() const override { return std::numeric_limits<int>::max(); }
 
   void all_reduce(void*, std::size_t, CommDataType, ReduceOperation) override {}
 

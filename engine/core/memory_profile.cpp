@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <set>
 
+#include "allocator/cleanup.h"
 #include "engine/core/atomic_file.h"
 
 namespace ferry {
@@ -32,7 +33,7 @@ MemoryCategory parse_category(const std::string& name, const std::string& file) 
 }  // namespace
 
 MemoryProfiler::~MemoryProfiler() {
-  if (recording_) stop();
+  if (recording_) run_cleanup("stopping a memory profile", [&] { stop(); });
 }
 
 void MemoryProfiler::start(std::size_t event_capacity) {

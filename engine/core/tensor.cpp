@@ -3,6 +3,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "allocator/cleanup.h"
+
 namespace ferry {
 
 namespace {
@@ -40,7 +42,9 @@ Storage::Storage(Device& device, std::size_t bytes, MemoryCategory category, Tag
       category_(category),
       stream_(stream) {}
 
-Storage::~Storage() { device_->allocator().free(allocation_); }
+Storage::~Storage() {
+  run_cleanup("freeing a tensor's storage", [&] { device_->allocator().free(allocation_); });
+}
 
 void Storage::record_stream(Stream stream) { device_->allocator().record_stream(allocation_, stream.id); }
 

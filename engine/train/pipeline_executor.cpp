@@ -219,7 +219,8 @@ void PipelineRankExecutor::backward_weight(std::int32_t stage, std::int32_t micr
 }
 
 int PipelineRankExecutor::message_tag(std::int32_t receiving_stage, std::int32_t micro_batch, bool gradient) const {
-  return (micro_batch * setup_.schedule->stages + receiving_stage) * 2 + (gradient ? 1 : 0);
+  // Below tied_gradient_tag(): check_pipeline_tags keeps it within an int and the communicator's bound.
+  return static_cast<int>((std::int64_t{micro_batch} * setup_.schedule->stages + receiving_stage) * 2 + (gradient ? 1 : 0));
 }
 
 void PipelineRankExecutor::send(const PipelineAction& action) {

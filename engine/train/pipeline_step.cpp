@@ -68,6 +68,18 @@ PipelineStepResult step_optimizer(TrainingOptimizer& optimizer, double sum_of_sq
 
 }  // namespace
 
+void check_pipeline_tags(std::int64_t stages, std::int64_t micro_batches, int max_tag) {
+  const std::int64_t largest = 2 * micro_batches * stages;  // stages and micro-batches were checked positive and bounded
+  if (largest > max_tag) {
+    throw std::invalid_argument("a pipeline of " + std::to_string(stages) + " stages and " + std::to_string(micro_batches) +
+                                " micro-batches tags its messages up to " + std::to_string(largest) + ", past the communicator's largest tag " +
+                                std::to_string(max_tag) + " (MPI_TAG_UB under MPI): use at most " +
+                                std::to_string(max_tag / (2 * stages)) + " micro-batches per step");
+  }
+}
+
+int tied_gradient_tag(std::int64_t stages, std::int64_t micro_batches) { return static_cast<int>(2 * micro_batches * stages); }
+
 PipelineStepResult run_pipeline_step(PipelineRankExecutor& executor, TrainingOptimizer& optimizer, Communicator& communicator,
                                      const std::vector<MicroBatchTokens>& micro_batches, const PipelineStepSettings& settings) {
   optimizer.begin_step();
@@ -75,7 +87,7 @@ PipelineStepResult run_pipeline_step(PipelineRankExecutor& executor, TrainingOpt
   if (!executor.run()) throw std::logic_error("a pipeline rank stopped before the end of its actions at " + executor.waiting_at());
   executor.finish_step();
   const PipelineSchedule& schedule = *executor.setup().schedule;
-  if (has_values(executor)) sum_tied_gradient(executor, optimizer, communicator, 2 * schedule.micro_batches * schedule.stages);
+  if (has_values(executor)) sum_tied_gradient(executor, optimizer, communicator, tied_gradient_tag(schedule.stages, schedule.micro_batches));
   double sums[2] = {gradient_sum_of_squares(executor, optimizer), executor.loss_sum()};
   communicator.all_reduce(sums, 2, CommDataType::f64, ReduceOperation::sum);
   return step_optimizer(optimizer, sums[0], sums[1], has_values(executor), schedule.micro_batches, settings);

@@ -23,6 +23,12 @@ struct PipelineStepResult {
 };
 
 // This process is one rank of the pipeline; the others are reached through `communicator`.
+// A step's messages are tagged one per (micro-batch, receiving stage, direction), then one more for the
+// tied table's gradient: tags 0 .. 2 * micro_batches * stages. Throws std::invalid_argument, before
+// anything is built, when that passes the communicator's largest tag (MPI_TAG_UB under MPI).
+void check_pipeline_tags(std::int64_t stages, std::int64_t micro_batches, int max_tag);
+int tied_gradient_tag(std::int64_t stages, std::int64_t micro_batches);
+
 PipelineStepResult run_pipeline_step(PipelineRankExecutor& executor, TrainingOptimizer& optimizer, Communicator& communicator,
                                      const std::vector<MicroBatchTokens>& micro_batches, const PipelineStepSettings& settings);
 

@@ -170,6 +170,7 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator)
     const GptConfig config = resolve_model_config(o);
     const std::int64_t sequence = o.seq.value_or(config.max_sequence);
     if (sequence > config.max_sequence) throw std::invalid_argument("--seq exceeds the model's " + std::to_string(config.max_sequence) + " positions");
+    check_pipeline_tags(std::int64_t{ranks} * pipeline_stages_per_rank(o.schedule), micro_batch_count(o), communicator.max_tag());
     const auto micro_batches = static_cast<std::int32_t>(micro_batch_count(o));
     const OptimizerSettings hyper = resolve_new_run_settings(o.optimizer, o.steps);  // pipelines refuse --resume
     PipelinePlan plan;

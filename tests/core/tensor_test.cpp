@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "engine/core/tensor.h"
@@ -65,6 +66,22 @@ TEST(Tensor, ZerosAndDeviceCopies) {
   EXPECT_EQ(b.data_as<std::int32_t>()[7], 42);
   Tensor wrong = Tensor::empty(*device, {5, 3}, DType::i32, MemoryCategory::workspace);
   EXPECT_THROW(wrong.copy_from(a), std::invalid_argument);
+}
+
+// Destructors never throw: a storage whose memory was already freed behind its back reports the
+// allocator's refusal on stderr instead of ending the process.
+TEST(Tensor, AFreeRefusedInADestructorIsReportedNotFatal) {
+  auto device = create_device(DeviceOptions{DeviceKind::cpu, 64u << 20});
+  testing::internal::CaptureStderr();
+  {
+    Tensor tensor = Tensor::empty(*device, {1024}, DType::f32, MemoryCategory::activations, "freed twice");
+    device->allocator().free(tensor.data());
+  }
+  const std::string reported = testing::internal::GetCapturedStderr();
+  EXPECT_NE(reported.find("ferry: error while freeing a tensor's storage (ignored in a destructor): free of an allocation"),
+            std::string::npos)
+      << reported;
+  EXPECT_EQ(device->allocator().statistics().allocated_bytes.all().current, 0);
 }
 
 TEST(Tensor, MetaTensorsCountBytesWithoutMemory) {

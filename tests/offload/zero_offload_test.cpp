@@ -134,11 +134,12 @@ TEST(ZeroOffload, HostGradientsAddBucketsInTheOrderTheyCame) {
   EXPECT_EQ(host.buckets_in_flight(), 0u);
   EXPECT_EQ(std::vector<float>(all.begin(), all.end()), expected);
   EXPECT_EQ(host.bytes_received(), (4 * 3 + 2 + 3 * 2) * 4 + 3 * 4);
-  // A row id outside the table is refused when its bucket is added, naming the id.
-  const std::vector<std::int32_t> bad = {4};
-  Tensor bad_id = Tensor::empty(*device, {1}, DType::i32, MemoryCategory::activations);
+  // A row id outside the table is refused when its bucket is added, naming the id; the bucket's good
+  // rows before it are not added either.
+  const std::vector<std::int32_t> bad = {1, 4};
+  Tensor bad_id = Tensor::empty(*device, {2}, DType::i32, MemoryCategory::activations);
   bad_id.copy_from_host(bad.data());
-  host.accumulate_rows(1, bad_id, f32_tensor(*device, {1, 2}, {1.0f, 1.0f}));
+  host.accumulate_rows(1, bad_id, f32_tensor(*device, {2, 2}, {1.0f, 1.0f, 1.0f, 1.0f}));
   EXPECT_THROW(
       try { host.all(); } catch (const std::out_of_range& error) {
         EXPECT_NE(std::string(error.what()).find("row id 4 outside the table of 4 rows"), std::string::npos) << error.what();
@@ -146,6 +147,8 @@ TEST(ZeroOffload, HostGradientsAddBucketsInTheOrderTheyCame) {
       },
       std::out_of_range);
   EXPECT_EQ(host.buckets_in_flight(), 0u);
+  const std::span<float> after = host.all();
+  EXPECT_EQ(std::vector<float>(after.begin(), after.end()), expected);
   EXPECT_THROW(host.accumulate(0, 2, f32_tensor(*device, {2}, {1.0f, 1.0f})), std::invalid_argument);  // past the end
 }
 
@@ -266,6 +269,17 @@ TEST(ZeroOffload, AnNvmeFailureStopsTheStepAndTheOptimizer) {
   optimizer.begin_step();
   model.train_micro_batch(tokens(*device, 1), tokens(*device, 2), MicroBatchKey{1, 0, 0}, 1.0f);
   optimizer.step(1e-3f, 1.0f);  // a good step
+  std::vector<float> saved_master, saved_first, saved_second;  // what a checkpoint after step 1 holds
+  optimizer.export_state(saved_master, saved_first, saved_second);
+  const auto device_parameters = [&] {
+    std::vector<float> values;
+    for (const NamedTensor& each : model.parameters().named()) {
+      const std::vector<float> part = copy_to_host_f32(*each.tensor);
+      values.insert(values.end(), part.begin(), part.end());
+    }
+    return values;
+  };
+  const std::vector<float> before = device_parameters();
 
   int writes = 0;
   optimizer.set_nvme_fault_injector([&](offload::IoDirection direction, const std::string&, std::uint64_t, std::size_t) {
@@ -281,11 +295,39 @@ TEST(ZeroOffload, AnNvmeFailureStopsTheStepAndTheOptimizer) {
     EXPECT_NE(std::string(error.what()).find("optimizer_states.bin"), std::string::npos) << error.what();
     EXPECT_EQ(error.error_number(), EIO);
   }
+  // The failed step changed neither the model nor the step count ...
+  EXPECT_EQ(device_parameters(), before);
+  EXPECT_EQ(optimizer.steps_taken(), 1);
   std::vector<float> master, first, second;
   EXPECT_THROW(optimizer.export_state(master, first, second), offload::NvmeError);  // no stale state handed out
   EXPECT_THROW(optimizer.step(1e-3f, 1.0f), offload::NvmeError);
   model.set_gradient_sink(nullptr);
+
+  // ... and the run goes on from its last checkpoint: a fresh optimizer with the saved state takes the
+  // step again and lands where an optimizer that never failed does.
+  const auto step_two = [&](offload::ZeroOffloadOptimizer& fresh) {
+    fresh.import_state(saved_master, saved_first, saved_second);
+    fresh.set_steps_taken(1);
+    model.set_gradient_sink(&fresh.gradients());
+    fresh.begin_step();
+    model.train_micro_batch(tokens(*device, 1), tokens(*device, 2), MicroBatchKey{1, 1, 0}, 1.0f);
+    fresh.step(1e-3f, 1.0f);
+    model.set_gradient_sink(nullptr);
+    std::vector<float> result, unused_first, unused_second;
+    fresh.export_state(result, unused_first, unused_second);
+    return std::pair(result, device_parameters());
+  };
+  offload::ZeroOffloadSettings again = settings;
+  again.nvme_path = scratch_directory("failure_resumed");
+  offload::ZeroOffloadOptimizer resumed(*device, parameters, {}, again);
+  const auto resumed_result = step_two(resumed);
+  offload::ZeroOffloadSettings on_host = settings;
+  on_host.device = offload::OffloadDevice::cpu;
+  offload::ZeroOffloadOptimizer reference(*device, parameters, {}, on_host);
+  EXPECT_EQ(step_two(reference), resumed_result);
+  EXPECT_EQ(resumed.steps_taken(), 2);
   fs::remove_all(settings.nvme_path);
+  fs::remove_all(again.nvme_path);
 }
 
 }  // namespace

@@ -8,8 +8,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <string>
 
+#include "engine/train/pipeline_step.h"
 #include "engine/train/trainer.h"
 #include "models/gpt_model.h"
 #include "models/gpt_weights.h"
@@ -41,6 +43,27 @@ nlohmann::json pipeline_run(TrainOptions o, std::int32_t stages, std::int64_t mi
   o.micro_batches = micro_batches;
   o.schedule = schedule;
   return run_training(o);
+}
+
+// Message tags grow with micro-batches x stages: past the communicator's bound (MPI guarantees only
+// 32767) the run is refused before anything is built, instead of overflowing an int.
+TEST(PipelineTags, AreCheckedAgainstTheCommunicatorsLargestTag) {
+  EXPECT_NO_THROW(check_pipeline_tags(2, 8191, 32767));
+  EXPECT_EQ(tied_gradient_tag(2, 8191), 32764);
+  try {
+    check_pipeline_tags(2, 8192, 32767);
+    FAIL() << "tag 32768 accepted";
+  } catch (const std::invalid_argument& error) {
+    EXPECT_NE(std::string(error.what()).find("tags its messages up to 32768, past the communicator's largest tag 32767"), std::string::npos)
+        << error.what();
+    EXPECT_NE(std::string(error.what()).find("use at most 8191 micro-batches"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(check_pipeline_tags(100000, 100000, std::numeric_limits<int>::max()), std::invalid_argument);  // no int overflow
+  TrainOptions o = testing::tiny_training(2);
+  o.pipeline_stages = 2;
+  o.micro_batches = 600000000;
+  o.device = "meta";
+  EXPECT_THROW(run_training(o), std::invalid_argument);
 }
 
 TEST(PipelineTraining, EverySchedulesLossesEqualOneRank) {
