@@ -1,5 +1,6 @@
 #include "schedule/recompute_policy.h"
 
+#include <algorithm>
 #include <charconv>
 #include <stdexcept>
 
@@ -49,15 +50,22 @@ std::vector<BlockRecompute> RecomputePolicy::plan(std::int64_t layers) const {
 
 std::vector<RecomputePolicy> recompute_candidates(std::int64_t layers) {
   std::vector<RecomputePolicy> candidates{{RecomputeKind::none, 0}, {RecomputeKind::selective, 0}};
-  // every:K recomputes layers / K blocks; of the K giving the same count only the largest is tried.
-  std::int64_t previous_count = 0;
-  for (std::int64_t every = layers; every >= 2; --every) {
-    if (layers / every == previous_count) continue;
-    previous_count = layers / every;
-    candidates.push_back({RecomputeKind::every, every});
-  }
+  for (std::int64_t count = 1; count < layers; ++count) candidates.push_back({RecomputeKind::first, count});
   candidates.push_back({RecomputeKind::full, 0});
   return candidates;
+}
+
+std::vector<RecomputePolicy> recompute_overview(std::int64_t layers) {
+  std::vector<RecomputePolicy> overview{{RecomputeKind::none, 0}, {RecomputeKind::selective, 0}};
+  std::int64_t previous = 0;
+  for (std::int64_t quarter = 1; quarter <= 3; ++quarter) {
+    const std::int64_t count = std::max<std::int64_t>(1, layers * quarter / 4);
+    if (count == previous || count >= layers) continue;
+    overview.push_back({RecomputeKind::first, count});
+    previous = count;
+  }
+  overview.push_back({RecomputeKind::full, 0});
+  return overview;
 }
 
 }  // namespace ferry

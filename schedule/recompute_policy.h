@@ -27,8 +27,12 @@ struct RecomputePolicy {
   std::vector<BlockRecompute> plan(std::int64_t layers) const;
 };
 
-// The policies auto chooses among, least recompute first: none, selective, every:K (K from layers
-// down to 2, one K per number of recomputed blocks), full.
+// The policies auto chooses among: none, selective, first:N for N = 1 .. layers-1, full. first:N
+// rather than every:K: at the same count it recomputes the same FLOPs, but its blocks' backward comes
+// last, when the later blocks' activations are already freed, so its peak is lower (every:K's last
+// recomputed block is the first backward runs, at the peak).
 std::vector<RecomputePolicy> recompute_candidates(std::int64_t layers);
+// A few of them for tables: none, selective, first:N at a quarter, half and three quarters, full.
+std::vector<RecomputePolicy> recompute_overview(std::int64_t layers);
 
 }  // namespace ferry

@@ -102,13 +102,12 @@ json bench_memory(const BenchMemoryOptions& options) {
 
   json rows = json::array();
   json baseline;
-  for (const RecomputePolicy& policy : recompute_candidates(config.layers)) {
+  for (const RecomputePolicy& policy : recompute_overview(config.layers)) {
     setup.policy = policy;
     const DryRun dry_run = dry_run_step(setup);
-    double recompute_flops = 0;
+    const double recomputed = recompute_flops(config, o.batch, sequence, policy) * static_cast<double>(o.grad_accum);
     std::int64_t formula_bytes = 0;
     for (ActivationKeep keep : activation_keeps(policy, config.layers)) {
-      recompute_flops += block_recompute_flops(config, o.batch, sequence, keep) * static_cast<double>(o.grad_accum);
       formula_bytes += block_activation_bytes(config, o.batch, sequence, element_bytes, keep);
     }
     const std::array<std::int64_t, kNumMemoryCategories> peaks = category_peaks(dry_run.statistics);
@@ -117,7 +116,7 @@ json bench_memory(const BenchMemoryOptions& options) {
                 {"peak_allocated", dry_run.peak_allocated}, {"peak_reserved", dry_run.peak_reserved},
                 {"at_peak", bytes_by_category(dry_run.statistics.category_allocated_at_peak)}, {"max_by_category", bytes_by_category(peaks)},
                 {"activation_peak", activation_peak}, {"kept_activations_formula", formula_bytes},
-                {"recompute_flops", recompute_flops}, {"recompute_flops_fraction", recompute_flops / step_flops}};
+                {"recompute_flops", recomputed}, {"recompute_flops_fraction", recomputed / step_flops}};
     if (baseline.is_null()) baseline = row;
     row["ratio_to_baseline"] = static_cast<double>(dry_run.peak_allocated) / baseline["peak_allocated"].get<double>();
     row["activation_reduction"] = baseline["activation_peak"].get<double>() / static_cast<double>(std::max<std::int64_t>(activation_peak, 1));

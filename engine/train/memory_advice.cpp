@@ -21,8 +21,15 @@ MemoryAdvice advise_memory(const DryRunSetup& setup, std::size_t memory_limit) {
   const DryRun& current = advice.current;
 
   DryRunSetup variant = setup;
-  for (const RecomputePolicy& policy : recompute_candidates(setup.config.layers)) {
-    if (policy.name() == setup.policy.name()) continue;
+  // The least recompute that fits (what --checkpointing auto would take), then the overview's others
+  // that lower the peak.
+  const PolicyChoice cheapest = choose_recompute_policy(setup, memory_limit);
+  std::vector<RecomputePolicy> policies = recompute_overview(setup.config.layers);
+  if (cheapest.fits) policies.insert(policies.begin(), cheapest.policy);
+  std::vector<std::string> shown;
+  for (const RecomputePolicy& policy : policies) {
+    if (policy.name() == setup.policy.name() || std::find(shown.begin(), shown.end(), policy.name()) != shown.end()) continue;
+    shown.push_back(policy.name());
     variant.policy = policy;
     const DryRun dry_run = dry_run_step(variant);
     if (dry_run.peak_reserved < current.peak_reserved) {

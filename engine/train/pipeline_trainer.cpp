@@ -120,11 +120,12 @@ std::int64_t sum_over(const nlohmann::json& rank_entries, const char* key) {
 
 nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator);
 
-// --checkpointing auto: the candidate with the least recompute whose every stage fits the device, by an
+// --checkpointing auto: the candidate with the least recomputed FLOPs whose every stage fits the device, by an
 // in-process dry run of all stages on meta per candidate (every rank computes the same choice).
 RecomputePolicy choose_recompute_policy_for_stages(const TrainOptions& o, const GptConfig& config, bool prints) {
   const std::size_t limit = make_training_device(o.device, o.device_memory)->memory_limit();
-  const PolicyChoice choice = choose_recompute_policy(config.layers, limit, [&](const RecomputePolicy& candidate) {
+  const std::int64_t sequence = o.seq.value_or(config.max_sequence);
+  const PolicyChoice choice = choose_recompute_policy(config, o.batch, sequence, limit, [&](const RecomputePolicy& candidate) {
     TrainOptions dry = o;
     dry.device = "meta";
     dry.device_memory = "1024TiB";  // a dry run measures; it does not enforce a limit

@@ -1,8 +1,10 @@
 #include "engine/train/training_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "models/activation_memory.h"
 #include "models/adamw_optimizer.h"
 #include "models/kernel_backend.h"
 
@@ -97,11 +99,22 @@ DryRun dry_run_step(const DryRunSetup& setup) {
   return result;
 }
 
-PolicyChoice choose_recompute_policy(std::int64_t layers, std::size_t memory_limit,
+double recompute_flops(const GptConfig& config, std::int64_t batch, std::int64_t sequence, const RecomputePolicy& policy) {
+  double flops = 0;
+  for (ActivationKeep keep : activation_keeps(policy, config.layers)) flops += block_recompute_flops(config, batch, sequence, keep);
+  return flops;
+}
+
+PolicyChoice choose_recompute_policy(const GptConfig& config, std::int64_t batch, std::int64_t sequence, std::size_t memory_limit,
                                      const std::function<DryRun(const RecomputePolicy&)>& dry_run_of) {
+  std::vector<std::pair<double, RecomputePolicy>> by_cost;  // stable: the candidates' order breaks ties
+  for (const RecomputePolicy& candidate : recompute_candidates(config.layers)) {
+    by_cost.emplace_back(recompute_flops(config, batch, sequence, candidate), candidate);
+  }
+  std::stable_sort(by_cost.begin(), by_cost.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   PolicyChoice smallest;
   smallest.dry_run.peak_reserved = std::numeric_limits<std::int64_t>::max();
-  for (const RecomputePolicy& candidate : recompute_candidates(layers)) {
+  for (const auto& [flops, candidate] : by_cost) {
     const DryRun dry_run = dry_run_of(candidate);
     if (dry_run.peak_reserved <= static_cast<std::int64_t>(memory_limit)) return {candidate, dry_run, true};
     if (dry_run.peak_reserved < smallest.dry_run.peak_reserved) smallest = {candidate, dry_run, false};
@@ -110,11 +123,12 @@ PolicyChoice choose_recompute_policy(std::int64_t layers, std::size_t memory_lim
 }
 
 PolicyChoice choose_recompute_policy(const DryRunSetup& setup, std::size_t memory_limit) {
-  return choose_recompute_policy(setup.config.layers, memory_limit, [&](const RecomputePolicy& candidate) {
-    DryRunSetup candidate_setup = setup;
-    candidate_setup.policy = candidate;
-    return dry_run_step(candidate_setup);
-  });
+  return choose_recompute_policy(setup.config, setup.settings.batch, setup.settings.sequence, memory_limit,
+                                 [&](const RecomputePolicy& candidate) {
+                                   DryRunSetup candidate_setup = setup;
+                                   candidate_setup.policy = candidate;
+                                   return dry_run_step(candidate_setup);
+                                 });
 }
 
 }  // namespace ferry

@@ -75,11 +75,15 @@ struct PolicyChoice {
   bool fits = false;
 };
 
-// The candidate with the least recompute whose dry-run peak reserved fits `memory_limit`; when none
-// fits, the one with the smallest peak and fits = false. (setup.policy is not used.)
+// Forward FLOPs a step's backward recomputes per micro-batch under the policy (models' per-block formula).
+double recompute_flops(const GptConfig& config, std::int64_t batch, std::int64_t sequence, const RecomputePolicy& policy);
+
+// Of recompute_candidates, the one with the least recomputed FLOPs whose dry-run peak reserved fits
+// `memory_limit` (ties: fewer recomputed blocks); when none fits, the one with the smallest peak and
+// fits = false. (setup.policy is not used.)
 PolicyChoice choose_recompute_policy(const DryRunSetup& setup, std::size_t memory_limit);
 // The same choice over any measure of a candidate (a pipeline measures its fullest stage).
-PolicyChoice choose_recompute_policy(std::int64_t layers, std::size_t memory_limit,
+PolicyChoice choose_recompute_policy(const GptConfig& config, std::int64_t batch, std::int64_t sequence, std::size_t memory_limit,
                                      const std::function<DryRun(const RecomputePolicy&)>& dry_run_of);
 
 }  // namespace ferry

@@ -37,9 +37,9 @@ import csv, json, sys
 directory, summary, dry = sys.argv[1], json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
 assert json.load(open(directory + "/memory.json")) == summary
 rows = {r["checkpointing"] + "/" + r["kind"]: r for r in summary["rows"]}
-# gpt2-tiny has 4 blocks: none, selective, every:4, every:2, full; then three theory rows.
-assert [r["name"] for r in summary["rows"]][:5] == ["checkpointing " + p for p in ["none", "selective", "every:4", "every:2", "full"]]
-assert len(summary["rows"]) == 8
+# gpt2-tiny has 4 blocks: none, selective, first:1, first:2, first:3, full; then three theory rows.
+assert [r["name"] for r in summary["rows"]][:6] == ["checkpointing " + p for p in ["none", "selective", "first:1", "first:2", "first:3", "full"]]
+assert len(summary["rows"]) == 9
 base = rows["none/measured"]
 assert base["peak_allocated"] == dry["memory"]["peak_allocated"] and base["peak_reserved"] == dry["memory"]["peak_reserved"]
 assert base["ratio_to_baseline"] == 1.0 and base["recompute_flops"] == 0
@@ -55,7 +55,7 @@ states = at_peak["parameters"] + at_peak["gradients"] + at_peak["optimizer_state
 assert 16 * params <= states < 16 * params + 512 * 3 * 4 * 40, (states, 16 * params)
 with open(directory + "/memory.csv") as f:
     table = list(csv.DictReader(f))
-assert len(table) == 8 and int(table[0]["peak_allocated"]) == base["peak_allocated"]
+assert len(table) == 9 and int(table[0]["peak_allocated"]) == base["peak_allocated"]
 PY
 grep -q "<svg" "$work/bench/memory.html"
 render "$work/bench/memory.html" "$work/bench.png"

@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
+#include <algorithm>
 
 #include "models/activation_memory.h"
 #include "models/gpt_model.h"
 #include "tests/models/micro_batch_statistics.h"
 #include "tests/models/random_tokens.h"
+#include "engine/train/token_data.h"
 #include "engine/train/training_step.h"
 #include "schedule/recompute_policy.h"
 
@@ -120,18 +123,51 @@ TEST(Recompute, PoliciesParseAndPlan) {
   EXPECT_THROW(RecomputePolicy::parse("partial"), std::invalid_argument);
   EXPECT_THROW(RecomputePolicy::parse("auto").plan(2), std::logic_error);
   const auto candidates = recompute_candidates(4);
-  EXPECT_EQ(candidates.front().name(), "none");
-  EXPECT_EQ(candidates[1].name(), "selective");
-  EXPECT_EQ(candidates[2].name(), "every:4");
-  EXPECT_EQ(candidates.back().name(), "full");
-  // Recompute cost grows along the candidate list.
-  double previous = -1;
-  for (const RecomputePolicy& candidate : candidates) {
-    double flops = 0;
-    for (ActivationKeep keep : activation_keeps(candidate, 4)) flops += block_recompute_flops(config(), B, T, keep);
-    EXPECT_GT(flops, previous) << candidate.name();
-    previous = flops;
+  std::vector<std::string> names;
+  for (const RecomputePolicy& candidate : candidates) names.push_back(candidate.name());
+  EXPECT_EQ(names, (std::vector<std::string>{"none", "selective", "first:1", "first:2", "first:3", "full"}));
+  names.clear();
+  for (const RecomputePolicy& each : recompute_overview(48)) names.push_back(each.name());
+  EXPECT_EQ(names, (std::vector<std::string>{"none", "selective", "first:12", "first:24", "first:36", "full"}));
+}
+
+// --checkpointing auto takes the least recomputed FLOPs that fits: at every limit between no recompute
+// and full recompute, no policy that fits (first:N, every:K, selective, ...) recomputes fewer FLOPs
+// than the chosen one; and the chosen one fits.
+TEST(Recompute, AutoTakesTheLeastRecomputedFlopsThatFits) {
+  const GptConfig shape{"auto-test", 8, 64, 4, 64, 64};
+  const TokenDataset data = TokenDataset::embedded_corpus();
+  DryRunSetup setup{shape, DType::f32, {}, &data, StepSettings{2, 64, 1, 0, 1.0}, {}, 0, AllocatorConfig{}};
+  std::vector<std::pair<std::string, DryRun>> all;
+  for (const char* name : {"none", "selective", "full", "every:1", "every:2", "every:3", "every:4", "every:5", "every:6", "every:7",
+                           "every:8", "first:1", "first:2", "first:3", "first:4", "first:5", "first:6", "first:7"}) {
+    setup.policy = RecomputePolicy::parse(name);
+    all.emplace_back(name, dry_run_step(setup));
   }
+  const auto flops = [&](const std::string& name) { return recompute_flops(shape, 2, 64, RecomputePolicy::parse(name)); };
+  const std::int64_t none_peak = all.front().second.peak_reserved, full_peak = all[2].second.peak_reserved;
+  ASSERT_LT(full_peak, none_peak);
+  int every_beaten = 0;
+  for (std::int64_t limit = full_peak; limit <= none_peak; limit += (none_peak - full_peak) / 40) {
+    const PolicyChoice choice = choose_recompute_policy(setup, static_cast<std::size_t>(limit));
+    ASSERT_TRUE(choice.fits) << limit;
+    EXPECT_LE(choice.dry_run.peak_reserved, limit);
+    for (const auto& [name, dry_run] : all) {
+      if (dry_run.peak_reserved <= limit) {
+        EXPECT_LE(flops(choice.policy.name()), flops(name)) << "limit " << limit << ": " << name;
+      }
+    }
+    // What the choice among every:K alone would have cost at this limit.
+    for (std::int64_t every = 8; every >= 1; --every) {
+      const std::string name = "every:" + std::to_string(every);
+      const auto found = std::find_if(all.begin(), all.end(), [&](const auto& each) { return each.first == name; });
+      if (found->second.peak_reserved <= limit) {
+        every_beaten += flops(choice.policy.name()) < flops(name) ? 1 : 0;
+        break;
+      }
+    }
+  }
+  EXPECT_GT(every_beaten, 0);  // first:N saves what every:K does with fewer blocks recomputed somewhere in the sweep
 }
 
 }  // namespace
