@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs every Debian package ferry's build, tests and benchmarks need. Does nothing when they are
-# already installed. Run as root (or with sudo available) on Debian 12 / Ubuntu 22.04 or newer.
+# already installed. Run as root (or with sudo available) on Debian 12 (the build needs CMake >= 3.25).
 set -euo pipefail
 
 packages=(
