@@ -69,6 +69,12 @@ void CpuKernelBackend::matmul_backward(float* dinp, float* dweight, float* dbias
   cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, rows, in_features, out_features, layout);
 }
 
+void CpuKernelBackend::matmul_backward_weight_rows(float* dweight_rows, const float* dout, const float* inp, std::int64_t rows,
+                                                   std::int64_t in_features, std::int64_t out_features, std::int64_t first,
+                                                   std::int64_t count, float*, void*) {
+  cpu::matmul_backward_weight_rows(dweight_rows, dout, inp, rows, in_features, out_features, first, count);
+}
+
 void CpuKernelBackend::lm_head_logits_slice(float* logits, std::int64_t vocab, std::int64_t first, const float* inp,
                                             const float* weight_slice, std::int64_t rows, std::int64_t channels, std::int64_t count,
                                             float*, void*) {

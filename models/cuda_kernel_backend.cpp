@@ -82,6 +82,14 @@ class CudaKernelBackend final : public KernelBackend {
                           in_features, out_features, layout, stream_);
   }
 
+  // The input's columns [first, first + count) are copied dense first (cuBLASLt reads the slice densely).
+  void matmul_backward_weight_rows(float* dweight_rows, const float* dout, const float* inp, std::int64_t rows, std::int64_t in_features,
+                                   std::int64_t out_features, std::int64_t first, std::int64_t count, float* column_scratch,
+                                   void* workspace) override {
+    copy_columns(required(column_scratch, "weight-gradient rows"), count, inp + first, in_features, rows, count);
+    matmul_backward(nullptr, dweight_rows, nullptr, dout, column_scratch, nullptr, rows, count, out_features, WeightLayout::in_out, workspace);
+  }
+
   // A slice narrower than the vocabulary goes through a contiguous [rows, count] buffer (cuBLASLt writes
   // and reads it densely) copied into or out of its columns of the logits; an input gradient to add to
   // is computed apart and added (cuBLASLt's backward overwrites it).

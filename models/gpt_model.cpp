@@ -77,15 +77,6 @@ Tensor GptModel::workspace(const Shape& shape, const std::string& tag) const {
   return Tensor::empty(*device_, shape, DType::f32, MemoryCategory::workspace, tag);
 }
 
-Tensor GptModel::gradient_bucket(const Shape& shape, const std::string& tag) const {
-  return Tensor::zeros(*device_, shape, DType::f32, MemoryCategory::gradients, "grad." + tag);
-}
-
-GradientSink& GptModel::sink() const {
-  if (gradient_sink_ == nullptr) throw std::logic_error("a GPT model with streamed gradients was trained without a gradient sink");
-  return *gradient_sink_;
-}
-
 const GptBlockParameters& GptModel::block_parameters(std::int64_t layer) const {
   if (layer < 0 || layer >= config_.layers || !part_.has_block(layer)) {
     throw std::out_of_range("block " + std::to_string(layer) + " is not held by this model (a pipeline stage holds only its own blocks)");
@@ -100,8 +91,11 @@ void GptModel::set_vocab_slice(std::int64_t rows) {
 
 std::int64_t GptModel::vocab_slice() const {
   if (vocab_slice_ > 0) return std::min(vocab_slice_, config_.vocab);
-  if (parameter_dtype_ == DType::f32) return config_.vocab;
-  const std::int64_t rows = kVocabSliceBytes / (config_.hidden * static_cast<std::int64_t>(sizeof(float)));
+  std::int64_t rows = config_.vocab;
+  if (parameter_dtype_ != DType::f32) rows = kVocabSliceBytes / (config_.hidden * static_cast<std::int64_t>(sizeof(float)));
+  if (gradient_storage_ == GradientStorage::streamed && gradient_bucket_elements_ > 0) {
+    rows = std::min(rows, gradient_bucket_elements_ / config_.hidden);  // the table's gradient bucket is one slice
+  }
   return std::clamp<std::int64_t>(rows, 1, config_.vocab);
 }
 
@@ -278,16 +272,13 @@ Tensor GptModel::block_backward_input(std::int64_t layer, BlockActivations a, Te
 void GptModel::block_backward_weight(std::int64_t layer, BlockWeightGradientInputs d) {
   if (!d.defined()) throw std::logic_error("block " + std::to_string(layer) + ": a weight-gradient pass without its input-gradient pass");
   const OpScope op(*device_, "backward_weight", layer_name(layer));
-  const GptBlockParameters& p = block_parameters(layer);
-  // Streamed: the projections' gradients are this pass's bucket (the input pass handed over the LayerNorms').
-  const GptBlockParameters bucket = block_gradient_bucket(layer, GptBlockParameters::kProjectionFields);
-  const GptBlockParameters& g = gradient_storage_ == GradientStorage::streamed ? bucket : gradients_.blocks[static_cast<std::size_t>(layer)];
-  ops::matmul_backward(Tensor(), g.mlp_c_proj_weight, g.mlp_c_proj_bias, d.mlp_branch_gradient, d.gelu, p.mlp_c_proj_weight, WeightLayout::in_out);
-  ops::matmul_backward(Tensor(), g.mlp_c_fc_weight, g.mlp_c_fc_bias, d.fc_gradient, d.ln_2, p.mlp_c_fc_weight, WeightLayout::in_out);
-  ops::matmul_backward(Tensor(), g.attn_c_proj_weight, g.attn_c_proj_bias, d.attention_branch_gradient, d.attn, p.attn_c_proj_weight,
-                       WeightLayout::in_out);
-  ops::matmul_backward(Tensor(), g.attn_c_attn_weight, g.attn_c_attn_bias, d.qkv_gradient, d.ln_1, p.attn_c_attn_weight, WeightLayout::in_out);
-  hand_over_block_gradients(layer, bucket);
+  block_parameters(layer);  // held here, or an error naming the block
+  // Streamed, each projection's gradients go to the sink as they are computed (the input pass handed
+  // over the LayerNorms').
+  projection_parameter_gradients(layer, GptBlockParameters::kMlpCProj, d.mlp_branch_gradient, d.gelu);
+  projection_parameter_gradients(layer, GptBlockParameters::kMlpCFc, d.fc_gradient, d.ln_2);
+  projection_parameter_gradients(layer, GptBlockParameters::kAttnCProj, d.attention_branch_gradient, d.attn);
+  projection_parameter_gradients(layer, GptBlockParameters::kAttnCAttn, d.qkv_gradient, d.ln_1);
 }
 
 Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Tensor output_gradient, cpu::RandomKey key,
@@ -296,12 +287,8 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
   const OpScope op(*device_, deferred != nullptr ? "backward_input" : "backward", layer_name(layer));
   const GptBlockParameters& p = block_parameters(layer);
   const std::int64_t B = a.input.size(0), T = a.input.size(1), C = config_.hidden, NH = config_.heads;
-  const bool streamed = gradient_storage_ == GradientStorage::streamed;
-  // Streamed: this block's gradients are one bucket, handed to the sink when the block is done (only
-  // the LayerNorms' when the projections' wait for the weight pass).
-  const GptBlockParameters bucket =
-      block_gradient_bucket(layer, deferred != nullptr ? GptBlockParameters::kLayerNormFields : GptBlockParameters::kAllFields);
-  const GptBlockParameters& g = streamed ? bucket : gradients_.blocks.at(static_cast<std::size_t>(layer));
+  // Streamed, each parameter's gradient goes to the sink as soon as it is computed (the projections'
+  // in the weight pass when it is deferred).
   const cpu::RandomKey keys = layer_key(key, layer);
   const float attention_dropout = training_ ? dropout_.attention : 0.0f;
   const float residual_dropout = training_ ? dropout_.residual : 0.0f;
@@ -310,10 +297,16 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
   // A projection's gradients: all now, or the input gradient now and (input, output gradient) kept for
   // the weight pass. An output gradient that LayerNorm's backward overwrites later (the residual
   // gradient itself, when there is no dropout) is kept as a copy.
-  auto projection_backward = [&](const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout, const Tensor& inp,
-                                 const Tensor& weight, Tensor& kept_input, Tensor& kept_gradient, bool overwritten_later, const char* what) {
+  auto projection_backward = [&](const Tensor& dinp, std::size_t field, const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                 Tensor& kept_input, Tensor& kept_gradient, bool overwritten_later, const char* what) {
+    if (deferred == nullptr && gradient_storage_ == GradientStorage::whole) {  // one call: the input and parameter gradients
+      const GptBlockParameters& g = gradients_.blocks[static_cast<std::size_t>(layer)];
+      ops::matmul_backward(dinp, g.field(field), g.field(field + 1), dout, inp, weight, WeightLayout::in_out);
+      return;
+    }
     if (deferred == nullptr) {
-      ops::matmul_backward(dinp, dweight, dbias, dout, inp, weight, WeightLayout::in_out);
+      ops::matmul_backward(dinp, Tensor(), Tensor(), dout, inp, weight, WeightLayout::in_out);
+      projection_parameter_gradients(layer, field, dout, inp);
       return;
     }
     ops::matmul_backward(dinp, Tensor(), Tensor(), dout, inp, weight, WeightLayout::in_out);
@@ -335,7 +328,7 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
     ops::dropout_backward(dbranch, dresidual, residual_dropout, keys.derive(kMlpResidualDropout));
   }
   Tensor dgelu = workspace({B, T, 4 * C}, layer_tag(layer, "mlp.gelu.grad"));
-  projection_backward(dgelu, g.mlp_c_proj_weight, g.mlp_c_proj_bias, dbranch, a.gelu, p.mlp_c_proj_weight, d.gelu, d.mlp_branch_gradient,
+  projection_backward(dgelu, GptBlockParameters::kMlpCProj, dbranch, a.gelu, p.mlp_c_proj_weight, d.gelu, d.mlp_branch_gradient,
                       residual_dropout == 0, "mlp.c_proj.grad.kept");
   a.gelu = Tensor();
   Tensor dfc = Tensor::zeros(*device_, {B, T, 4 * C}, DType::f32, MemoryCategory::workspace, layer_tag(layer, "mlp.c_fc.grad"));
@@ -343,11 +336,11 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
   dgelu = Tensor();
   a.fc = Tensor();
   Tensor dln = workspace({B, T, C}, layer_tag(layer, "ln_2.grad"));
-  projection_backward(dln, g.mlp_c_fc_weight, g.mlp_c_fc_bias, dfc, a.ln_2, p.mlp_c_fc_weight, d.ln_2, d.fc_gradient, false,
+  projection_backward(dln, GptBlockParameters::kMlpCFc, dfc, a.ln_2, p.mlp_c_fc_weight, d.ln_2, d.fc_gradient, false,
                       "mlp.c_fc.grad.kept");
   dfc = Tensor();
   a.ln_2 = Tensor();
-  ops::layernorm_backward(dresidual, g.ln_2_weight, g.ln_2_bias, dln, a.residual, p.ln_2_weight, a.ln_2_mean, a.ln_2_rstd);
+  layernorm_backward_with_parameters(layer, GptBlockParameters::kLn2, dresidual, dln, a.residual, a.ln_2_mean, a.ln_2_rstd);
   a.residual = Tensor();
 
   // Attention branch.
@@ -357,7 +350,7 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
     ops::dropout_backward(dbranch, dresidual, residual_dropout, keys.derive(kAttentionResidualDropout));
   }
   Tensor dattn = workspace({B, T, C}, layer_tag(layer, "attn.out.grad"));
-  projection_backward(dattn, g.attn_c_proj_weight, g.attn_c_proj_bias, dbranch, a.attn, p.attn_c_proj_weight, d.attn,
+  projection_backward(dattn, GptBlockParameters::kAttnCProj, dbranch, a.attn, p.attn_c_proj_weight, d.attn,
                       d.attention_branch_gradient, residual_dropout == 0, "attn.c_proj.grad.kept");
   dbranch = Tensor();
   Tensor dqkv = workspace({B, T, 3 * C}, layer_tag(layer, "attn.qkv.grad"));
@@ -365,26 +358,12 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
   dattn = Tensor();
   a.attn = Tensor();
   a.att = Tensor();
-  projection_backward(dln, g.attn_c_attn_weight, g.attn_c_attn_bias, dqkv, a.ln_1, p.attn_c_attn_weight, d.ln_1, d.qkv_gradient, false,
+  projection_backward(dln, GptBlockParameters::kAttnCAttn, dqkv, a.ln_1, p.attn_c_attn_weight, d.ln_1, d.qkv_gradient, false,
                       "attn.qkv.grad.kept");
   dqkv = Tensor();
   a.qkv = Tensor();
-  ops::layernorm_backward(dresidual, g.ln_1_weight, g.ln_1_bias, dln, a.input, p.ln_1_weight, a.ln_1_mean, a.ln_1_rstd);
-  hand_over_block_gradients(layer, bucket);
+  layernorm_backward_with_parameters(layer, GptBlockParameters::kLn1, dresidual, dln, a.input, a.ln_1_mean, a.ln_1_rstd);
   return dresidual;
-}
-
-GptBlockParameters GptModel::block_gradient_bucket(std::int64_t layer, GptBlockParameters::FieldSet fields) const {
-  if (gradient_storage_ != GradientStorage::streamed) return {};
-  return GptBlockParameters::allocate(*device_, config_.hidden, layer, DType::f32, MemoryCategory::gradients, "grad.", fields);
-}
-
-void GptModel::hand_over_block_gradients(std::int64_t layer, const GptBlockParameters& bucket) const {
-  std::size_t index = GptParameters::block_index(layer);
-  for (const auto& field : bucket.fields()) {
-    if (field.second->defined()) sink().accumulate(index, 0, *field.second);
-    ++index;
-  }
 }
 
 void GptModel::embedding_backward(const Tensor& tokens, const Tensor& output_gradient, cpu::RandomKey key) {

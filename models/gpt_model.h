@@ -95,6 +95,11 @@ class GptModel {
   // Overrides vocab_slice() (0: automatic). Slices change the input gradient's rounding only.
   void set_vocab_slice(std::int64_t rows);
   static constexpr std::int64_t kVocabSliceBytes = std::int64_t{8} << 20;
+  // Streamed gradients reach the sink one parameter at a time, and a parameter larger than `elements`
+  // in row slices of at most that many (DeepSpeed's reduce_bucket_size): the device holds at most one
+  // such bucket of f32 gradients (0: whole parameters). The token table's slices are the vocab_slice().
+  void set_gradient_bucket_elements(std::int64_t elements);
+  std::int64_t gradient_bucket_elements() const { return gradient_bucket_elements_; }
 
   // Layers, one at a time. tokens and targets are i32 [B, T] on the device.
   Tensor embedding_forward(const Tensor& tokens, cpu::RandomKey key);
@@ -130,11 +135,13 @@ class GptModel {
   Tensor workspace(const Shape& shape, const std::string& tag) const;
   // A zeroed f32 gradient bucket (category gradients) for streamed gradients.
   Tensor gradient_bucket(const Shape& shape, const std::string& tag) const;
-  // Streamed gradients: a zeroed bucket for `fields` of block `layer` (nothing when gradients are whole),
-  // and its defined tensors handed to the sink.
-  GptBlockParameters block_gradient_bucket(std::int64_t layer, GptBlockParameters::FieldSet fields) const;
-  void hand_over_block_gradients(std::int64_t layer, const GptBlockParameters& bucket) const;
   GradientSink& sink() const;
+  // Block `layer`'s projection (weights[field], bias after it) parameter gradients from its output
+  // gradient and input: added to the whole gradients, or streamed in bounded buckets (gpt_model_gradients.cpp).
+  void projection_parameter_gradients(std::int64_t layer, std::size_t field, const Tensor& dout, const Tensor& inp);
+  // A block LayerNorm's backward (dinp accumulates) with its weight and bias gradients, whole or streamed.
+  void layernorm_backward_with_parameters(std::int64_t layer, std::size_t field, const Tensor& dinp, const Tensor& dout,
+                                          const Tensor& inp, const Tensor& mean, const Tensor& rstd);
   const GptBlockParameters& block_parameters(std::int64_t layer) const;
   // block_backward and block_backward_input: with `deferred`, the projections' weight gradients wait.
   Tensor block_backward_impl(std::int64_t layer, BlockActivations activations, Tensor output_gradient, cpu::RandomKey key,
@@ -151,6 +158,7 @@ class GptModel {
   GradientSink* gradient_sink_ = nullptr;
   std::int64_t loss_chunk_ = 0;
   std::int64_t vocab_slice_ = 0;
+  std::int64_t gradient_bucket_elements_ = 0;
   bool training_ = true;
 };
 

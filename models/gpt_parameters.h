@@ -23,6 +23,8 @@ struct GptBlockParameters {
   Tensor mlp_c_proj_weight, mlp_c_proj_bias;  // [4C, C], [C]
 
   static constexpr std::size_t kCount = 12;
+  // Positions in fields() of the LayerNorms' and projections' weights (each bias follows its weight).
+  static constexpr std::size_t kLn1 = 0, kAttnCAttn = 2, kAttnCProj = 4, kLn2 = 6, kMlpCFc = 8, kMlpCProj = 10;
   // Sets of fields, bit i = fields()[i]: the LayerNorms' (ln_1, ln_2) and the projections'.
   using FieldSet = std::bitset<kCount>;
   static constexpr FieldSet kLayerNormFields{0b0000'1100'0011};
@@ -34,6 +36,7 @@ struct GptBlockParameters {
                                      const std::string& tag_prefix = "", FieldSet present = kAllFields);
   // The tensors in HF order with their names after "h.N." (ln_1.weight, ...).
   std::array<std::pair<const char*, const Tensor*>, kCount> fields() const;
+  const Tensor& field(std::size_t index) const { return *fields().at(index).second; }
 };
 
 struct NamedTensor {

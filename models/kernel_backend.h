@@ -58,6 +58,13 @@ class KernelBackend : public DeviceAttachment {
                                std::int64_t rows, std::int64_t in_features, std::int64_t out_features, WeightLayout layout,
                                void* workspace) = 0;
 
+  // Rows [first, first + count) of an in_out weight's gradient [in, out]: dweight_rows[count, out] +=
+  // inp[:, first:first+count]^T x dout (the contiguous piece a gradient bucket of bounded size holds).
+  // column_scratch: sizes().weight_rows_scratch_elements(rows, count) floats (null when 0).
+  virtual void matmul_backward_weight_rows(float* dweight_rows, const float* dout, const float* inp, std::int64_t rows,
+                                           std::int64_t in_features, std::int64_t out_features, std::int64_t first, std::int64_t count,
+                                           float* column_scratch, void* workspace) = 0;
+
   // Where sizes().matmul_takes_bf16() (cuda: cuBLASLt on bf16 inputs with fp32 accumulation):
   // matmul_forward on bf16 bit patterns (out, inp, weight, bias; bias may be null), out rounded once.
   virtual void matmul_forward_bf16(void* out, const void* inp, const void* weight, const void* bias, std::int64_t rows,

@@ -23,6 +23,7 @@ class CpuKernelSizes final : public KernelSizes {
   // OpenBLAS reads and writes strided columns, accumulates with beta = 1, and the losses are summed as computed.
   std::int64_t lm_head_slice_scratch_elements(std::int64_t, std::int64_t, std::int64_t) const override { return 0; }
   std::int64_t lm_head_input_scratch_elements(std::int64_t, std::int64_t, bool) const override { return 0; }
+  std::int64_t weight_rows_scratch_elements(std::int64_t, std::int64_t) const override { return 0; }  // BLAS takes strides
   std::int64_t cross_entropy_scratch_elements(std::int64_t) const override { return 0; }
 };
 
@@ -46,6 +47,7 @@ class CudaKernelSizes final : public KernelSizes {
   std::int64_t lm_head_input_scratch_elements(std::int64_t rows, std::int64_t channels, bool accumulate_input) const override {
     return accumulate_input ? rows * channels : 0;
   }
+  std::int64_t weight_rows_scratch_elements(std::int64_t rows, std::int64_t count) const override { return rows * count; }
   std::int64_t cross_entropy_scratch_elements(std::int64_t rows) const override { return rows; }
 };
 

@@ -34,6 +34,9 @@ class KernelSizes {
   // [rows, channels] input gradient where the matmul cannot add into it (accumulate_input).
   virtual std::int64_t lm_head_slice_scratch_elements(std::int64_t rows, std::int64_t count, std::int64_t vocab) const = 0;
   virtual std::int64_t lm_head_input_scratch_elements(std::int64_t rows, std::int64_t channels, bool accumulate_input) const = 0;
+  // Scratch floats of a weight gradient's row slice (matmul_backward_weight_rows): a dense [rows, count]
+  // copy of the input's columns where the device's matmul cannot address strided ones.
+  virtual std::int64_t weight_rows_scratch_elements(std::int64_t rows, std::int64_t count) const = 0;
   // Scratch floats of cross-entropy: per-row losses left on the device (0: summed as computed).
   virtual std::int64_t cross_entropy_scratch_elements(std::int64_t rows) const = 0;
 };

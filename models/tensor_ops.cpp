@@ -166,6 +166,24 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
   }
 }
 
+void matmul_backward_weight_rows(const Tensor& dweight_rows, const Tensor& dout, const Tensor& inp, std::int64_t first) {
+  const std::int64_t in = last_dimension(inp), out_features = last_dimension(dout), count = dweight_rows.size(0);
+  const std::int64_t rows = inp.numel() / in;
+  require(inp.dtype() == DType::f32 && dout.dtype() == DType::f32 && dweight_rows.dtype() == DType::f32, "matmul_backward_weight_rows",
+          "takes f32 tensors (convert the input once with as_f32)");
+  require(dweight_rows.size(1) == out_features && dout.numel() / out_features == rows && first >= 0 && first + count <= in,
+          "matmul_backward_weight_rows",
+          "rows [" + std::to_string(first) + ", " + std::to_string(first + count) + ") of a [" + std::to_string(in) + ", " +
+              std::to_string(out_features) + "] weight gradient do not fit " + shape_to_string(dweight_rows.shape()));
+  const Tensor workspace = matmul_workspace(dout.device());
+  const Tensor columns = scratch(dout.device(), kernel_backend(dout.device()).sizes().weight_rows_scratch_elements(rows, count),
+                                 "matmul.weight_rows.columns");
+  if (KernelBackend* kernels = computing(dout)) {
+    kernels->matmul_backward_weight_rows(f32(dweight_rows), f32(dout), f32(inp), rows, in, out_features, first, count, f32(columns),
+                                         address(workspace));
+  }
+}
+
 void lm_head_logits_slice(const Tensor& logits, std::int64_t first, const Tensor& inp, const Tensor& weight_slice) {
   const std::int64_t rows = inp.size(0), C = inp.size(1), count = weight_slice.size(0), vocab = logits.size(1);
   require(logits.size(0) == rows && weight_slice.size(1) == C && first >= 0 && first + count <= vocab, "lm_head_logits_slice",

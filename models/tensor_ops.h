@@ -41,6 +41,10 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, WeightLayout layout);
 
+// Rows [first, first + dweight_rows.size(0)) of an in_out weight's gradient: dweight_rows += inp[:, rows]^T x
+// dout, with inp [.., in] and dout [.., out] in f32 (convert once with as_f32 before slicing).
+void matmul_backward_weight_rows(const Tensor& dweight_rows, const Tensor& dout, const Tensor& inp, std::int64_t first);
+
 // The tied LM head on vocabulary slice [first, first + weight_slice.size(0)) of logits [rows, vocab] (f32;
 // inp is [rows, C] f32, weight_slice [count, C] f32). Backward: dinp (+)= and dweight_slice +=.
 void lm_head_logits_slice(const Tensor& logits, std::int64_t first, const Tensor& inp, const Tensor& weight_slice);

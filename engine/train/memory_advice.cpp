@@ -64,6 +64,22 @@ MemoryAdvice advise_memory(const DryRunSetup& setup, std::size_t memory_limit) {
       if (advice.options.back().fits) break;
     }
   }
+  // Offloaded: smaller gradient buckets, halving from the largest weight (the default bucket) while the
+  // peak falls; the largest that fits is the one to take.
+  if (setup.offload_optimizer) {
+    const std::int64_t C = setup.config.hidden;
+    std::int64_t bucket = setup.gradient_bucket_elements > 0 ? setup.gradient_bucket_elements : 4 * C * C;
+    std::int64_t previous_peak = current.peak_reserved;
+    for (bucket /= 2; bucket >= C; bucket /= 2) {
+      variant = setup;
+      variant.gradient_bucket_elements = bucket;
+      const DryRun dry_run = dry_run_step(variant);
+      if (dry_run.peak_reserved >= previous_peak) break;  // the bucket no longer sets the peak
+      previous_peak = dry_run.peak_reserved;
+      advice.options.push_back(option_from("--reduce-bucket-size " + std::to_string(bucket), dry_run, current, memory_limit));
+      if (advice.options.back().fits) break;
+    }
+  }
   std::stable_sort(advice.options.begin(), advice.options.end(), [](const MemoryOption& a, const MemoryOption& b) {
     if (a.fits != b.fits) return a.fits;
     return a.saved > b.saved;

@@ -215,6 +215,7 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator)
       rank.model = std::make_unique<GptModel>(*rank.device, config, dtype, dropout, offloaded ? GradientStorage::streamed : GradientStorage::whole,
                                               pipeline_rank_part(plan.schedule, r, plan.stage_blocks, config.layers));
       rank.model->set_loss_chunk(o.loss_chunk);
+      rank.model->set_gradient_bucket_elements(o.reduce_bucket_size.value_or(0));
       if (o.init_from.empty()) {
         initialize_gpt_parameters(rank.model->parameters(), config, o.seed);
       } else {

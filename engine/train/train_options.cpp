@@ -206,6 +206,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--offload-buffer-count", o.offload_buffer_count, "Host buffers for the NVMe tier, one sub-group each (default 4)");
   train->add_option("--offload-buffer-size", o.offload_buffer_size, "Host memory for those buffers together (default 256MiB)");
   train->add_option("--offload-sub-group", o.offload_sub_group, "Elements per optimizer sub-group (0: from the buffers, or 16M for cpu)");
+  train->add_option("--reduce-bucket-size", o.reduce_bucket_size,
+                    "Offload: streamed gradient buckets of at most this many elements; larger weights go in row slices "
+                    "(DeepSpeed's reduce_bucket_size; default 0: one whole parameter per bucket)");
   train->add_option("--offload-pin-memory", o.offload_pin_memory, "Page-locked host buffers for offloaded state (default true)");
   train->add_option("--offload-queue-depth", o.offload_queue_depth, "NVMe I/Os in flight (default 32)");
   return train;

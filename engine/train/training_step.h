@@ -63,6 +63,7 @@ struct DryRunSetup {
   AllocatorConfig allocator_config;
   bool offload_optimizer = false;  // ZeRO-Offload: gradients stream off the device, no optimizer state on it
   DeviceKind kernels = DeviceKind::cpu;  // whose kernels' allocations the meta device makes (cpu or cuda)
+  std::int64_t gradient_bucket_elements = 0;  // offload: streamed gradients' bucket bound (0: whole parameters)
 };
 
 // One training step of the setup on a meta device: the allocations a real step makes on a device of

@@ -51,11 +51,13 @@ void apply_zero_optimization(const json& section, TrainOptions& options) {
   if (section.contains("sub_group_size")) {
     options.offload_sub_group = value_of<std::int64_t>(section["sub_group_size"], "zero_optimization.sub_group_size");
   }
-  for (const char* key : {"contiguous_gradients", "overlap_comm", "reduce_bucket_size", "allgather_bucket_size", "reduce_scatter",
-                          "allgather_partitions"}) {
+  if (section.contains("reduce_bucket_size")) {
+    options.reduce_bucket_size = value_of<std::int64_t>(section["reduce_bucket_size"], "zero_optimization.reduce_bucket_size");
+  }
+  for (const char* key : {"contiguous_gradients", "overlap_comm", "allgather_bucket_size", "reduce_scatter", "allgather_partitions"}) {
     if (section.contains(key)) {
       options.notes.push_back(std::string("zero_optimization.") + key +
-                              " has no effect on one rank (ferry's gradient bucket is one block's gradients)");
+                              " has no effect on one rank");
     }
   }
 }

@@ -54,11 +54,19 @@ void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, c
   }
 }
 
+template <typename Real>
+void matmul_backward_weight_rows(Real* dweight_rows, const Real* dout, const Real* inp, std::int64_t rows, std::int64_t in_features,
+                                 std::int64_t out_features, std::int64_t first, std::int64_t count) {
+  gemm(true, false, count, out_features, rows, Real(1), inp + first, in_features, dout, out_features, Real(1), dweight_rows, out_features);
+}
+
 #define FERRY_INSTANTIATE(Real)                                                                                     \
   template void matmul_forward<Real>(Real*, const Real*, const Real*, const Real*, std::int64_t, std::int64_t,    \
                                      std::int64_t, WeightLayout);                                                  \
   template void matmul_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, std::int64_t,   \
-                                      std::int64_t, std::int64_t, WeightLayout);
+                                      std::int64_t, std::int64_t, WeightLayout);                                  \
+  template void matmul_backward_weight_rows<Real>(Real*, const Real*, const Real*, std::int64_t, std::int64_t,     \
+                                                  std::int64_t, std::int64_t, std::int64_t);
 FERRY_INSTANTIATE(float)
 FERRY_INSTANTIATE(double)
 #undef FERRY_INSTANTIATE

@@ -21,4 +21,10 @@ template <typename Real>
 void matmul_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp, const Real* weight,
                      std::int64_t rows, std::int64_t in_features, std::int64_t out_features, WeightLayout layout);
 
+// Rows [first, first + count) of an in_out weight's gradient: dweight_rows[count, out_features] +=
+// inp[:, first:first+count]^T x dout, read in place (strided). The same sums as matmul_backward's rows.
+template <typename Real>
+void matmul_backward_weight_rows(Real* dweight_rows, const Real* dout, const Real* inp, std::int64_t rows, std::int64_t in_features,
+                                 std::int64_t out_features, std::int64_t first, std::int64_t count);
+
 }  // namespace ferry::cpu
