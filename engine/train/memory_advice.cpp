@@ -64,18 +64,17 @@ MemoryAdvice advise_memory(const DryRunSetup& setup, std::size_t memory_limit) {
       if (advice.options.back().fits) break;
     }
   }
-  // Offloaded: smaller gradient buckets, halving from the largest weight (the default bucket) while the
-  // peak falls; the largest that fits is the one to take.
+  // Offloaded: smaller gradient buckets, halving from the largest weight (the default bucket) down to
+  // one row; those that lower the peak are shown, and the largest that fits ends the search. (The
+  // reserved peak need not fall with the bucket: other sizes of blocks cache differently.)
   if (setup.offload_optimizer) {
     const std::int64_t C = setup.config.hidden;
-    std::int64_t bucket = setup.gradient_bucket_elements > 0 ? setup.gradient_bucket_elements : 4 * C * C;
-    std::int64_t previous_peak = current.peak_reserved;
-    for (bucket /= 2; bucket >= C; bucket /= 2) {
+    const std::int64_t largest = setup.gradient_bucket_elements > 0 ? setup.gradient_bucket_elements : 4 * C * C;
+    for (std::int64_t bucket = largest / 2; bucket >= C; bucket /= 2) {
       variant = setup;
       variant.gradient_bucket_elements = bucket;
       const DryRun dry_run = dry_run_step(variant);
-      if (dry_run.peak_reserved >= previous_peak) break;  // the bucket no longer sets the peak
-      previous_peak = dry_run.peak_reserved;
+      if (dry_run.peak_reserved >= current.peak_reserved) continue;
       advice.options.push_back(option_from("--reduce-bucket-size " + std::to_string(bucket), dry_run, current, memory_limit));
       if (advice.options.back().fits) break;
     }

@@ -41,6 +41,27 @@ expect_error "out of device memory" "$ferry" train "${shape[@]}" 4 --device-memo
 grep -q -- "--offload-optimizer cpu .*fits" "$work/err.txt" || { echo "the advice does not offer the offload:"; cat "$work/err.txt"; exit 1; }
 "$ferry" train "${shape[@]}" 4 --device-memory "$limit" --offload-optimizer cpu --summary "$work/fit.json" > /dev/null
 
+# 2b. Gradient buckets bounded by bytes: few wide blocks, where one whole weight's gradient is the
+#     bucket that breaks the limit; the OOM advice names the bucket that fits, and it trains there with
+#     at most that many gradient elements on the device at once.
+wide=(--layers 2 --hidden 768 --heads 8 --vocab 4096 --seq 64 --batch 1 --steps 2 --threads 2 --log-every 100 --offload-optimizer cpu
+      --device-memory 90000000)
+(cd "$work" && expect_error "reduce-bucket-size 294912 .* fits" "$ferry" train "${wide[@]}")
+"$ferry" train "${wide[@]}" --reduce-bucket-size 294912 --summary "$work/bucket.json" > /dev/null
+"$ferry" train "${wide[@]}" --reduce-bucket-size 294912 --device meta --device-memory 1TiB --summary "$work/bucket_meta.json" > /dev/null
+/usr/bin/python3 - "$work/bucket.json" "$work/bucket_meta.json" <<'PY'
+import json, sys
+real, meta = (json.load(open(p)) for p in sys.argv[1:])
+m = real["memory"]
+assert m["peak_reserved"] <= 90000000, m
+assert m["max_by_category"]["gradients"] <= 294912 * 4 * 2, m["max_by_category"]  # one slice (rounded to the allocator's 2 MiB)
+for key in ["peak_allocated", "peak_reserved", "max_by_category"]:
+    assert m[key] == meta["memory"][key], (key, m[key], meta["memory"][key])
+PY
+echo '{"zero_optimization": {"stage": 2, "reduce_bucket_size": 294912, "offload_optimizer": {"device": "cpu"}}}' > "$work/bucket_config.json"
+"$ferry" train "${wide[@]}" --config "$work/bucket_config.json" --summary "$work/bucket_config_run.json" > /dev/null
+/usr/bin/python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['memory']['peak_reserved'] <= 90000000" "$work/bucket_config_run.json"
+
 # 3. Checkpoints move between modes: 2 steps offloaded to NVMe, 2 more on the device == 4 on the device.
 "$ferry" train "${shape[@]}" 2 --offload-optimizer nvme --nvme-path "$work/nvme" --save "$work/ckpt" > /dev/null
 "$ferry" train "${shape[@]}" 4 --resume "$work/ckpt" --summary "$work/resumed.json" > /dev/null
