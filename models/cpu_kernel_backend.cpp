@@ -75,6 +75,18 @@ void CpuKernelBackend::matmul_backward_weight_rows(float* dweight_rows, const fl
   cpu::matmul_backward_weight_rows(dweight_rows, dout, inp, rows, in_features, out_features, first, count);
 }
 
+void CpuKernelBackend::matmul_forward_rows(float* out, const float* inp, const float* weight_rows, const float* bias, std::int64_t rows,
+                                           std::int64_t in_features, std::int64_t out_features, std::int64_t first, std::int64_t count,
+                                           bool accumulate, float*, float*, void*) {
+  cpu::matmul_forward_rows(out, inp, weight_rows, bias, rows, in_features, out_features, first, count, accumulate);
+}
+
+void CpuKernelBackend::matmul_backward_input_rows(float* dinp, const float* dout, const float* weight_rows, std::int64_t rows,
+                                                  std::int64_t in_features, std::int64_t out_features, std::int64_t first,
+                                                  std::int64_t count, float*, void*) {
+  cpu::matmul_backward_input_rows(dinp, dout, weight_rows, rows, in_features, out_features, first, count);
+}
+
 void CpuKernelBackend::lm_head_logits_slice(float* logits, std::int64_t vocab, std::int64_t first, const float* inp,
                                             const float* weight_slice, std::int64_t rows, std::int64_t channels, std::int64_t count,
                                             float*, void*) {

@@ -35,6 +35,12 @@ class CpuKernelBackend final : public KernelBackend {
   void matmul_backward_weight_rows(float* dweight_rows, const float* dout, const float* inp, std::int64_t rows, std::int64_t in_features,
                                    std::int64_t out_features, std::int64_t first, std::int64_t count, float* column_scratch,
                                    void* workspace) override;
+  void matmul_forward_rows(float* out, const float* inp, const float* weight_rows, const float* bias, std::int64_t rows,
+                           std::int64_t in_features, std::int64_t out_features, std::int64_t first, std::int64_t count, bool accumulate,
+                           float* column_scratch, float* output_scratch, void* workspace) override;
+  void matmul_backward_input_rows(float* dinp, const float* dout, const float* weight_rows, std::int64_t rows, std::int64_t in_features,
+                                  std::int64_t out_features, std::int64_t first, std::int64_t count, float* output_scratch,
+                                  void* workspace) override;
 
   void lm_head_logits_slice(float* logits, std::int64_t vocab, std::int64_t first, const float* inp, const float* weight_slice,
                             std::int64_t rows, std::int64_t channels, std::int64_t count, float* slice_scratch,

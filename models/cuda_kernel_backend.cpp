@@ -90,6 +90,28 @@ class CudaKernelBackend final : public KernelBackend {
     matmul_backward(nullptr, dweight_rows, nullptr, dout, column_scratch, nullptr, rows, count, out_features, WeightLayout::in_out, workspace);
   }
 
+  // Row slices of a weight: the input's columns dense first; a slice after the first is computed apart
+  // and added, and an input gradient's columns are computed dense and copied into place.
+  void matmul_forward_rows(float* out, const float* inp, const float* weight_rows, const float* bias, std::int64_t rows,
+                           std::int64_t in_features, std::int64_t out_features, std::int64_t first, std::int64_t count, bool accumulate,
+                           float* column_scratch, float* output_scratch, void* workspace) override {
+    copy_columns(required(column_scratch, "matmul input columns"), count, inp + first, in_features, rows, count);
+    if (!accumulate) {
+      matmul_forward(out, column_scratch, weight_rows, bias, rows, count, out_features, WeightLayout::in_out, workspace);
+      return;
+    }
+    float* part = required(output_scratch, "matmul slice output");
+    matmul_forward(part, column_scratch, weight_rows, nullptr, rows, count, out_features, WeightLayout::in_out, workspace);
+    residual_forward(out, out, part, rows * out_features);
+  }
+  void matmul_backward_input_rows(float* dinp, const float* dout, const float* weight_rows, std::int64_t rows, std::int64_t in_features,
+                                  std::int64_t out_features, std::int64_t first, std::int64_t count, float* output_scratch,
+                                  void* workspace) override {
+    float* part = required(output_scratch, "matmul input-gradient slice");
+    matmul_backward(part, nullptr, nullptr, dout, nullptr, weight_rows, rows, count, out_features, WeightLayout::in_out, workspace);
+    copy_columns(dinp + first, in_features, part, count, rows, count);
+  }
+
   // A slice narrower than the vocabulary goes through a contiguous [rows, count] buffer (cuBLASLt writes
   // and reads it densely) copied into or out of its columns of the logits; an input gradient to add to
   // is computed apart and added (cuBLASLt's backward overwrites it).

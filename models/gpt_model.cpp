@@ -128,13 +128,13 @@ BlockActivations GptModel::block_forward(std::int64_t layer, const Tensor& input
   a.ln_1_rstd = Tensor::empty(*device_, {B, T}, DType::f32, MemoryCategory::activations, layer_tag(layer, "ln_1.rstd"));
   ops::layernorm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, input, p.ln_1_weight, p.ln_1_bias);
   a.qkv = activation({B, T, 3 * C}, layer_tag(layer, "attn.qkv"));
-  ops::matmul_forward(a.qkv, a.ln_1, p.attn_c_attn_weight, p.attn_c_attn_bias, WeightLayout::in_out);
+  ops::matmul_forward(a.qkv, a.ln_1, p.attn_c_attn_weight, p.attn_c_attn_bias, WeightLayout::in_out, weight_copy_elements_);
   a.att = ops::attention_saved(*device_, B, NH, T, parameter_dtype_, layer_tag(layer, "attn.att"));
   a.attn = activation({B, T, C}, layer_tag(layer, "attn.out"));
   ops::attention_forward(a.attn, a.att, a.qkv, NH, attention_dropout, keys.derive(kAttentionDropout));
   {
     const Tensor projection = activation({B, T, C}, layer_tag(layer, "attn.c_proj"));
-    ops::matmul_forward(projection, a.attn, p.attn_c_proj_weight, p.attn_c_proj_bias, WeightLayout::in_out);
+    ops::matmul_forward(projection, a.attn, p.attn_c_proj_weight, p.attn_c_proj_bias, WeightLayout::in_out, weight_copy_elements_);
     if (residual_dropout > 0) ops::dropout_forward(projection, projection, residual_dropout, keys.derive(kAttentionResidualDropout));
     a.residual = activation({B, T, C}, layer_tag(layer, "residual"));
     ops::residual_forward(a.residual, input, projection);
@@ -144,12 +144,12 @@ BlockActivations GptModel::block_forward(std::int64_t layer, const Tensor& input
   a.ln_2_rstd = Tensor::empty(*device_, {B, T}, DType::f32, MemoryCategory::activations, layer_tag(layer, "ln_2.rstd"));
   ops::layernorm_forward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.residual, p.ln_2_weight, p.ln_2_bias);
   a.fc = activation({B, T, 4 * C}, layer_tag(layer, "mlp.c_fc"));
-  ops::matmul_forward(a.fc, a.ln_2, p.mlp_c_fc_weight, p.mlp_c_fc_bias, WeightLayout::in_out);
+  ops::matmul_forward(a.fc, a.ln_2, p.mlp_c_fc_weight, p.mlp_c_fc_bias, WeightLayout::in_out, weight_copy_elements_);
   a.gelu = activation({B, T, 4 * C}, layer_tag(layer, "mlp.gelu"));
   ops::gelu_forward(a.gelu, a.fc);
   {
     const Tensor projection = activation({B, T, C}, layer_tag(layer, "mlp.c_proj"));
-    ops::matmul_forward(projection, a.gelu, p.mlp_c_proj_weight, p.mlp_c_proj_bias, WeightLayout::in_out);
+    ops::matmul_forward(projection, a.gelu, p.mlp_c_proj_weight, p.mlp_c_proj_bias, WeightLayout::in_out, weight_copy_elements_);
     if (residual_dropout > 0) ops::dropout_forward(projection, projection, residual_dropout, keys.derive(kMlpResidualDropout));
     a.output = activation({B, T, C}, layer_tag(layer, "output"));
     ops::residual_forward(a.output, a.residual, projection);
@@ -301,15 +301,15 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
                                  Tensor& kept_input, Tensor& kept_gradient, bool overwritten_later, const char* what) {
     if (deferred == nullptr && gradient_storage_ == GradientStorage::whole) {  // one call: the input and parameter gradients
       const GptBlockParameters& g = gradients_.blocks[static_cast<std::size_t>(layer)];
-      ops::matmul_backward(dinp, g.field(field), g.field(field + 1), dout, inp, weight, WeightLayout::in_out);
+      ops::matmul_backward(dinp, g.field(field), g.field(field + 1), dout, inp, weight, WeightLayout::in_out, weight_copy_elements_);
       return;
     }
     if (deferred == nullptr) {
-      ops::matmul_backward(dinp, Tensor(), Tensor(), dout, inp, weight, WeightLayout::in_out);
+      ops::matmul_backward(dinp, Tensor(), Tensor(), dout, inp, weight, WeightLayout::in_out, weight_copy_elements_);
       projection_parameter_gradients(layer, field, dout, inp);
       return;
     }
-    ops::matmul_backward(dinp, Tensor(), Tensor(), dout, inp, weight, WeightLayout::in_out);
+    ops::matmul_backward(dinp, Tensor(), Tensor(), dout, inp, weight, WeightLayout::in_out, weight_copy_elements_);
     kept_input = inp;
     if (overwritten_later) {
       kept_gradient = Tensor::empty(*device_, dout.shape(), DType::f32, MemoryCategory::activations, layer_tag(layer, what));

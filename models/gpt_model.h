@@ -100,6 +100,9 @@ class GptModel {
   // such bucket of f32 gradients (0: whole parameters). The token table's slices are the vocab_slice().
   void set_gradient_bucket_elements(std::int64_t elements);
   std::int64_t gradient_bucket_elements() const { return gradient_bucket_elements_; }
+  // 16-bit weights of more than `elements` are converted to f32 for the matmuls in row slices of at most
+  // that many (the cpu kernels' f32 workspace copies; 0: whole weights).
+  void set_weight_copy_elements(std::int64_t elements);
 
   // Layers, one at a time. tokens and targets are i32 [B, T] on the device.
   Tensor embedding_forward(const Tensor& tokens, cpu::RandomKey key);
@@ -159,6 +162,7 @@ class GptModel {
   std::int64_t loss_chunk_ = 0;
   std::int64_t vocab_slice_ = 0;
   std::int64_t gradient_bucket_elements_ = 0;
+  std::int64_t weight_copy_elements_ = 0;
   bool training_ = true;
 };
 

@@ -26,6 +26,11 @@ void GptModel::set_gradient_bucket_elements(std::int64_t elements) {
   gradient_bucket_elements_ = elements;
 }
 
+void GptModel::set_weight_copy_elements(std::int64_t elements) {
+  if (elements < 0) throw std::invalid_argument("the weight copy must be >= 0 elements (0: whole weights), got " + std::to_string(elements));
+  weight_copy_elements_ = elements;
+}
+
 Tensor GptModel::gradient_bucket(const Shape& shape, const std::string& tag) const {
   return Tensor::zeros(*device_, shape, DType::f32, MemoryCategory::gradients, "grad." + tag);
 }

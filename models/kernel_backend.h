@@ -65,6 +65,17 @@ class KernelBackend : public DeviceAttachment {
                                            std::int64_t in_features, std::int64_t out_features, std::int64_t first, std::int64_t count,
                                            float* column_scratch, void* workspace) = 0;
 
+  // An in_out matmul over rows [first, first + count) of its weight (cpu/matmul.h): forward into out
+  // (accumulating after the first slice; bias with the first), and the input gradient's columns.
+  // column_scratch: sizes().weight_rows_scratch_elements(rows, count); output_scratch:
+  // sizes().matmul_rows_output_scratch_elements(rows, width) (null when 0).
+  virtual void matmul_forward_rows(float* out, const float* inp, const float* weight_rows, const float* bias, std::int64_t rows,
+                                   std::int64_t in_features, std::int64_t out_features, std::int64_t first, std::int64_t count,
+                                   bool accumulate, float* column_scratch, float* output_scratch, void* workspace) = 0;
+  virtual void matmul_backward_input_rows(float* dinp, const float* dout, const float* weight_rows, std::int64_t rows,
+                                          std::int64_t in_features, std::int64_t out_features, std::int64_t first, std::int64_t count,
+                                          float* output_scratch, void* workspace) = 0;
+
   // Where sizes().matmul_takes_bf16() (cuda: cuBLASLt on bf16 inputs with fp32 accumulation):
   // matmul_forward on bf16 bit patterns (out, inp, weight, bias; bias may be null), out rounded once.
   virtual void matmul_forward_bf16(void* out, const void* inp, const void* weight, const void* bias, std::int64_t rows,

@@ -24,6 +24,7 @@ class CpuKernelSizes final : public KernelSizes {
   std::int64_t lm_head_slice_scratch_elements(std::int64_t, std::int64_t, std::int64_t) const override { return 0; }
   std::int64_t lm_head_input_scratch_elements(std::int64_t, std::int64_t, bool) const override { return 0; }
   std::int64_t weight_rows_scratch_elements(std::int64_t, std::int64_t) const override { return 0; }  // BLAS takes strides
+  std::int64_t matmul_rows_output_scratch_elements(std::int64_t, std::int64_t) const override { return 0; }
   std::int64_t cross_entropy_scratch_elements(std::int64_t) const override { return 0; }
 };
 
@@ -48,6 +49,7 @@ class CudaKernelSizes final : public KernelSizes {
     return accumulate_input ? rows * channels : 0;
   }
   std::int64_t weight_rows_scratch_elements(std::int64_t rows, std::int64_t count) const override { return rows * count; }
+  std::int64_t matmul_rows_output_scratch_elements(std::int64_t rows, std::int64_t width) const override { return rows * width; }
   std::int64_t cross_entropy_scratch_elements(std::int64_t rows) const override { return rows; }
 };
 

@@ -37,6 +37,9 @@ class KernelSizes {
   // Scratch floats of a weight gradient's row slice (matmul_backward_weight_rows): a dense [rows, count]
   // copy of the input's columns where the device's matmul cannot address strided ones.
   virtual std::int64_t weight_rows_scratch_elements(std::int64_t rows, std::int64_t count) const = 0;
+  // Scratch floats of a row-slice matmul's dense [rows, width] result where the device's matmul can
+  // neither add into its output nor write strided columns (forward slices after the first, input gradients).
+  virtual std::int64_t matmul_rows_output_scratch_elements(std::int64_t rows, std::int64_t width) const = 0;
   // Scratch floats of cross-entropy: per-row losses left on the device (0: summed as computed).
   virtual std::int64_t cross_entropy_scratch_elements(std::int64_t rows) const = 0;
 };

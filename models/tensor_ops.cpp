@@ -1,5 +1,6 @@
 #include "models/tensor_ops.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -126,7 +127,16 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
   }
 }
 
-void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, WeightLayout layout) {
+// Rows of weight per f32 slice when a 16-bit in_out weight is converted in slices, else 0 (whole).
+std::int64_t weight_rows_per_copy(const Tensor& weight, WeightLayout layout, std::int64_t weight_copy_elements) {
+  if (weight.dtype() == DType::f32 || layout != WeightLayout::in_out || weight_copy_elements <= 0 || weight.numel() <= weight_copy_elements) {
+    return 0;
+  }
+  return std::clamp<std::int64_t>(weight_copy_elements / weight.size(1), 1, weight.size(0));
+}
+
+void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, WeightLayout layout,
+                    std::int64_t weight_copy_elements) {
   const std::int64_t in = layout == WeightLayout::in_out ? weight.size(0) : weight.size(1);
   const std::int64_t out_features = layout == WeightLayout::in_out ? weight.size(1) : weight.size(0);
   require(last_dimension(inp) == in && last_dimension(out) == out_features, "matmul_forward",
@@ -143,20 +153,52 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
     return;
   }
   const Tensor inp32 = as_f32(inp, "matmul.in.f32");
-  const Tensor weight32 = as_f32(weight, "matmul.weight.f32");
   const Tensor bias32 = bias.defined() ? as_f32(bias, "matmul.bias.f32") : Tensor();
   const Tensor out32 = f32_target(out, "matmul.out.f32");
+  const std::int64_t rows = inp.numel() / in;
+  if (const std::int64_t per_copy = weight_rows_per_copy(weight, layout, weight_copy_elements); per_copy > 0) {
+    const KernelSizes& sizes = backend.sizes();
+    for (std::int64_t first = 0; first < in; first += per_copy) {
+      const std::int64_t count = std::min(per_copy, in - first);
+      const Tensor slice32 = as_f32(weight.narrow(0, first, count), "matmul.weight.rows.f32");
+      const Tensor columns = scratch(out.device(), sizes.weight_rows_scratch_elements(rows, count), "matmul.in.columns");
+      const Tensor part = first == 0 ? Tensor() : scratch(out.device(), sizes.matmul_rows_output_scratch_elements(rows, out_features),
+                                                           "matmul.out.part");
+      if (KernelBackend* kernels = computing(out)) {
+        kernels->matmul_forward_rows(f32(out32), f32(inp32), f32(slice32), first == 0 ? f32(bias32) : nullptr, rows, in, out_features, first,
+                                     count, first > 0, f32(columns), f32(part), address(workspace));
+      }
+    }
+    store(out, out32);
+    return;
+  }
+  const Tensor weight32 = as_f32(weight, "matmul.weight.f32");
   if (KernelBackend* kernels = computing(out)) {
-    kernels->matmul_forward(f32(out32), f32(inp32), f32(weight32), f32(bias32), inp.numel() / in, in, out_features, layout,
-                            address(workspace));
+    kernels->matmul_forward(f32(out32), f32(inp32), f32(weight32), f32(bias32), rows, in, out_features, layout, address(workspace));
   }
   store(out, out32);
 }
 
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
-                     const Tensor& inp, const Tensor& weight, WeightLayout layout) {
+                     const Tensor& inp, const Tensor& weight, WeightLayout layout, std::int64_t weight_copy_elements) {
   const std::int64_t in = layout == WeightLayout::in_out ? weight.size(0) : weight.size(1);
   const std::int64_t out_features = layout == WeightLayout::in_out ? weight.size(1) : weight.size(0);
+  if (const std::int64_t per_copy = weight_rows_per_copy(weight, layout, weight_copy_elements); per_copy > 0 && dinp.defined()) {
+    const std::int64_t rows = inp.numel() / in;
+    const Tensor workspace = matmul_workspace(dout.device());
+    for (std::int64_t first = 0; first < in; first += per_copy) {
+      const std::int64_t count = std::min(per_copy, in - first);
+      const Tensor slice32 = as_f32(weight.narrow(0, first, count), "matmul.weight.rows.f32");
+      const Tensor part = scratch(dout.device(), kernel_backend(dout.device()).sizes().matmul_rows_output_scratch_elements(rows, count),
+                                  "matmul.in.grad.part");
+      if (KernelBackend* kernels = computing(dout)) {
+        kernels->matmul_backward_input_rows(f32(dinp), f32(dout), f32(slice32), rows, in, out_features, first, count, f32(part),
+                                            address(workspace));
+      }
+    }
+    if (dweight.defined() || dbias.defined()) matmul_backward(Tensor(), dweight, dbias, dout, inp, weight, layout);
+    return;
+  }
   const Tensor inp32 = dweight.defined() ? as_f32(inp, "matmul.in.f32") : Tensor();
   const Tensor weight32 = dinp.defined() ? as_f32(weight, "matmul.weight.f32") : Tensor();
   const Tensor workspace = matmul_workspace(dout.device());

@@ -34,12 +34,15 @@ void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                         const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd);
 
-// bias may be undefined. in_out: weight [in, out]; out_in: weight [out, in].
-void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, WeightLayout layout);
+// bias may be undefined. in_out: weight [in, out]; out_in: weight [out, in]. A 16-bit in_out weight
+// of more than weight_copy_elements (> 0) is converted to f32 in row slices of at most that many
+// elements, one GEMM each, instead of whole (the workspace a cpu run's bf16/f16 matmuls take).
+void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, WeightLayout layout,
+                    std::int64_t weight_copy_elements = 0);
 // dinp (may be undefined) is overwritten; dweight and dbias (may be undefined) accumulate.
-// inp is read only for dweight, weight only for dinp.
+// inp is read only for dweight, weight only for dinp (in slices as above).
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
-                     const Tensor& inp, const Tensor& weight, WeightLayout layout);
+                     const Tensor& inp, const Tensor& weight, WeightLayout layout, std::int64_t weight_copy_elements = 0);
 
 // Rows [first, first + dweight_rows.size(0)) of an in_out weight's gradient: dweight_rows += inp[:, rows]^T x
 // dout, with inp [.., in] and dout [.., out] in f32 (convert once with as_f32 before slicing).

@@ -64,20 +64,31 @@ MemoryAdvice advise_memory(const DryRunSetup& setup, std::size_t memory_limit) {
       if (advice.options.back().fits) break;
     }
   }
-  // Offloaded: smaller gradient buckets, halving from the largest weight (the default bucket) down to
-  // one row; those that lower the peak are shown, and the largest that fits ends the search. (The
-  // reserved peak need not fall with the bucket: other sizes of blocks cache differently.)
-  if (setup.offload_optimizer) {
-    const std::int64_t C = setup.config.hidden;
-    const std::int64_t largest = setup.gradient_bucket_elements > 0 ? setup.gradient_bucket_elements : 4 * C * C;
-    for (std::int64_t bucket = largest / 2; bucket >= C; bucket /= 2) {
+  // Offloaded: smaller gradient buckets; 16-bit weights: smaller f32 copies for the matmuls; then both.
+  // Each halves from the largest weight (the default) down to one row; those that lower the peak are
+  // shown, and the largest that fits ends the search. (The reserved peak need not fall monotonically:
+  // other sizes of blocks cache differently.)
+  const std::int64_t largest_weight = 4 * setup.config.hidden * setup.config.hidden;
+  const bool sixteen_bit = setup.dtype != DType::f32;
+  for (const auto& [buckets, copies] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+    if ((buckets && !setup.offload_optimizer) || (copies && !sixteen_bit)) continue;
+    for (std::int64_t elements = largest_weight / 2; elements >= setup.config.hidden; elements /= 2) {
       variant = setup;
-      variant.gradient_bucket_elements = bucket;
+      std::string flags;
+      if (buckets) {
+        variant.gradient_bucket_elements = std::min(elements, setup.gradient_bucket_elements > 0 ? setup.gradient_bucket_elements : elements);
+        flags += "--reduce-bucket-size " + std::to_string(variant.gradient_bucket_elements);
+      }
+      if (copies) {
+        variant.weight_copy_elements = std::min(elements, setup.weight_copy_elements > 0 ? setup.weight_copy_elements : elements);
+        flags += std::string(flags.empty() ? "" : " ") + "--weight-copy-elements " + std::to_string(variant.weight_copy_elements);
+      }
       const DryRun dry_run = dry_run_step(variant);
       if (dry_run.peak_reserved >= current.peak_reserved) continue;
-      advice.options.push_back(option_from("--reduce-bucket-size " + std::to_string(bucket), dry_run, current, memory_limit));
+      advice.options.push_back(option_from(flags, dry_run, current, memory_limit));
       if (advice.options.back().fits) break;
     }
+    if (std::any_of(advice.options.begin(), advice.options.end(), [](const MemoryOption& o) { return o.fits; })) break;
   }
   std::stable_sort(advice.options.begin(), advice.options.end(), [](const MemoryOption& a, const MemoryOption& b) {
     if (a.fits != b.fits) return a.fits;

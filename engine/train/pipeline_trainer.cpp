@@ -216,6 +216,7 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator)
                                               pipeline_rank_part(plan.schedule, r, plan.stage_blocks, config.layers));
       rank.model->set_loss_chunk(o.loss_chunk);
       rank.model->set_gradient_bucket_elements(o.reduce_bucket_size.value_or(0));
+      rank.model->set_weight_copy_elements(o.weight_copy_elements);
       if (o.init_from.empty()) {
         initialize_gpt_parameters(rank.model->parameters(), config, o.seed);
       } else {

@@ -209,6 +209,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--reduce-bucket-size", o.reduce_bucket_size,
                     "Offload: streamed gradient buckets of at most this many elements; larger weights go in row slices "
                     "(DeepSpeed's reduce_bucket_size; default 0: one whole parameter per bucket)");
+  train->add_option("--weight-copy-elements", o.weight_copy_elements,
+                    "bf16/fp16: convert a weight to f32 for the cpu matmuls in row slices of at most this many elements "
+                    "(bounds that workspace; 0: whole weights)");
   train->add_option("--offload-pin-memory", o.offload_pin_memory, "Page-locked host buffers for offloaded state (default true)");
   train->add_option("--offload-queue-depth", o.offload_queue_depth, "NVMe I/Os in flight (default 32)");
   return train;

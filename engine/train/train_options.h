@@ -51,6 +51,7 @@ struct TrainOptions {
   std::string offload_buffer_size = "256MiB";  // nvme: all buffers together
   std::int64_t offload_sub_group = 0;       // elements per sub-group; 0: from the buffers (nvme) or 16M (cpu)
   std::optional<std::int64_t> reduce_bucket_size;  // offload: gradient bucket bound in elements (0: whole parameters)
+  std::int64_t weight_copy_elements = 0;  // 16-bit weights converted to f32 for matmuls in slices of at most this (0: whole)
   std::int64_t offload_chunk_bytes = 1 << 20;  // nvme: bytes per I/O and per checksum
   int offload_queue_depth = 32;             // nvme: I/Os in flight
   std::int64_t loss_chunk = 0;  // tokens per LM-head chunk; 0: as many as fit 32 MiB of logits

@@ -46,6 +46,9 @@ void validate(const TrainOptions& o) {
     throw std::invalid_argument("--reduce-bucket-size must be >= 0 elements (0: one whole parameter per bucket), got " +
                                 std::to_string(*o.reduce_bucket_size));
   }
+  if (o.weight_copy_elements < 0) {
+    throw std::invalid_argument("--weight-copy-elements must be >= 0 (0: whole weights), got " + std::to_string(o.weight_copy_elements));
+  }
   if (o.eval_every < 0) throw std::invalid_argument("--eval-every must be >= 0 steps (0: at the last step only)");
   if (o.eval_batches < 0) throw std::invalid_argument("--eval-batches must be >= 0 (0: all of --eval-data)");
   if (o.eval_every > 0 && o.eval_data.empty()) throw std::invalid_argument("--eval-every needs --eval-data FILE (the validation data)");
@@ -163,7 +166,7 @@ nlohmann::json run_training(const TrainOptions& o) {
   const bool offloaded = o.offload_optimizer != "none";
   DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, AllocatorConfig::from_environment(),
                             offloaded, device->kind() == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu,
-                            o.reduce_bucket_size.value_or(0)};
+                            o.reduce_bucket_size.value_or(0), o.weight_copy_elements};
   for (const std::string& note : o.notes) std::printf("  note: %s\n", note.c_str());
   if (o.reduce_bucket_size && !offloaded) {
     std::printf("  note: reduce_bucket_size has no effect: without --offload-optimizer the gradients stay whole on the device\n");
@@ -203,6 +206,7 @@ nlohmann::json run_training(const TrainOptions& o) {
     GptModel model(*device, config, dtype, dropout, offloaded ? GradientStorage::streamed : GradientStorage::whole);
     model.set_loss_chunk(o.loss_chunk);
     model.set_gradient_bucket_elements(dry_run_setup.gradient_bucket_elements);
+    model.set_weight_copy_elements(dry_run_setup.weight_copy_elements);
     if (!o.init_from.empty() && o.resume.empty()) {
       if (device->has_storage()) load_gpt_parameters(SafetensorsFile(o.init_from), model.parameters());  // meta: the shape only
     } else {

@@ -88,6 +88,7 @@ DryRun dry_run_step(const DryRunSetup& setup) {
                    setup.offload_optimizer ? GradientStorage::streamed : GradientStorage::whole);
     model.set_loss_chunk(setup.loss_chunk);
     model.set_gradient_bucket_elements(setup.gradient_bucket_elements);
+    model.set_weight_copy_elements(setup.weight_copy_elements);
     const std::unique_ptr<TrainingOptimizer> optimizer =
         setup.offload_optimizer ? make_discarding_optimizer(model) : make_device_optimizer(model, {});
     DataLoader loader(*setup.data, setup.settings.batch, setup.settings.sequence, false, setup.settings.seed);

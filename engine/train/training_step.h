@@ -64,6 +64,7 @@ struct DryRunSetup {
   bool offload_optimizer = false;  // ZeRO-Offload: gradients stream off the device, no optimizer state on it
   DeviceKind kernels = DeviceKind::cpu;  // whose kernels' allocations the meta device makes (cpu or cuda)
   std::int64_t gradient_bucket_elements = 0;  // offload: streamed gradients' bucket bound (0: whole parameters)
+  std::int64_t weight_copy_elements = 0;      // 16-bit weights' f32 copies for matmuls in slices of at most this (0: whole)
 };
 
 // One training step of the setup on a meta device: the allocations a real step makes on a device of

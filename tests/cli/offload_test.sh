@@ -62,6 +62,28 @@ echo '{"zero_optimization": {"stage": 2, "reduce_bucket_size": 294912, "offload_
 "$ferry" train "${wide[@]}" --config "$work/bucket_config.json" --summary "$work/bucket_config_run.json" > /dev/null
 /usr/bin/python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['memory']['peak_reserved'] <= 90000000" "$work/bucket_config_run.json"
 
+# 2c. Any shape fits in a fifth of its 16 bytes per parameter: few wide bf16 blocks with a 4096 vocabulary
+#     (17.4M parameters) need 68 MiB with whole buckets and whole f32 weight copies against a 53.2 MiB
+#     limit; the advice names both bounds together, and with them the run fits and trains as unbounded.
+fifth=(--layers 2 --hidden 768 --heads 8 --vocab 4096 --seq 64 --batch 1 --steps 2 --threads 2 --log-every 100 --precision bf16
+       --offload-optimizer cpu)
+limit=$(( 17421312 * 16 / 5 ))
+(cd "$work" && expect_error "reduce-bucket-size 589824 --weight-copy-elements 589824 .* fits" "$ferry" train "${fifth[@]}" --device-memory "$limit")
+"$ferry" train "${fifth[@]}" --device-memory "$limit" --reduce-bucket-size 589824 --weight-copy-elements 589824 --summary "$work/fifth.json" > /dev/null
+"$ferry" train "${fifth[@]}" --summary "$work/fifth_unbounded.json" > /dev/null
+"$ferry" train "${fifth[@]}" --reduce-bucket-size 589824 --weight-copy-elements 589824 --device meta --summary "$work/fifth_meta.json" > /dev/null
+/usr/bin/python3 - "$work/fifth.json" "$work/fifth_unbounded.json" "$limit" "$work/fifth_meta.json" <<'PY'
+import json, sys
+bounded, unbounded, limit = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
+meta = json.load(open(sys.argv[4]))
+for key in ["peak_allocated", "peak_reserved", "max_by_category"]:
+    assert bounded["memory"][key] == meta["memory"][key], (key, bounded["memory"][key], meta["memory"][key])
+assert bounded["model"]["parameters"] == 17421312
+assert bounded["memory"]["peak_reserved"] <= limit < unbounded["memory"]["peak_reserved"], (bounded["memory"], unbounded["memory"])
+for a, b in zip(bounded["steps"], unbounded["steps"]):
+    assert abs(a["loss"] - b["loss"]) < 1e-4 * b["loss"], (a["loss"], b["loss"])  # other GEMM slicing: rounding only
+PY
+
 # 3. Checkpoints move between modes: 2 steps offloaded to NVMe, 2 more on the device == 4 on the device.
 "$ferry" train "${shape[@]}" 2 --offload-optimizer nvme --nvme-path "$work/nvme" --save "$work/ckpt" > /dev/null
 "$ferry" train "${shape[@]}" 4 --resume "$work/ckpt" --summary "$work/resumed.json" > /dev/null

@@ -241,6 +241,34 @@ TEST(MatmulKernel, FloatTwinMatchesDouble) {
   }
 }
 
+// Row slices of an in_out weight (a weight converted to f32, or its gradient streamed, a slice at a
+// time) give the whole matmul's results: forward (bias with the first slice, the rest added), the
+// input gradient's columns and the weight gradient's rows, for slices that divide the rows and not.
+TEST(MatmulKernel, RowSlicesOfTheWeightGiveTheWholeProducts) {
+  const Vec inp = random_normal(kRows * kIn, 21);
+  const Vec weight = random_normal(kIn * kOut, 22, 0.5);
+  const Vec bias = random_normal(kOut, 23);
+  const Vec R = random_normal(kRows * kOut, 24);
+  Vec out(size_of(kRows * kOut)), dinp(inp.size()), dweight(weight.size(), 0.0), dbias(bias.size(), 0.0);
+  matmul_forward<double>(out.data(), inp.data(), weight.data(), bias.data(), kRows, kIn, kOut, WeightLayout::in_out);
+  matmul_backward<double>(dinp.data(), dweight.data(), dbias.data(), R.data(), inp.data(), weight.data(), kRows, kIn, kOut,
+                          WeightLayout::in_out);
+  for (std::int64_t per_slice : {std::int64_t{1}, kIn / 2, kIn - 1, kIn}) {
+    SCOPED_TRACE("rows per slice " + std::to_string(per_slice));
+    Vec sliced_out(out.size(), -7.0), sliced_dinp(dinp.size(), -7.0), sliced_dweight(weight.size(), 0.0);
+    for (std::int64_t first = 0; first < kIn; first += per_slice) {
+      const std::int64_t count = std::min(per_slice, kIn - first);
+      const double* rows = weight.data() + first * kOut;
+      matmul_forward_rows<double>(sliced_out.data(), inp.data(), rows, bias.data(), kRows, kIn, kOut, first, count, first > 0);
+      matmul_backward_input_rows<double>(sliced_dinp.data(), R.data(), rows, kRows, kIn, kOut, first, count);
+      matmul_backward_weight_rows<double>(sliced_dweight.data() + first * kOut, R.data(), inp.data(), kRows, kIn, kOut, first, count);
+    }
+    for (std::size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(sliced_out[i], out[i], 1e-12) << "out " << i;
+    for (std::size_t i = 0; i < dinp.size(); ++i) EXPECT_NEAR(sliced_dinp[i], dinp[i], 1e-12) << "dinp " << i;
+    for (std::size_t i = 0; i < dweight.size(); ++i) EXPECT_NEAR(sliced_dweight[i], dweight[i], 1e-12) << "dweight " << i;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // layernorm
 

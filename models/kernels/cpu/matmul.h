@@ -27,4 +27,15 @@ template <typename Real>
 void matmul_backward_weight_rows(Real* dweight_rows, const Real* dout, const Real* inp, std::int64_t rows, std::int64_t in_features,
                                  std::int64_t out_features, std::int64_t first, std::int64_t count);
 
+// The same products over rows [first, first + count) of an in_out weight, so a 16-bit weight can be
+// converted to f32 one row slice at a time: out[rows, out_features] (= or +=) inp[:, first:first+count]
+// x weight_rows (+ bias when it is the first slice, not accumulating), and dinp[:, first:first+count] =
+// dout x weight_rows^T. inp and dinp are read and written in place (strided).
+template <typename Real>
+void matmul_forward_rows(Real* out, const Real* inp, const Real* weight_rows, const Real* bias, std::int64_t rows, std::int64_t in_features,
+                         std::int64_t out_features, std::int64_t first, std::int64_t count, bool accumulate);
+template <typename Real>
+void matmul_backward_input_rows(Real* dinp, const Real* dout, const Real* weight_rows, std::int64_t rows, std::int64_t in_features,
+                                std::int64_t out_features, std::int64_t first, std::int64_t count);
+
 }  // namespace ferry::cpu
