@@ -78,8 +78,9 @@ struct PipelineRank {
 
 struct PipelinePlan {
   PipelineSchedule schedule;  // lowered
+  PipelineCosts costs;        // unit costs per rank's blocks
   std::vector<StageBlocks> stage_blocks;
-  PipelineSimulation simulation;  // unit costs
+  PipelineSimulation simulation;
 };
 
 // ZeRO-Offload for one rank: its own NVMe directory (DIR/rank-R) and its share of the cores.
@@ -98,17 +99,22 @@ nlohmann::json rank_summary(const PipelineRank& rank, const PipelinePlan& plan) 
   }
   const nlohmann::json optimizer = rank.optimizer->describe();
   const nlohmann::json memory = memory_summary(*rank.device, optimizer);
+  // The prediction: the simulator replays the rank's actions with what one micro-batch keeps on each of
+  // its stages (measured on the stage's first F and W).
   const PipelineStashMeasure& stash = rank.executor->stash();
-  nlohmann::json predicted = nullptr;
-  if (plan.schedule.stages_per_rank() == 1) {
-    predicted = static_cast<std::int64_t>(plan.simulation.stages[static_cast<std::size_t>(r)].peak_in_flight) * stash.after_first_forward;
+  const PipelineSimulation replay = simulate_pipeline_schedule(plan.schedule, plan.costs, stage_memory(stash, plan.schedule.stages));
+  const std::int64_t predicted = replay.rank_peak_activation_bytes.at(static_cast<std::size_t>(r));
+  nlohmann::json per_stage = nlohmann::json::array();
+  for (const StageStashBytes& stage : stash.stages) {
+    per_stage.push_back({{"stage", stage.stage}, {"forward", stage.forward}, {"kept_for_weight", stage.kept_for_weight}});
   }
   return {{"rank", r}, {"stage", stages.front()}, {"stages", stages},
           {"peak_allocated", memory["peak_allocated"]}, {"peak_reserved", memory["peak_reserved"]},
           {"max_by_category", memory["max_by_category"]}, {"at_peak", memory["at_peak"]},
           {"host_pinned_peak", memory["host_pinned_peak"]}, {"nvme_bytes", memory["nvme_bytes"]}, {"num_ooms", memory["num_ooms"]},
           {"num_alloc_retries", memory["num_alloc_retries"]}, {"optimizer", optimizer},
-          {"activation_stash", {{"one_micro_batch", stash.after_first_forward}, {"peak", stash.peak}, {"predicted_peak", predicted}}}};
+          {"activation_stash",
+           {{"one_micro_batch", stash.after_first_forward}, {"peak", stash.peak}, {"predicted_peak", predicted}, {"stages", per_stage}}}};
 }
 
 // The whole job's host and NVMe bytes and allocator failures: every rank's together.
@@ -174,7 +180,8 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator)
     const OptimizerSettings hyper = resolve_new_run_settings(o.optimizer, o.steps);  // pipelines refuse --resume
     PipelinePlan plan;
     const PipelineSchedule compute = generate_pipeline_schedule(o.schedule, ranks, micro_batches);
-    PipelineCosts costs = kUnitCosts;  // per rank's share of the blocks: a virtual stage costs 1/V of it
+    PipelineCosts& costs = plan.costs;  // per rank's share of the blocks: a virtual stage costs 1/V of it
+    costs = kUnitCosts;
     const double chunks = compute.stages_per_rank();
     costs.forward /= chunks;
     costs.backward /= chunks;

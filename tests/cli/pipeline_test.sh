@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Pipeline training across processes (mpirun, more ranks than cores): every schedule with --pp 2 and
 # --pp 4 gives the per-step losses of one rank with the same global batch (1e-5 relative in fp32), with
-# ZeRO-Offload too; the
-# summary on rank 0 lists every rank; a bad flag on every rank, or a launch with the wrong rank count,
-# fails fast with one clear error instead of hanging.
+# ZeRO-Offload too; the summary on rank 0 lists every rank, each with its predicted activation stash
+# equal to the measured one byte for byte; a bad flag on every rank, or a launch with the wrong rank
+# count, fails fast with one clear error instead of hanging.
 source "$(dirname "$0")/common.sh"
 mpirun=${MPIRUN:-mpirun}
 launch() {  # launch RANKS ARGS...: ferry under mpirun, one rank per core or more
@@ -28,6 +28,11 @@ assert pipe["pipeline"]["processes"] == ranks and len(pipe["ranks"]) == ranks, p
 assert sorted(entry["rank"] for entry in pipe["ranks"]) == list(range(ranks))
 for entry in pipe["ranks"]:
     assert entry["peak_allocated"] > 0 and entry["max_by_category"]["activations"] > 0, entry
+# Each rank's activation stash, predicted by replaying its actions with its chunks' bytes, equals the
+# measured one byte for byte.
+wrong = [(e["rank"], e["activation_stash"]["predicted_peak"], e["activation_stash"]["peak"]) for e in pipe["ranks"]
+         if e["activation_stash"]["predicted_peak"] != e["activation_stash"]["peak"]]
+assert not wrong, f"{pipe['pipeline']['schedule']} pp {ranks}: (rank, predicted, measured) {wrong}"
 PY
 }
 
