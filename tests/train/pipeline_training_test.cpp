@@ -13,7 +13,6 @@
 #include "engine/train/trainer.h"
 #include "models/gpt_model.h"
 #include "models/gpt_weights.h"
-#include "schedule/pipeline_partition.h"
 #include "tests/train/tiny_training.h"
 
 namespace ferry {
@@ -243,25 +242,6 @@ TEST(PipelineTraining, BadSetupsNameTheFix) {
   unknown.pipeline_stages = 2;
   unknown.schedule = "fastest";
   EXPECT_NE(message(unknown).find("fastest"), std::string::npos) << message(unknown);
-}
-
-TEST(PipelinePartition, BalancesBlocksWithTheHeadOnTheLastStage) {
-  // Twelve equal blocks and a head worth five: the last stage takes fewer blocks.
-  const std::vector<StageBlocks> stages = partition_pipeline_stages(std::vector<double>(12, 1.0), 0.0, 5.0, 4);
-  ASSERT_EQ(stages.size(), 4u);
-  EXPECT_EQ(stages.front().first, 0);
-  EXPECT_EQ(stages.back().end, 12);
-  for (std::size_t s = 1; s < stages.size(); ++s) EXPECT_EQ(stages[s].first, stages[s - 1].end);
-  double most = 0;
-  for (const StageBlocks& stage : stages) {
-    EXPECT_GE(stage.end - stage.first, 1);
-    most = std::max(most, stage.cost);
-  }
-  EXPECT_DOUBLE_EQ(most, 6.0);  // 4 + 4 + 3 + (1 + 5): no split does better than 6
-  EXPECT_EQ(stages.back().end - stages.back().first, 1);
-  EXPECT_THROW(partition_pipeline_stages(std::vector<double>(3, 1.0), 0.0, 0.0, 4), std::invalid_argument);
-  const std::vector<StageBlocks> even = partition_pipeline_stages(std::vector<double>(8, 1.0), 0.0, 0.0, 4);
-  for (const StageBlocks& stage : even) EXPECT_EQ(stage.end - stage.first, 2);
 }
 
 }  // namespace
