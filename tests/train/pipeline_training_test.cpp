@@ -1,13 +1,17 @@
 // Pipeline training in one process (every rank an executor with its own device, taking turns): each
 // schedule gives the per-step losses of one rank with the same global batch; every rank's measured
-// activation stash equals the simulator's prediction byte for byte; ZeRO-Offload works on every rank;
-// --checkpointing auto and --init-from work per stage; bad setups fail with the fix.
+// activation stash equals the simulator's prediction byte for byte; the split moves blocks when the
+// cost-balanced one does not fit --device-memory; ZeRO-Offload works on every rank; --checkpointing auto
+// and --init-from work per stage; bad setups fail with the fix.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "engine/train/trainer.h"
@@ -183,7 +187,14 @@ TEST(PipelineTraining, AutomaticRecomputeFitsEveryStage) {
   const std::vector<double> expected = single_rank_losses(o, 16);
   o.checkpointing = "auto";
   o.device_memory = "2MiB";  // GPipe's 16 micro-batches need 4 MiB without recompute
+  o.metrics = ::testing::TempDir() + "/pipeline_auto_metrics." + std::to_string(::getpid()) + ".jsonl";
+  std::filesystem::remove(o.metrics);
   const nlohmann::json summary = pipeline_run(o, 2, 16, "gpipe");
+  std::ifstream metrics(o.metrics);
+  const auto lines = std::count(std::istreambuf_iterator<char>(metrics), std::istreambuf_iterator<char>(), '\n');
+  EXPECT_EQ(lines, 2) << "one line per step of the run, none from its dry runs";
+  std::filesystem::remove(o.metrics);
+  o.metrics.clear();
   const std::string chosen = summary["run"]["checkpointing"].get<std::string>();
   EXPECT_NE(chosen, "none");
   EXPECT_NE(chosen, "auto");
@@ -218,6 +229,54 @@ TEST(PipelineTraining, InitFromLoadsEachStagesShareOfTheWeights) {
   expect_same_losses(expected, losses(pipeline_run(o, 4, 4, "1f1b")), 1e-5, "1f1b with --init-from");
   EXPECT_NE(single_rank_losses(tiny_run(4), 4).front(), expected.front()) << "the file's weights were not used";
   std::filesystem::remove(path);
+}
+
+// A large vocabulary: the LM head costs about ten blocks, so the cost-balanced split of 4 blocks is 3 + 1
+// and stage 0 stashes 16 micro-batches of 3 blocks (GPipe): 8 MiB reserved, over --device-memory 6MiB.
+// 2 + 2 fits both ranks in 6 MiB; the run takes it, trains as one rank does, and stays in the limit.
+TEST(PipelineTraining, ThePartitionMovesBlocksWhenTheCostBalancedSplitDoesNotFit) {
+  TrainOptions o = tiny_run(4);
+  o.vocab = 4096;
+  o.steps = 2;
+  const std::vector<double> expected = single_rank_losses(o, 16);
+  o.device_memory = "6MiB";
+  ::testing::internal::CaptureStdout();
+  const nlohmann::json summary = pipeline_run(o, 2, 16, "gpipe");
+  const std::string printed = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(printed.find("the cost-balanced split does not fit --device-memory 6.00 MiB; blocks moved for memory"), std::string::npos) << printed;
+  const nlohmann::json& choice = summary["pipeline"]["partition_choice"];
+  EXPECT_EQ(choice["cost_balanced"], nlohmann::json::parse("[[0, 3], [3, 4]]"));
+  EXPECT_EQ(summary["pipeline"]["partition"][0]["blocks"], nlohmann::json::parse("[0, 2]"));
+  EXPECT_EQ(summary["pipeline"]["partition"][1]["blocks"], nlohmann::json::parse("[2, 4]"));
+  EXPECT_EQ(choice["moved_for_memory"], true);
+  EXPECT_EQ(choice["fits"], true);
+  EXPECT_EQ(choice["splits_dry_run"], 2);
+  EXPECT_EQ(choice["rank_peak_reserved"], nlohmann::json::parse("[6291456, 6291456]"));
+  for (const nlohmann::json& rank : summary["ranks"]) {
+    EXPECT_EQ(rank["peak_reserved"].get<std::int64_t>(), std::int64_t{6} << 20) << rank["rank"];  // the dry run's, exactly
+    EXPECT_EQ(rank["num_ooms"], 0);
+  }
+  expect_same_losses(expected, losses(summary), 1e-5, "gpipe with blocks moved for memory");
+
+  // Without --device-memory the split is by cost alone (no dry run); with room, the dry run keeps it.
+  o.device_memory.clear();
+  const nlohmann::json by_cost = pipeline_run(o, 2, 16, "gpipe");
+  EXPECT_EQ(by_cost["pipeline"]["partition_choice"]["by"], "cost");
+  EXPECT_EQ(by_cost["pipeline"]["partition"][0]["blocks"], nlohmann::json::parse("[0, 3]"));
+  o.device_memory = "8MiB";
+  const nlohmann::json roomy = pipeline_run(o, 2, 16, "gpipe");
+  EXPECT_EQ(roomy["pipeline"]["partition_choice"]["moved_for_memory"], false);
+  EXPECT_EQ(roomy["pipeline"]["partition_choice"]["splits_dry_run"], 1);
+  EXPECT_EQ(roomy["pipeline"]["partition"][0]["blocks"], nlohmann::json::parse("[0, 3]"));
+  EXPECT_EQ(roomy["pipeline"]["partition"][1]["blocks"], nlohmann::json::parse("[3, 4]"));
+
+  // 5 MiB: no split fits (3 + 1 and 2 + 2 need 6 MiB; 1 + 3 gives rank 1 more than 2 + 2 did): said, and
+  // the split whose fullest rank needs least runs out of memory.
+  o.device_memory = "5MiB";
+  ::testing::internal::CaptureStdout();
+  EXPECT_THROW(pipeline_run(o, 2, 8, "gpipe"), std::exception);
+  const std::string none = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(none.find("partition: no split fits --device-memory 5.00 MiB (2 dry-run, 1 ruled out)"), std::string::npos) << none;
 }
 
 TEST(PipelineTraining, BadSetupsNameTheFix) {
