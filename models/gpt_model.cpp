@@ -294,6 +294,9 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
   const float residual_dropout = training_ ? dropout_.residual : 0.0f;
   Tensor& dresidual = output_gradient;  // d output = d residual through the skip connection
   a.output = Tensor();
+  // The output gradients the weight pass keeps from I to W are activations (held between passes, as the
+  // copies below are), not workspace; the whole backward uses them at once.
+  const MemoryCategory kept_for_weight = deferred != nullptr ? MemoryCategory::activations : MemoryCategory::workspace;
   // A projection's gradients: all now, or the input gradient now and (input, output gradient) kept for
   // the weight pass. An output gradient that LayerNorm's backward overwrites later (the residual
   // gradient itself, when there is no dropout) is kept as a copy.
@@ -324,14 +327,14 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
   // MLP branch.
   Tensor dbranch = dresidual;
   if (residual_dropout > 0) {
-    dbranch = Tensor::zeros(*device_, {B, T, C}, DType::f32, MemoryCategory::workspace, layer_tag(layer, "mlp.c_proj.grad"));
+    dbranch = Tensor::zeros(*device_, {B, T, C}, DType::f32, kept_for_weight, layer_tag(layer, "mlp.c_proj.grad"));
     ops::dropout_backward(dbranch, dresidual, residual_dropout, keys.derive(kMlpResidualDropout));
   }
   Tensor dgelu = workspace({B, T, 4 * C}, layer_tag(layer, "mlp.gelu.grad"));
   projection_backward(dgelu, GptBlockParameters::kMlpCProj, dbranch, a.gelu, p.mlp_c_proj_weight, d.gelu, d.mlp_branch_gradient,
                       residual_dropout == 0, "mlp.c_proj.grad.kept");
   a.gelu = Tensor();
-  Tensor dfc = Tensor::zeros(*device_, {B, T, 4 * C}, DType::f32, MemoryCategory::workspace, layer_tag(layer, "mlp.c_fc.grad"));
+  Tensor dfc = Tensor::zeros(*device_, {B, T, 4 * C}, DType::f32, kept_for_weight, layer_tag(layer, "mlp.c_fc.grad"));
   ops::gelu_backward(dfc, a.fc, dgelu);
   dgelu = Tensor();
   a.fc = Tensor();
@@ -346,14 +349,14 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
   // Attention branch.
   dbranch = dresidual;
   if (residual_dropout > 0) {
-    dbranch = Tensor::zeros(*device_, {B, T, C}, DType::f32, MemoryCategory::workspace, layer_tag(layer, "attn.c_proj.grad"));
+    dbranch = Tensor::zeros(*device_, {B, T, C}, DType::f32, kept_for_weight, layer_tag(layer, "attn.c_proj.grad"));
     ops::dropout_backward(dbranch, dresidual, residual_dropout, keys.derive(kAttentionResidualDropout));
   }
   Tensor dattn = workspace({B, T, C}, layer_tag(layer, "attn.out.grad"));
   projection_backward(dattn, GptBlockParameters::kAttnCProj, dbranch, a.attn, p.attn_c_proj_weight, d.attn,
                       d.attention_branch_gradient, residual_dropout == 0, "attn.c_proj.grad.kept");
   dbranch = Tensor();
-  Tensor dqkv = workspace({B, T, 3 * C}, layer_tag(layer, "attn.qkv.grad"));
+  Tensor dqkv = Tensor::empty(*device_, {B, T, 3 * C}, DType::f32, kept_for_weight, layer_tag(layer, "attn.qkv.grad"));
   ops::attention_backward(dqkv, dattn, a.attn, a.qkv, a.att, NH, attention_dropout, keys.derive(kAttentionDropout));
   dattn = Tensor();
   a.attn = Tensor();

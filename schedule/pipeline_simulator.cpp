@@ -42,6 +42,7 @@ void check_shape(const PipelineSchedule& schedule) {
 struct StageHoldings {
   std::int64_t in_flight = 0;
   std::int64_t stashed = 0;
+  std::int64_t bytes(std::int64_t activation_bytes, std::int64_t stash_bytes) const { return in_flight * activation_bytes + stashed * stash_bytes; }
 };
 
 }  // namespace
@@ -93,6 +94,8 @@ PipelineSimulation simulate_pipeline_schedule(const PipelineSchedule& schedule, 
     result.stages.push_back(StageSimulation{stage, schedule.rank_of_stage(stage), 0, 0, 0, 0});
   }
   std::vector<StageHoldings> holdings(static_cast<std::size_t>(schedule.stages));
+  std::vector<std::int64_t> rank_held(static_cast<std::size_t>(schedule.ranks), 0);
+  result.rank_peak_activation_bytes.assign(static_cast<std::size_t>(schedule.ranks), 0);
   std::vector<double> rank_free(static_cast<std::size_t>(schedule.ranks), 0);
   std::vector<double> rank_busy(static_cast<std::size_t>(schedule.ranks), 0);
   std::unordered_map<PipelineAction, double, PipelineActionHash> end_time;
@@ -121,6 +124,7 @@ PipelineSimulation simulate_pipeline_schedule(const PipelineSchedule& schedule, 
     result.stages[stage].busy += end - start;
     rank_busy[static_cast<std::size_t>(rank)] += end - start;
     StageHoldings& held = holdings[stage];
+    const std::int64_t held_before = held.bytes(activation_bytes[stage], stash_bytes[stage]);
     switch (action.type) {
       case PipelineActionType::forward: ++held.in_flight; break;
       case PipelineActionType::backward: --held.in_flight; break;
@@ -133,8 +137,13 @@ PipelineSimulation simulate_pipeline_schedule(const PipelineSchedule& schedule, 
     }
     StageSimulation& simulated = result.stages[stage];
     simulated.peak_in_flight = std::max(simulated.peak_in_flight, static_cast<std::int32_t>(held.in_flight));
-    simulated.peak_activation_bytes =
-        std::max(simulated.peak_activation_bytes, held.in_flight * activation_bytes[stage] + held.stashed * stash_bytes[stage]);
+    const std::int64_t held_after = held.bytes(activation_bytes[stage], stash_bytes[stage]);
+    simulated.peak_activation_bytes = std::max(simulated.peak_activation_bytes, held_after);
+    // A rank runs its actions in its list's order: its stages' holdings add up in that order.
+    std::int64_t& rank_bytes = rank_held[static_cast<std::size_t>(rank)];
+    rank_bytes += held_after - held_before;
+    result.rank_peak_activation_bytes[static_cast<std::size_t>(rank)] =
+        std::max(result.rank_peak_activation_bytes[static_cast<std::size_t>(rank)], rank_bytes);
   };
   if (!progress.run(on_done)) throw std::runtime_error("schedule is not progressing: " + progress.describe_blocked());
 

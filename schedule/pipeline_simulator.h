@@ -1,6 +1,7 @@
 // Simulates a pipeline schedule in time: each rank runs its actions in order, an action starts when
 // its rank is free and its inputs have arrived. Gives the makespan, each stage's bubble fraction and
-// its peak in-flight micro-batches and activation bytes, and a Chrome trace of the timeline.
+// its peak in-flight micro-batches and activation bytes, each rank's peak activation bytes (its stages
+// together, in its action order), and a Chrome trace of the timeline.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +30,8 @@ struct PipelineCosts {
 PipelineCosts unit_pipeline_costs(const PipelineSchedule& schedule);
 
 // Bytes one micro-batch keeps on a stage between its F and its B (or I), and between its I and its W
-// (the inputs and output gradients the weight gradient needs). Empty: 1 byte per micro-batch (so the
-// peak bytes count micro-batches).
+// (the inputs and output gradients the weight gradient needs): per stage, since the stages (an
+// interleaved rank's chunks) differ. Empty: 1 byte per micro-batch (so the peak bytes count micro-batches).
 struct StageMemory {
   std::vector<std::int64_t> activation_bytes;     // [stage]
   std::vector<std::int64_t> weight_stash_bytes;   // [stage] (Zero Bubble only)
@@ -56,6 +57,9 @@ struct PipelineSimulation {
   double makespan = 0;
   double bubble_fraction = 0;              // idle share over all ranks: 1 - busy / (ranks * makespan)
   std::vector<StageSimulation> stages;     // [stage]
+  // [rank]: the most bytes the rank's stages hold at once after any of its actions (every micro-batch
+  // between its F and its B or I, and between its I and its W, at its stage's StageMemory bytes).
+  std::vector<std::int64_t> rank_peak_activation_bytes;
   std::vector<SimulatedAction> timeline;   // compute and communication actions with their times
 };
 

@@ -59,19 +59,24 @@ void PipelineRankExecutor::begin_step(std::int64_t step, const std::vector<Micro
   loss_sum_ = 0;
   states_.clear();
   measured_first_forward_ = false;
+  measured_.clear();
   stash_ = {};
+  for (std::int32_t stage = setup_.rank; stage < setup_.schedule->stages; stage += setup_.schedule->ranks) {
+    stash_.stages.push_back(StageStashBytes{stage, 0, 0});
+  }
 }
 
 bool PipelineRankExecutor::run() {
   while (next_ < actions_.size()) {
     const PipelineAction& action = actions_[next_];
+    const std::int64_t before = action.is_communication() ? 0 : stash_bytes();
     if (action.type == PipelineActionType::receive_forward || action.type == PipelineActionType::receive_backward) {
       if (!receive(action)) return false;
     } else {
       execute(action);
     }
     ++next_;
-    measure_stash(action.type == PipelineActionType::forward);
+    measure_stash(action, before);
   }
   return true;
 }
@@ -251,19 +256,51 @@ bool PipelineRankExecutor::receive(const PipelineAction& action) {
   return true;
 }
 
-void PipelineRankExecutor::measure_stash(bool forward_done) {
+std::int64_t PipelineRankExecutor::stash_bytes() {
+  // Sends that completed are freed first, so that the allocator's count and the transport's agree.
+  const std::int64_t in_transit = transport_.in_flight_bytes(MemoryCategory::activations);
   const AllocatorStatistics statistics = model_.device().allocator().statistics();
-  std::int64_t bytes = statistics.category_requested_bytes[static_cast<std::size_t>(MemoryCategory::activations)].current;
-  bytes -= transport_.in_flight_bytes(MemoryCategory::activations);
+  std::int64_t bytes = statistics.category_requested_bytes[static_cast<std::size_t>(MemoryCategory::activations)].current - in_transit;
   for (const auto& [key, s] : states_) {
     if (s.output.defined() && key.first != setup_.schedule->stages - 1) bytes -= static_cast<std::int64_t>(s.output.storage()->bytes());
     if (s.input.defined()) bytes -= static_cast<std::int64_t>(s.input.storage()->bytes());  // received, its F has not run
   }
-  if (forward_done && !measured_first_forward_) {
+  return bytes;
+}
+
+StageStashBytes& PipelineRankExecutor::stage_stash(std::int32_t stage) {
+  for (StageStashBytes& entry : stash_.stages) {
+    if (entry.stage == stage) return entry;
+  }
+  throw std::logic_error("rank " + std::to_string(setup_.rank) + " holds no stage " + std::to_string(stage));
+}
+
+void PipelineRankExecutor::measure_stash(const PipelineAction& action, std::int64_t before) {
+  const std::int64_t bytes = stash_bytes();
+  stash_.peak = std::max(stash_.peak, bytes);
+  const bool forward = action.type == PipelineActionType::forward;
+  if (forward && !measured_first_forward_) {
     stash_.after_first_forward = bytes;
     measured_first_forward_ = true;
   }
-  stash_.peak = std::max(stash_.peak, bytes);
+  if (!forward && action.type != PipelineActionType::backward_weight) return;
+  if (!measured_.insert({action.stage, action.type}).second) return;  // sized on the stage's first F and first W
+  if (forward) {
+    stage_stash(action.stage).forward = bytes - before;
+  } else {
+    stage_stash(action.stage).kept_for_weight = before - bytes;
+  }
+}
+
+StageMemory stage_memory(const PipelineStashMeasure& measure, std::int32_t stages) {
+  StageMemory memory;
+  memory.activation_bytes.assign(static_cast<std::size_t>(stages), 0);
+  memory.weight_stash_bytes.assign(static_cast<std::size_t>(stages), 0);
+  for (const StageStashBytes& stage : measure.stages) {
+    memory.activation_bytes.at(static_cast<std::size_t>(stage.stage)) = stage.forward;
+    memory.weight_stash_bytes.at(static_cast<std::size_t>(stage.stage)) = stage.kept_for_weight;
+  }
+  return memory;
 }
 
 }  // namespace ferry

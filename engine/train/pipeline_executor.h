@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "models/gpt_model.h"
 #include "schedule/pipeline_partition.h"
 #include "schedule/pipeline_schedule.h"
+#include "schedule/pipeline_simulator.h"
 
 namespace ferry {
 
@@ -50,13 +52,26 @@ struct PipelineRankSetup {
   std::vector<ActivationKeep> keeps;           // [layer]; empty: keep all
 };
 
-// What a step held, measured at the boundaries between actions: the activations stashed for backward
-// between a micro-batch's F and its B (the allocator's activation bytes, less the tensors in transit:
-// stage outputs waiting for or in their sends, and received inputs whose F has not run yet).
+// What one micro-batch keeps on one of the rank's stages, measured on the stage's first F and first W
+// (every micro-batch has the same shapes): the change of the stash across the action.
+struct StageStashBytes {
+  std::int32_t stage = 0;
+  std::int64_t forward = 0;          // from its F to its B (or I)
+  std::int64_t kept_for_weight = 0;  // Zero Bubble: from its I to its W (0 without a split backward)
+};
+
+// What a step held, measured at the boundaries between actions: the activations stashed between a
+// micro-batch's F and its B (or I, and then until its W) (the allocator's activation bytes, less the
+// tensors in transit: stage outputs waiting for or in their sends, and received inputs whose F has not
+// run yet).
 struct PipelineStashMeasure {
   std::int64_t after_first_forward = 0;  // one micro-batch's stash on the rank's first stage
   std::int64_t peak = 0;
+  std::vector<StageStashBytes> stages;   // the rank's stages, first to last
 };
+
+// The simulator's per-stage bytes from a rank's measure (the other ranks' stages: 0 bytes).
+StageMemory stage_memory(const PipelineStashMeasure& measure, std::int32_t stages);
 
 class PipelineRankExecutor {
  public:
@@ -96,7 +111,12 @@ class PipelineRankExecutor {
   void backward_weight(std::int32_t stage, std::int32_t micro_batch);
   bool receive(const PipelineAction& action);
   void send(const PipelineAction& action);
-  void measure_stash(bool first_forward);
+  // The stash now: the allocator's activation bytes less the tensors in transit.
+  std::int64_t stash_bytes();
+  // After an action: the peak, and the stage's sizes on its first F and first W (`before`: the stash
+  // before the action).
+  void measure_stash(const PipelineAction& action, std::int64_t before);
+  StageStashBytes& stage_stash(std::int32_t stage);
   int message_tag(std::int32_t receiving_stage, std::int32_t micro_batch, bool gradient) const;
   MicroBatchState& state(std::int32_t stage, std::int32_t micro_batch);
   cpu::RandomKey key(std::int32_t micro_batch) const;
@@ -112,6 +132,7 @@ class PipelineRankExecutor {
   std::map<Key, MicroBatchState> states_;
   double loss_sum_ = 0;
   bool measured_first_forward_ = false;
+  std::set<std::pair<std::int32_t, PipelineActionType>> measured_;  // (stage, F or W) sized once
   PipelineStashMeasure stash_;
 };
 

@@ -11,6 +11,7 @@
 #include "engine/core/safetensors.h"
 #include "engine/train/learning_rate.h"
 #include "engine/train/metrics_file.h"
+#include "engine/train/pipeline_layout.h"
 #include "engine/train/pipeline_step.h"
 #include "engine/train/pipeline_transports.h"
 #include "engine/train/progress.h"
@@ -18,7 +19,6 @@
 #include "engine/train/training_profile.h"
 #include "engine/train/training_setup.h"
 #include "engine/train/training_step.h"
-#include "models/activation_memory.h"
 #include "models/gpt_weights.h"
 #include "models/kernels/cpu/compute_threads.h"
 #include "schedule/pipeline_lowering.h"
@@ -58,14 +58,6 @@ void reject_unsupported(const TrainOptions& o) {
   if (o.pipeline_stages < 1) throw std::invalid_argument("--pp must be >= 1, got " + std::to_string(o.pipeline_stages));
 }
 
-// Each block's cost is its forward FLOPs (backward is proportional), the LM head's its logits GEMM; the
-// embedding's is negligible.
-std::vector<StageBlocks> partition_blocks(const GptConfig& config, std::int64_t sequence, std::int32_t stages) {
-  const double block = block_recompute_flops(config, 1, sequence, ActivationKeep::input_only);
-  const double head = 2.0 * static_cast<double>(sequence) * static_cast<double>(config.hidden) * static_cast<double>(config.vocab);
-  return partition_pipeline_stages(std::vector<double>(static_cast<std::size_t>(config.layers), block), 0.0, head, stages);
-}
-
 // One rank's parts: its device, model, optimizer, transport and executor.
 struct PipelineRank {
   std::unique_ptr<Device> device;
@@ -78,8 +70,9 @@ struct PipelineRank {
 
 struct PipelinePlan {
   PipelineSchedule schedule;  // lowered
+  PipelineCosts costs;        // unit costs per rank's blocks
   std::vector<StageBlocks> stage_blocks;
-  PipelineSimulation simulation;  // unit costs
+  PipelineSimulation simulation;
 };
 
 // ZeRO-Offload for one rank: its own NVMe directory (DIR/rank-R) and its share of the cores.
@@ -98,17 +91,22 @@ nlohmann::json rank_summary(const PipelineRank& rank, const PipelinePlan& plan) 
   }
   const nlohmann::json optimizer = rank.optimizer->describe();
   const nlohmann::json memory = memory_summary(*rank.device, optimizer);
+  // The prediction: the simulator replays the rank's actions with what one micro-batch keeps on each of
+  // its stages (measured on the stage's first F and W).
   const PipelineStashMeasure& stash = rank.executor->stash();
-  nlohmann::json predicted = nullptr;
-  if (plan.schedule.stages_per_rank() == 1) {
-    predicted = static_cast<std::int64_t>(plan.simulation.stages[static_cast<std::size_t>(r)].peak_in_flight) * stash.after_first_forward;
+  const PipelineSimulation replay = simulate_pipeline_schedule(plan.schedule, plan.costs, stage_memory(stash, plan.schedule.stages));
+  const std::int64_t predicted = replay.rank_peak_activation_bytes.at(static_cast<std::size_t>(r));
+  nlohmann::json per_stage = nlohmann::json::array();
+  for (const StageStashBytes& stage : stash.stages) {
+    per_stage.push_back({{"stage", stage.stage}, {"forward", stage.forward}, {"kept_for_weight", stage.kept_for_weight}});
   }
   return {{"rank", r}, {"stage", stages.front()}, {"stages", stages},
           {"peak_allocated", memory["peak_allocated"]}, {"peak_reserved", memory["peak_reserved"]},
           {"max_by_category", memory["max_by_category"]}, {"at_peak", memory["at_peak"]},
           {"host_pinned_peak", memory["host_pinned_peak"]}, {"nvme_bytes", memory["nvme_bytes"]}, {"num_ooms", memory["num_ooms"]},
           {"num_alloc_retries", memory["num_alloc_retries"]}, {"optimizer", optimizer},
-          {"activation_stash", {{"one_micro_batch", stash.after_first_forward}, {"peak", stash.peak}, {"predicted_peak", predicted}}}};
+          {"activation_stash",
+           {{"one_micro_batch", stash.after_first_forward}, {"peak", stash.peak}, {"predicted_peak", predicted}, {"stages", per_stage}}}};
 }
 
 // The whole job's host and NVMe bytes and allocator failures: every rank's together.
@@ -118,45 +116,29 @@ std::int64_t sum_over(const nlohmann::json& rank_entries, const char* key) {
   return sum;
 }
 
-nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator);
+nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator, const PipelineLayout* given_layout);
 
-// --checkpointing auto: the candidate with the least recomputed FLOPs whose every stage fits the device, by an
-// in-process dry run of all stages on meta per candidate (every rank computes the same choice).
-RecomputePolicy choose_recompute_policy_for_stages(const TrainOptions& o, const GptConfig& config, bool prints) {
-  const std::size_t limit = make_training_device(o.device, o.device_memory)->memory_limit();
-  const std::int64_t sequence = o.seq.value_or(config.max_sequence);
-  const PolicyChoice choice = choose_recompute_policy(config, o.batch, sequence, limit, [&](const RecomputePolicy& candidate) {
-    TrainOptions dry = o;
-    dry.device = "meta";
-    dry.device_memory = "1024TiB";  // a dry run measures; it does not enforce a limit
-    dry.steps = 1;
-    dry.quiet = true;
-    dry.profile.clear();
-    dry.checkpointing = candidate.name();
-    if (dry.offload_optimizer == "nvme") dry.offload_optimizer = "cpu";  // the same device memory, nothing written
-    dry.nvme_path.clear();
-    const nlohmann::json summary = train_pipeline(dry, *make_single_rank_communicator());
-    DryRun fullest;
-    for (const nlohmann::json& rank : summary["ranks"]) {
-      fullest.peak_allocated = std::max(fullest.peak_allocated, rank["peak_allocated"].get<std::int64_t>());
-      fullest.peak_reserved = std::max(fullest.peak_reserved, rank["peak_reserved"].get<std::int64_t>());
-    }
-    return fullest;
-  });
-  const std::string peak = format_bytes(static_cast<std::size_t>(choice.dry_run.peak_reserved));
-  if (!choice.fits) {
-    throw std::invalid_argument("--checkpointing auto: no recompute policy fits every stage in --device-memory " + format_bytes(limit) +
-                                "; the smallest, " + choice.policy.name() + ", needs " + peak +
-                                " on its fullest stage (raise --device-memory or --pp, lower --batch, --seq or --micro-batches)");
-  }
-  if (prints) {
-    std::printf("  checkpointing auto: %s (dry run: the fullest stage reserves %s of %s)\n", choice.policy.name().c_str(), peak.c_str(),
-                format_bytes(limit).c_str());
-  }
-  return choice.policy;
+// Each rank's peak reserved bytes in an in-process dry run of every stage of `layout` on meta (every
+// rank computes the same choices from them).
+std::vector<std::int64_t> dry_run_stages(const TrainOptions& o, const PipelineLayout& layout) {
+  TrainOptions dry = o;
+  dry.device = "meta";
+  dry.device_memory = "1024TiB";  // a dry run measures; it does not enforce a limit
+  dry.steps = 1;
+  dry.quiet = true;
+  dry.profile.clear();
+  dry.metrics.clear();
+  dry.checkpointing = layout.policy.name();
+  if (dry.offload_optimizer == "nvme") dry.offload_optimizer = "cpu";  // the same device memory, nothing written
+  dry.nvme_path.clear();
+  const nlohmann::json summary = train_pipeline(dry, *make_single_rank_communicator(), &layout);
+  std::vector<std::int64_t> peaks;
+  for (const nlohmann::json& rank : summary["ranks"]) peaks.push_back(rank["peak_reserved"].get<std::int64_t>());
+  return peaks;
 }
 
-nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator) {
+// `given_layout`: the dry runs' (no choice made); null: chosen here.
+nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator, const PipelineLayout* given_layout) {
   const int world = communicator.size();
   const std::int32_t ranks = o.pipeline_stages;
   if (world > 1 && world != ranks) {
@@ -176,7 +158,8 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator)
     const OptimizerSettings hyper = resolve_new_run_settings(o.optimizer, o.steps);  // pipelines refuse --resume
     PipelinePlan plan;
     const PipelineSchedule compute = generate_pipeline_schedule(o.schedule, ranks, micro_batches);
-    PipelineCosts costs = kUnitCosts;  // per rank's share of the blocks: a virtual stage costs 1/V of it
+    PipelineCosts& costs = plan.costs;  // per rank's share of the blocks: a virtual stage costs 1/V of it
+    costs = kUnitCosts;
     const double chunks = compute.stages_per_rank();
     costs.forward /= chunks;
     costs.backward /= chunks;
@@ -185,13 +168,17 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator)
     if (const ScheduleValidation validation = validate_pipeline_schedule(plan.schedule); !validation.ok()) {
       throw std::logic_error("the " + o.schedule + " schedule failed validation: " + validation.problems.front());
     }
-    plan.stage_blocks = partition_blocks(config, sequence, plan.schedule.stages);
     plan.simulation = simulate_pipeline_schedule(plan.schedule, costs);
     const TokenDataset data = open_training_data(o.data);
     check_vocabulary(data, config);
     const bool writes_summary = communicator.rank() == 0;
     const bool prints = writes_summary && !o.quiet;
-    const RecomputePolicy policy = o.checkpointing == "auto" ? choose_recompute_policy_for_stages(o, config, prints) : RecomputePolicy::parse(o.checkpointing);
+    const PipelineLayoutChoice layout =
+        given_layout != nullptr ? PipelineLayoutChoice{*given_layout, nullptr}
+                                : choose_pipeline_layout(o, PipelineShape{config, sequence, plan.schedule.stages, ranks}, prints,
+                                                         [&](const PipelineLayout& candidate) { return dry_run_stages(o, candidate); });
+    const RecomputePolicy& policy = layout.layout.policy;
+    plan.stage_blocks = layout.layout.stage_blocks;
     const std::vector<ActivationKeep> keeps = activation_keeps(policy, config.layers);
     const GptDropout dropout{o.dropout, o.dropout, o.dropout};
     const cpu::AdamWHyperparameters hyperparameters = hyper.adamw();
@@ -318,7 +305,7 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator)
                     {"host_pinned_peak", sum_over(rank_entries, "host_pinned_peak")}, {"nvme_bytes", sum_over(rank_entries, "nvme_bytes")},
                     {"num_ooms", sum_over(rank_entries, "num_ooms")}, {"num_alloc_retries", sum_over(rank_entries, "num_alloc_retries")}}},
         {"pipeline", {{"pp", ranks}, {"stages", plan.schedule.stages}, {"schedule", o.schedule}, {"micro_batches", micro_batches},
-                      {"processes", world}, {"partition", partition},
+                      {"processes", world}, {"partition", partition}, {"partition_choice", layout.partition},
                       {"unit_cost_simulation", {{"costs", "F=1 B=1 W=1 per rank's blocks"}, {"makespan", plan.simulation.makespan},
                                                 {"bubble_fraction", plan.simulation.bubble_fraction}}}}},
         {"ranks", rank_entries},
@@ -358,7 +345,7 @@ bool pipeline_requested(const TrainOptions& options) {
 nlohmann::json run_pipeline_training(const TrainOptions& options) {
   reject_unsupported(options);
   const std::unique_ptr<Communicator> communicator = make_communicator();
-  return train_pipeline(options, *communicator);
+  return train_pipeline(options, *communicator, nullptr);
 }
 
 }  // namespace ferry

@@ -1,4 +1,4 @@
-// `ferry train --pp P`: the model's blocks split into P contiguous stages balanced by cost, a schedule's
+// `ferry train --pp P`: the model's blocks split into P contiguous stages (pipeline_layout.h), a schedule's
 // actions run by one executor per rank (one process per rank under mpirun, or all ranks in this process
 // taking turns, one device each), and a summary that lists every rank's memory beside the prediction.
 #pragma once

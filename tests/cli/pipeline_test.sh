@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Pipeline training across processes (mpirun, more ranks than cores): every schedule with --pp 2 and
 # --pp 4 gives the per-step losses of one rank with the same global batch (1e-5 relative in fp32), with
-# ZeRO-Offload too; the
-# summary on rank 0 lists every rank; a bad flag on every rank, or a launch with the wrong rank count,
-# fails fast with one clear error instead of hanging.
+# ZeRO-Offload too; the summary on rank 0 lists every rank, each with its predicted activation stash
+# equal to the measured one byte for byte; a bad flag on every rank, or a launch with the wrong rank
+# count, fails fast with one clear error instead of hanging.
 source "$(dirname "$0")/common.sh"
 mpirun=${MPIRUN:-mpirun}
 launch() {  # launch RANKS ARGS...: ferry under mpirun, one rank per core or more
@@ -28,6 +28,11 @@ assert pipe["pipeline"]["processes"] == ranks and len(pipe["ranks"]) == ranks, p
 assert sorted(entry["rank"] for entry in pipe["ranks"]) == list(range(ranks))
 for entry in pipe["ranks"]:
     assert entry["peak_allocated"] > 0 and entry["max_by_category"]["activations"] > 0, entry
+# Each rank's activation stash, predicted by replaying its actions with its chunks' bytes, equals the
+# measured one byte for byte.
+wrong = [(e["rank"], e["activation_stash"]["predicted_peak"], e["activation_stash"]["peak"]) for e in pipe["ranks"]
+         if e["activation_stash"]["predicted_peak"] != e["activation_stash"]["peak"]]
+assert not wrong, f"{pipe['pipeline']['schedule']} pp {ranks}: (rank, predicted, measured) {wrong}"
 PY
 }
 
@@ -39,6 +44,22 @@ for ranks in 2 4; do
     echo "pp $ranks $schedule: same losses as one rank"
   done
 done
+
+# --device-memory: the cost-balanced split of a 4096-token vocabulary's model (3 + 1 blocks: its LM head
+# costs about ten blocks) needs 8 MiB on rank 0 with GPipe's 16 micro-batches; every rank picks 2 + 2 by
+# the same dry runs, and stays within 6 MiB.
+launch 2 train --model gpt2-tiny --layers 4 --hidden 32 --heads 2 --vocab 4096 --seq 16 --batch 2 --steps 2 --threads 1 --pp 2 \
+  --micro-batches 16 --schedule gpipe --device-memory 6MiB --summary "$work/memory.json" > "$work/memory.txt" 2>&1 \
+  || { cat "$work/memory.txt"; exit 1; }
+grep -q "the cost-balanced split does not fit --device-memory 6.00 MiB; blocks moved for memory" "$work/memory.txt" \
+  || { echo "no word of the moved split:"; cat "$work/memory.txt"; exit 1; }
+/usr/bin/python3 - "$work/memory.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert [p["blocks"] for p in s["pipeline"]["partition"]] == [[0, 2], [2, 4]], s["pipeline"]
+assert all(r["peak_reserved"] <= 6 << 20 for r in s["ranks"]), [r["peak_reserved"] for r in s["ranks"]]
+PY
+echo "pp 2 --device-memory 6MiB: blocks moved for memory, every rank within the limit"
 
 # ZeRO-Offload on every rank (nvme: a directory per rank under --nvme-path), the tied table's gradient
 # summed between host copies: still one rank's losses.

@@ -1,7 +1,8 @@
 // Zero Bubble's split backward: a block's input-gradient pass (I) then its weight-gradient pass (W) give
 // bitwise the gradients of the whole backward, with and without dropout (whose branch gradients are not
 // aliased to the residual gradient) and under every recompute level, and with gradients streamed to a
-// sink; W without I is refused; a model part holds only its blocks.
+// sink; what I keeps for W is activations of a known size; W without I is refused; a model part holds
+// only its blocks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -99,6 +100,40 @@ TEST(SplitBackward, StreamedGradientsReachTheSinkOnceEachAndEqualTheWholeBackwar
     EXPECT_EQ(streamed_split.input, whole.input);
     EXPECT_EQ(streamed_split.parameters, whole.parameters);
     EXPECT_EQ(streamed_whole.parameters, whole.parameters);
+  }
+}
+
+// What I leaves for W is counted as activations, all of it (with dropout too, whose branch gradients
+// are kept in place rather than copied), whatever the block kept in forward: 7 BTC e bytes of projection
+// inputs and 36 BTC bytes of f32 output gradients; no workspace outlives I.
+TEST(SplitBackward, WhatTheWeightPassKeepsIsActivationsOfKnownSize) {
+  constexpr std::int64_t C = 16;
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    for (const GptDropout dropout : {GptDropout{}, GptDropout{0.0f, 0.2f, 0.3f}}) {
+      for (const ActivationKeep keep : {ActivationKeep::all, ActivationKeep::selective, ActivationKeep::input_only}) {
+        auto device = create_device(DeviceOptions{});
+        GptModel model(*device, config(), dtype, dropout);
+        initialize_gpt_parameters(model.parameters(), config(), 5);
+        const cpu::RandomKey key{17};
+        auto current = [&](MemoryCategory category) {
+          return device->allocator().statistics().category_requested_bytes[static_cast<std::size_t>(category)].current;
+        };
+        const Tensor x = model.embedding_forward(testing::random_tokens(*device, 3, B, T, 13), key);
+        const std::int64_t activations_before = current(MemoryCategory::activations);
+        BlockActivations activations = model.block_forward(1, x, key, keep);
+        const Tensor gradient = Tensor::zeros(*device, {B, T, C}, DType::f32, MemoryCategory::workspace);
+        const std::int64_t workspace_before = current(MemoryCategory::workspace);
+        BlockWeightGradientInputs deferred;
+        const Tensor input_gradient = model.block_backward_input(1, std::move(activations), gradient, key, deferred);
+        const std::int64_t e = static_cast<std::int64_t>(dtype_size(dtype));
+        const std::string label = std::string(dtype_name(dtype)) + ", residual dropout " + std::to_string(dropout.residual) + ", keep " +
+                                  std::to_string(static_cast<int>(keep));
+        EXPECT_EQ(current(MemoryCategory::activations) - activations_before, 7 * B * T * C * e + 36 * B * T * C) << label;
+        EXPECT_EQ(current(MemoryCategory::workspace), workspace_before) << label;
+        model.block_backward_weight(1, std::move(deferred));
+        EXPECT_EQ(current(MemoryCategory::activations), activations_before) << label;
+      }
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // The simulator: costs parsed from "F,B,W", transfer time on the receiving side, peak activation bytes as
-// in-flight micro-batches times their bytes (plus Zero Bubble's weight stashes), a Chrome trace with one
-// slice per action, and a clear error for a schedule that deadlocks.
+// in-flight micro-batches times their bytes (plus Zero Bubble's weight stashes), a rank's peak over its
+// chunks in its action order, a Chrome trace with one slice per action, and a clear error for a
+// schedule that deadlocks.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -71,6 +72,23 @@ TEST(PipelineSimulator, ZeroBubbleStashesAreCountedBetweenIAndW) {
     EXPECT_EQ(both.stages[stage].peak_activation_bytes, 4) << stage;
   }
   EXPECT_THROW(simulate_pipeline_schedule(schedule, costs, StageMemory{{1, 2}, {}}), std::invalid_argument);
+}
+
+// An interleaved rank holds two chunks of different sizes: its peak is the most its chunks hold together
+// after any of its actions, in its own order (rank 0: 0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 ...).
+TEST(PipelineSimulator, ARanksPeakAddsItsChunksInItsActionOrder) {
+  const PipelineSchedule interleaved = lower_pipeline_communication(generate_pipeline_schedule("interleaved:2", 2, 4));
+  const PipelineCosts costs = unit_pipeline_costs(interleaved);
+  const PipelineSimulation light_first = simulate_pipeline_schedule(interleaved, costs, StageMemory{{10, 1, 100, 1000}, {}});
+  EXPECT_EQ(light_first.rank_peak_activation_bytes, (std::vector<std::int64_t>{230, 1002}));  // 0F2: 3 x 10 + 2 x 100
+  const PipelineSimulation heavy_first = simulate_pipeline_schedule(interleaved, costs, StageMemory{{100, 1, 10, 1000}, {}});
+  EXPECT_EQ(heavy_first.rank_peak_activation_bytes[0], 410);  // 0F3: 4 x 100 + 1 x 10
+  // Zero Bubble: a micro-batch keeps 10 bytes from F to I and 3 from I to W. Rank 1 (1F0 1I0 1F1 1I1
+  // 1W0 1F2 ...) peaks at 13 after 1F1; rank 0 (0F0 0F1 0I0 0W0 0F2 ...) at 20 after 0F1.
+  const PipelineSchedule zero_bubble = generate_pipeline_schedule("zb-h1", 2, 3);
+  const PipelineSimulation stashes = simulate_pipeline_schedule(zero_bubble, unit_pipeline_costs(zero_bubble), StageMemory{{10, 10}, {3, 3}});
+  EXPECT_EQ(stashes.rank_peak_activation_bytes, (std::vector<std::int64_t>{20, 13}));
+  for (std::size_t rank = 0; rank < 2; ++rank) EXPECT_EQ(stashes.rank_peak_activation_bytes[rank], stashes.stages[rank].peak_activation_bytes);
 }
 
 TEST(PipelineSimulator, TraceHasOneSlicePerActionInMicroseconds) {

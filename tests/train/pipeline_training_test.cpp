@@ -1,13 +1,17 @@
 // Pipeline training in one process (every rank an executor with its own device, taking turns): each
-// schedule gives the per-step losses of one rank with the same global batch; the measured activation
-// stash per stage equals the simulator's in-flight peak times one micro-batch's stash; ZeRO-Offload
-// works on every rank; --checkpointing auto and --init-from work per stage; bad setups fail with the fix.
+// schedule gives the per-step losses of one rank with the same global batch; every rank's measured
+// activation stash equals the simulator's prediction byte for byte; the split moves blocks when the
+// cost-balanced one does not fit --device-memory; ZeRO-Offload works on every rank; --checkpointing auto
+// and --init-from work per stage; bad setups fail with the fix.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <string>
 
@@ -15,7 +19,6 @@
 #include "engine/train/trainer.h"
 #include "models/gpt_model.h"
 #include "models/gpt_weights.h"
-#include "schedule/pipeline_partition.h"
 #include "tests/train/tiny_training.h"
 
 namespace ferry {
@@ -91,7 +94,7 @@ TEST(PipelineTraining, DropoutAndRecomputeGiveTheSameLossesAsOneRank) {
 
 // GPipe keeps every micro-batch on every stage; early backward keeps min(m, p - s) on stage s
 // (1f1b-deep min(m, 2(p - s) - 1)); the measured stash peak equals that many micro-batches' stashes.
-TEST(PipelineTraining, MeasuredActivationStashEqualsTheSimulatorsPrediction) {
+TEST(PipelineTraining, MeasuredActivationStashEqualsTheInFlightMicroBatches) {
   TrainOptions o = tiny_run(4);
   o.steps = 1;
   const std::int32_t p = 4;
@@ -105,7 +108,31 @@ TEST(PipelineTraining, MeasuredActivationStashEqualsTheSimulatorsPrediction) {
                                                                                   : std::min<std::int64_t>(m, 2 * (p - stage) - 1);
       EXPECT_GT(one, 0);
       EXPECT_EQ(stash["peak"].get<std::int64_t>(), in_flight * one) << schedule << " stage " << stage;
-      EXPECT_EQ(stash["predicted_peak"].get<std::int64_t>(), in_flight * one) << schedule << " stage " << stage;
+      EXPECT_EQ(stash["predicted_peak"], stash["peak"]) << schedule << " stage " << stage;
+    }
+  }
+}
+
+// Every schedule, every rank: the simulator's replay of the rank's actions with each chunk's bytes (a
+// micro-batch's stash from F to B or I, and what W keeps from I) predicts the measured peak byte for
+// byte: interleaved ranks hold chunks of different sizes (the embedding's tokens on the first, the head's
+// input on the last), Zero Bubble keeps its weight-gradient inputs between I and W (with residual
+// dropout, the branch gradients too).
+TEST(PipelineTraining, EveryRanksPredictedStashEqualsTheMeasuredOne) {
+  for (const float dropout : {0.0f, 0.1f}) {
+    TrainOptions o = tiny_run(8);
+    o.steps = 1;
+    o.dropout = dropout;
+    for (const std::int32_t p : {2, 4}) {
+      for (const std::string schedule : {"gpipe", "1f1b", "1f1b-deep", "interleaved:2", "zb-h1"}) {
+        const nlohmann::json summary = pipeline_run(o, p, 4, schedule);
+        for (const nlohmann::json& rank : summary["ranks"]) {
+          const nlohmann::json& stash = rank["activation_stash"];
+          const std::string label = schedule + " --pp " + std::to_string(p) + " dropout " + std::to_string(dropout) + " rank " + rank["rank"].dump();
+          EXPECT_GT(stash["peak"].get<std::int64_t>(), 0) << label;
+          EXPECT_EQ(stash["predicted_peak"], stash["peak"]) << label;
+        }
+      }
     }
   }
 }
@@ -183,7 +210,14 @@ TEST(PipelineTraining, AutomaticRecomputeFitsEveryStage) {
   const std::vector<double> expected = single_rank_losses(o, 16);
   o.checkpointing = "auto";
   o.device_memory = "2MiB";  // GPipe's 16 micro-batches need 4 MiB without recompute
+  o.metrics = ::testing::TempDir() + "/pipeline_auto_metrics." + std::to_string(::getpid()) + ".jsonl";
+  std::filesystem::remove(o.metrics);
   const nlohmann::json summary = pipeline_run(o, 2, 16, "gpipe");
+  std::ifstream metrics(o.metrics);
+  const auto lines = std::count(std::istreambuf_iterator<char>(metrics), std::istreambuf_iterator<char>(), '\n');
+  EXPECT_EQ(lines, 2) << "one line per step of the run, none from its dry runs";
+  std::filesystem::remove(o.metrics);
+  o.metrics.clear();
   const std::string chosen = summary["run"]["checkpointing"].get<std::string>();
   EXPECT_NE(chosen, "none");
   EXPECT_NE(chosen, "auto");
@@ -220,6 +254,54 @@ TEST(PipelineTraining, InitFromLoadsEachStagesShareOfTheWeights) {
   std::filesystem::remove(path);
 }
 
+// A large vocabulary: the LM head costs about ten blocks, so the cost-balanced split of 4 blocks is 3 + 1
+// and stage 0 stashes 16 micro-batches of 3 blocks (GPipe): 8 MiB reserved, over --device-memory 6MiB.
+// 2 + 2 fits both ranks in 6 MiB; the run takes it, trains as one rank does, and stays in the limit.
+TEST(PipelineTraining, ThePartitionMovesBlocksWhenTheCostBalancedSplitDoesNotFit) {
+  TrainOptions o = tiny_run(4);
+  o.vocab = 4096;
+  o.steps = 2;
+  const std::vector<double> expected = single_rank_losses(o, 16);
+  o.device_memory = "6MiB";
+  ::testing::internal::CaptureStdout();
+  const nlohmann::json summary = pipeline_run(o, 2, 16, "gpipe");
+  const std::string printed = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(printed.find("the cost-balanced split does not fit --device-memory 6.00 MiB; blocks moved for memory"), std::string::npos) << printed;
+  const nlohmann::json& choice = summary["pipeline"]["partition_choice"];
+  EXPECT_EQ(choice["cost_balanced"], nlohmann::json::parse("[[0, 3], [3, 4]]"));
+  EXPECT_EQ(summary["pipeline"]["partition"][0]["blocks"], nlohmann::json::parse("[0, 2]"));
+  EXPECT_EQ(summary["pipeline"]["partition"][1]["blocks"], nlohmann::json::parse("[2, 4]"));
+  EXPECT_EQ(choice["moved_for_memory"], true);
+  EXPECT_EQ(choice["fits"], true);
+  EXPECT_EQ(choice["splits_dry_run"], 2);
+  EXPECT_EQ(choice["rank_peak_reserved"], nlohmann::json::parse("[6291456, 6291456]"));
+  for (const nlohmann::json& rank : summary["ranks"]) {
+    EXPECT_EQ(rank["peak_reserved"].get<std::int64_t>(), std::int64_t{6} << 20) << rank["rank"];  // the dry run's, exactly
+    EXPECT_EQ(rank["num_ooms"], 0);
+  }
+  expect_same_losses(expected, losses(summary), 1e-5, "gpipe with blocks moved for memory");
+
+  // Without --device-memory the split is by cost alone (no dry run); with room, the dry run keeps it.
+  o.device_memory.clear();
+  const nlohmann::json by_cost = pipeline_run(o, 2, 16, "gpipe");
+  EXPECT_EQ(by_cost["pipeline"]["partition_choice"]["by"], "cost");
+  EXPECT_EQ(by_cost["pipeline"]["partition"][0]["blocks"], nlohmann::json::parse("[0, 3]"));
+  o.device_memory = "8MiB";
+  const nlohmann::json roomy = pipeline_run(o, 2, 16, "gpipe");
+  EXPECT_EQ(roomy["pipeline"]["partition_choice"]["moved_for_memory"], false);
+  EXPECT_EQ(roomy["pipeline"]["partition_choice"]["splits_dry_run"], 1);
+  EXPECT_EQ(roomy["pipeline"]["partition"][0]["blocks"], nlohmann::json::parse("[0, 3]"));
+  EXPECT_EQ(roomy["pipeline"]["partition"][1]["blocks"], nlohmann::json::parse("[3, 4]"));
+
+  // 5 MiB: no split fits (3 + 1 and 2 + 2 need 6 MiB; 1 + 3 gives rank 1 more than 2 + 2 did): said, and
+  // the split whose fullest rank needs least runs out of memory.
+  o.device_memory = "5MiB";
+  ::testing::internal::CaptureStdout();
+  EXPECT_THROW(pipeline_run(o, 2, 8, "gpipe"), std::exception);
+  const std::string none = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(none.find("partition: no split fits --device-memory 5.00 MiB (2 dry-run, 1 ruled out)"), std::string::npos) << none;
+}
+
 TEST(PipelineTraining, BadSetupsNameTheFix) {
   const TrainOptions o = tiny_run(2);
   auto message = [&](TrainOptions options) {
@@ -242,25 +324,6 @@ TEST(PipelineTraining, BadSetupsNameTheFix) {
   unknown.pipeline_stages = 2;
   unknown.schedule = "fastest";
   EXPECT_NE(message(unknown).find("fastest"), std::string::npos) << message(unknown);
-}
-
-TEST(PipelinePartition, BalancesBlocksWithTheHeadOnTheLastStage) {
-  // Twelve equal blocks and a head worth five: the last stage takes fewer blocks.
-  const std::vector<StageBlocks> stages = partition_pipeline_stages(std::vector<double>(12, 1.0), 0.0, 5.0, 4);
-  ASSERT_EQ(stages.size(), 4u);
-  EXPECT_EQ(stages.front().first, 0);
-  EXPECT_EQ(stages.back().end, 12);
-  for (std::size_t s = 1; s < stages.size(); ++s) EXPECT_EQ(stages[s].first, stages[s - 1].end);
-  double most = 0;
-  for (const StageBlocks& stage : stages) {
-    EXPECT_GE(stage.end - stage.first, 1);
-    most = std::max(most, stage.cost);
-  }
-  EXPECT_DOUBLE_EQ(most, 6.0);  // 4 + 4 + 3 + (1 + 5): no split does better than 6
-  EXPECT_EQ(stages.back().end - stages.back().first, 1);
-  EXPECT_THROW(partition_pipeline_stages(std::vector<double>(3, 1.0), 0.0, 0.0, 4), std::invalid_argument);
-  const std::vector<StageBlocks> even = partition_pipeline_stages(std::vector<double>(8, 1.0), 0.0, 0.0, 4);
-  for (const StageBlocks& stage : even) EXPECT_EQ(stage.end - stage.first, 2);
 }
 
 }  // namespace
