@@ -6,14 +6,17 @@
 #include "allocator/byte_size.h"
 
 namespace ferry {
-namespace {
-
-MemoryOption option_from(const std::string& flags, const DryRun& dry_run, const DryRun& current, std::size_t memory_limit) {
+MemoryOption memory_option(const std::string& flags, const DryRun& dry_run, const DryRun& current, std::size_t memory_limit) {
   return MemoryOption{flags, dry_run.peak_reserved, current.peak_reserved - dry_run.peak_reserved,
                       dry_run.peak_reserved <= static_cast<std::int64_t>(memory_limit), ""};
 }
 
-}  // namespace
+void sort_memory_options(MemoryAdvice& advice) {
+  std::stable_sort(advice.options.begin(), advice.options.end(), [](const MemoryOption& a, const MemoryOption& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.saved > b.saved;
+  });
+}
 
 MemoryAdvice advise_memory(const DryRunSetup& setup, std::size_t memory_limit) {
   MemoryAdvice advice;
@@ -33,7 +36,7 @@ MemoryAdvice advise_memory(const DryRunSetup& setup, std::size_t memory_limit) {
     variant.policy = policy;
     const DryRun dry_run = dry_run_step(variant);
     if (dry_run.peak_reserved < current.peak_reserved) {
-      advice.options.push_back(option_from("--checkpointing " + policy.name(), dry_run, current, memory_limit));
+      advice.options.push_back(memory_option("--checkpointing " + policy.name(), dry_run, current, memory_limit));
     }
   }
   // Smaller micro-batches, the same tokens per step; with full recompute too when that alone is short.
@@ -47,7 +50,7 @@ MemoryAdvice advise_memory(const DryRunSetup& setup, std::size_t memory_limit) {
       const DryRun dry_run = dry_run_step(variant);
       const std::string flags = (with_full_recompute ? "--checkpointing full " : "") + std::string("--batch ") + std::to_string(batch) +
                                 " --grad-accum " + std::to_string(variant.settings.grad_accum);
-      advice.options.push_back(option_from(flags, dry_run, current, memory_limit));
+      advice.options.push_back(memory_option(flags, dry_run, current, memory_limit));
       if (advice.options.back().fits) break;  // the largest micro-batch that fits is the one to take
     }
     if (std::any_of(advice.options.begin(), advice.options.end(), [](const MemoryOption& o) { return o.fits; })) break;
@@ -59,7 +62,7 @@ MemoryAdvice advise_memory(const DryRunSetup& setup, std::size_t memory_limit) {
       variant.offload_optimizer = true;
       if (with_full_recompute) variant.policy = RecomputePolicy::parse("full");
       const DryRun dry_run = dry_run_step(variant);
-      advice.options.push_back(option_from((with_full_recompute ? "--checkpointing full " : "") + std::string("--offload-optimizer cpu"),
+      advice.options.push_back(memory_option((with_full_recompute ? "--checkpointing full " : "") + std::string("--offload-optimizer cpu"),
                                            dry_run, current, memory_limit));
       if (advice.options.back().fits) break;
     }
@@ -85,22 +88,21 @@ MemoryAdvice advise_memory(const DryRunSetup& setup, std::size_t memory_limit) {
       }
       const DryRun dry_run = dry_run_step(variant);
       if (dry_run.peak_reserved >= current.peak_reserved) continue;
-      advice.options.push_back(option_from(flags, dry_run, current, memory_limit));
+      advice.options.push_back(memory_option(flags, dry_run, current, memory_limit));
       if (advice.options.back().fits) break;
     }
     if (std::any_of(advice.options.begin(), advice.options.end(), [](const MemoryOption& o) { return o.fits; })) break;
   }
-  std::stable_sort(advice.options.begin(), advice.options.end(), [](const MemoryOption& a, const MemoryOption& b) {
-    if (a.fits != b.fits) return a.fits;
-    return a.saved > b.saved;
-  });
+  sort_memory_options(advice);
   return advice;
 }
 
 std::string describe_memory_advice(const MemoryAdvice& advice, std::size_t memory_limit) {
+  const std::string allocated = advice.current.peak_allocated > 0  // a pipeline's advice measures reserved bytes only
+                                    ? " (" + format_bytes(static_cast<std::size_t>(advice.current.peak_allocated)) + " allocated)"
+                                    : std::string();
   std::string text = "a dry run of this configuration peaks at " + format_bytes(static_cast<std::size_t>(advice.current.peak_reserved)) +
-                     " reserved (" + format_bytes(static_cast<std::size_t>(advice.current.peak_allocated)) + " allocated) against the limit of " +
-                     format_bytes(memory_limit) + "; what would help, predicted by dry runs:";
+                     " reserved" + allocated + " against the limit of " + format_bytes(memory_limit) + "; what would help, predicted by dry runs:";
   for (const MemoryOption& option : advice.options) {
     char line[256];
     std::snprintf(line, sizeof line, "\n  %-42s peak reserved %10s, saves %10s%s", option.flags.c_str(),

@@ -27,6 +27,11 @@ struct MemoryAdvice {
 
 MemoryAdvice advise_memory(const DryRunSetup& setup, std::size_t memory_limit);
 
+// One alternative measured by a dry run, against the failing configuration.
+MemoryOption memory_option(const std::string& flags, const DryRun& dry_run, const DryRun& current, std::size_t memory_limit);
+// Those that fit first, then by the bytes they save.
+void sort_memory_options(MemoryAdvice& advice);
+
 // The advice as lines for an error message.
 std::string describe_memory_advice(const MemoryAdvice& advice, std::size_t memory_limit);
 

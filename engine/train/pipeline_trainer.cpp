@@ -10,7 +10,9 @@
 #include "engine/comm/communicator.h"
 #include "engine/core/safetensors.h"
 #include "engine/train/learning_rate.h"
+#include "allocator/allocator_errors.h"
 #include "engine/train/metrics_file.h"
+#include "engine/train/pipeline_advice.h"
 #include "engine/train/pipeline_layout.h"
 #include "engine/train/pipeline_step.h"
 #include "engine/train/pipeline_transports.h"
@@ -60,8 +62,9 @@ void reject_unsupported(const TrainOptions& o) {
 
 // One rank's parts: its device, model, optimizer, transport and executor.
 struct PipelineRank {
+  std::int32_t index = 0;
   std::unique_ptr<Device> device;
-  std::unique_ptr<TrainingProfile> profile;  // --profile: DIR/rank-R
+  std::unique_ptr<TrainingProfile> profile;  // --profile DIR/rank-R, or on a failure ferry-oom-profile/rank-R
   std::unique_ptr<GptModel> model;
   std::unique_ptr<TrainingOptimizer> optimizer;
   std::unique_ptr<PipelineTransport> transport;
@@ -137,6 +140,31 @@ std::vector<std::int64_t> dry_run_stages(const TrainOptions& o, const PipelineLa
   return peaks;
 }
 
+// The error of a pipeline that ran out of device memory, as for one rank: where (rank and step), the
+// failing rank's profile up to the failure (saved), and what would fit, by dry runs of every stage.
+std::string describe_pipeline_out_of_memory(const TrainOptions& o, const RecomputePolicy& policy, std::vector<PipelineRank>& local,
+                                            std::int64_t step, const OutOfMemoryError& error, const PipelineShape& shape) {
+  std::string ranks, directories;
+  for (PipelineRank& rank : local) {
+    if (rank.device->allocator().statistics().num_ooms == 0) continue;
+    ranks += (ranks.empty() ? "" : ", ") + std::to_string(rank.index);
+    directories += (directories.empty() ? "" : " ") + rank.profile->save_failure(error.what());
+  }
+  TrainOptions current = o;
+  current.checkpointing = policy.name();  // alternatives against the configuration that ran
+  const std::size_t limit = local.front().device->memory_limit();
+  const MemoryAdvice advice = advise_pipeline_memory(current, shape.config.layers, limit, [&](const TrainOptions& variant) {
+    const PipelineLayoutChoice choice =
+        choose_pipeline_layout(variant, shape, false, [&](const PipelineLayout& candidate) { return dry_run_stages(variant, candidate); });
+    const std::vector<std::int64_t> peaks = dry_run_stages(variant, choice.layout);
+    return *std::max_element(peaks.begin(), peaks.end());
+  });
+  return "out of device memory on pipeline rank " + ranks +
+         (step == 0 ? std::string(" while building its stages") : " in step " + std::to_string(step)) + ": " + error.what() + "\n" +
+         describe_memory_advice(advice, limit) + "\nthe memory profile up to the failure is in " + directories + ": run `ferry report " +
+         directories + "`";
+}
+
 // `given_layout`: the dry runs' (no choice made); null: chosen here.
 nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator, const PipelineLayout* given_layout) {
   const int world = communicator.size();
@@ -186,89 +214,98 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator,
     const bool offloaded = o.offload_optimizer != "none";
     std::vector<PipelineRank> local;  // the ranks this process runs
     PipelineMailbox mailbox;          // after `local`: its tensors go before their devices do
-    for (std::int32_t r = in_process ? 0 : communicator.rank(); r < (in_process ? ranks : communicator.rank() + 1); ++r) {
-      PipelineRank rank;
-      rank.device = make_training_device(o.device, o.device_memory);
-      if (!in_process && !rank.device->has_storage()) {
-        throw std::invalid_argument("--device meta under mpirun: a dry run of a pipeline runs in one process (drop mpirun)");
-      }
-      if (!o.profile.empty()) {
-        rank.profile = std::make_unique<TrainingProfile>(
-            *rank.device, o.profile + "/rank-" + std::to_string(r), ProfileSteps::parse(o.profile_steps),
-            nlohmann::json{{"command", "train"}, {"model", config.name}, {"parameters", config.parameter_count()}, {"device", o.device},
-                           {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", micro_batches},
-                           {"checkpointing", policy.name()}, {"pipeline_rank", r}, {"schedule", o.schedule}, {"pp", ranks}});
-      }
-      rank.model = std::make_unique<GptModel>(*rank.device, config, dtype, dropout, offloaded ? GradientStorage::streamed : GradientStorage::whole,
-                                              pipeline_rank_part(plan.schedule, r, plan.stage_blocks, config.layers));
-      rank.model->set_loss_chunk(o.loss_chunk);
-      rank.model->set_gradient_bucket_elements(o.reduce_bucket_size.value_or(0));
-      rank.model->set_weight_copy_elements(o.weight_copy_elements);
-      if (o.init_from.empty()) {
-        initialize_gpt_parameters(rank.model->parameters(), config, o.seed);
-      } else {
-        if (rank.device->has_storage()) load_gpt_parameters(SafetensorsFile(o.init_from), rank.model->parameters());
-      }
-      rank.optimizer = !offloaded                    ? make_device_optimizer(*rank.model, hyperparameters)
-                       : rank.device->has_storage() ? make_offload_optimizer(*rank.model, hyperparameters, rank_offload_settings(o, r, threads))
-                                                    : make_discarding_optimizer(*rank.model);
-      rank.transport = in_process ? std::unique_ptr<PipelineTransport>(std::make_unique<InProcessTransport>(mailbox, r))
-                                  : std::make_unique<CommunicatorTransport>(communicator);
-      rank.executor = std::make_unique<PipelineRankExecutor>(
-          *rank.model, *rank.transport, PipelineRankSetup{&plan.schedule, r, plan.stage_blocks, o.batch, sequence, o.seed, keeps});
-      local.push_back(std::move(rank));
-    }
-    if (prints) {
-      std::printf("ferry train: %s, %lld layers, pipeline of %d stages (%s, %d micro-batches of %lld x %lld) on %s\n", config.name.c_str(),
-                  static_cast<long long>(config.layers), plan.schedule.stages, o.schedule.c_str(), micro_batches,
-                  static_cast<long long>(o.batch), static_cast<long long>(sequence),
-                  in_process ? ("one process (" + std::to_string(ranks) + " devices)").c_str() : (std::to_string(world) + " ranks").c_str());
-      for (std::int32_t stage = 0; stage < plan.schedule.stages; ++stage) {
-        const StageBlocks& blocks = plan.stage_blocks[static_cast<std::size_t>(stage)];
-        std::printf("  stage %d on rank %d: blocks %lld..%lld%s%s\n", stage, plan.schedule.rank_of_stage(stage),
-                    static_cast<long long>(blocks.first), static_cast<long long>(blocks.end - 1), stage == 0 ? " + embedding" : "",
-                    stage == plan.schedule.stages - 1 ? " + LM head and loss" : "");
-      }
-      std::fflush(stdout);
-    }
-
-    DataLoader loader(data, o.batch, sequence, o.shuffle, o.seed);
-    MetricsFile metrics(writes_summary ? o.metrics : std::string());
-    ProgressPrinter progress(stdout, prints && world == 1 && is_terminal(stdout), o.log_every);  // mpirun forwards output: no live line
     nlohmann::json steps = nlohmann::json::array();
     std::vector<double> throughputs;
-    const double tokens_per_step = static_cast<double>(o.batch * sequence * micro_batches);
     double last_loss = std::nan("");
-    std::vector<MicroBatchTokens> tokens(static_cast<std::size_t>(micro_batches));
-    std::vector<InProcessRank> turns;
-    for (PipelineRank& rank : local) turns.push_back({rank.executor.get(), rank.optimizer.get()});
-    for (std::int64_t step = 0; step < o.steps; ++step) {
-      const auto start = Clock::now();
-      for (MicroBatchTokens& micro_batch : tokens) loader.next(micro_batch.inputs, micro_batch.targets);
-      const PipelineStepSettings settings{step, hyper.schedule.at(step), hyper.grad_clip};
-      for (PipelineRank& rank : local) {
-        if (rank.profile) rank.profile->begin_step(step + 1);
+    std::int64_t current_step = 0;  // 0 while the stages are built
+    try {
+      for (std::int32_t r = in_process ? 0 : communicator.rank(); r < (in_process ? ranks : communicator.rank() + 1); ++r) {
+        PipelineRank rank;
+        rank.device = make_training_device(o.device, o.device_memory);
+        if (!in_process && !rank.device->has_storage()) {
+          throw std::invalid_argument("--device meta under mpirun: a dry run of a pipeline runs in one process (drop mpirun)");
+        }
+        // Every rank records its profile: written to --profile DIR/rank-R, or on a failure to
+        // ferry-oom-profile/rank-R.
+        const std::string rank_directory = "/rank-" + std::to_string(r);
+        rank.profile = std::make_unique<TrainingProfile>(
+            *rank.device, o.profile.empty() ? std::string() : o.profile + rank_directory, ProfileSteps::parse(o.profile_steps),
+            nlohmann::json{{"command", "train"}, {"model", config.name}, {"parameters", config.parameter_count()}, {"device", o.device},
+                           {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", micro_batches},
+                           {"checkpointing", policy.name()}, {"pipeline_rank", r}, {"schedule", o.schedule}, {"pp", ranks}},
+            TrainingProfile::kFailureDirectory + rank_directory);
+        rank.index = r;
+        local.push_back(std::move(rank));  // now: an out-of-memory while building keeps the rank's profile
+        PipelineRank& built = local.back();
+        built.model = std::make_unique<GptModel>(*built.device, config, dtype, dropout, offloaded ? GradientStorage::streamed : GradientStorage::whole,
+                                                pipeline_rank_part(plan.schedule, r, plan.stage_blocks, config.layers));
+        built.model->set_loss_chunk(o.loss_chunk);
+        built.model->set_gradient_bucket_elements(o.reduce_bucket_size.value_or(0));
+        built.model->set_weight_copy_elements(o.weight_copy_elements);
+        if (o.init_from.empty()) {
+          initialize_gpt_parameters(built.model->parameters(), config, o.seed);
+        } else {
+          if (built.device->has_storage()) load_gpt_parameters(SafetensorsFile(o.init_from), built.model->parameters());
+        }
+        built.optimizer = !offloaded                    ? make_device_optimizer(*built.model, hyperparameters)
+                         : built.device->has_storage() ? make_offload_optimizer(*built.model, hyperparameters, rank_offload_settings(o, r, threads))
+                                                      : make_discarding_optimizer(*built.model);
+        built.transport = in_process ? std::unique_ptr<PipelineTransport>(std::make_unique<InProcessTransport>(mailbox, r))
+                                    : std::make_unique<CommunicatorTransport>(communicator);
+        built.executor = std::make_unique<PipelineRankExecutor>(
+            *built.model, *built.transport, PipelineRankSetup{&plan.schedule, r, plan.stage_blocks, o.batch, sequence, o.seed, keeps});
       }
-      const PipelineStepResult result = in_process ? run_pipeline_step_in_process(turns, tokens, settings)
-                                                   : run_pipeline_step(*local.front().executor, *local.front().optimizer, communicator, tokens, settings);
-      for (PipelineRank& rank : local) {
-        if (rank.profile) rank.profile->end_step(step + 1);
-      }
-      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (step > 0) throughputs.push_back(tokens_per_step / seconds);
-      last_loss = result.loss;
-      steps.push_back({{"step", step + 1}, {"loss", result.loss}, {"tokens_per_second", tokens_per_step / seconds}, {"lr", settings.learning_rate},
-                       {"grad_norm", result.gradient_norm}, {"seconds", seconds}});
-      if (writes_summary) metrics.append(steps.back(), *local.front().device);  // rank 0's memory
       if (prints) {
-        progress.update(StepProgress{step + 1, o.steps, result.loss, tokens_per_step / seconds, settings.learning_rate, result.gradient_norm,
-                                     local.front().device->allocator().statistics().allocated_bytes.all().peak, 0.0,
-                                     !local.front().device->has_storage(), std::nullopt});
+        std::printf("ferry train: %s, %lld layers, pipeline of %d stages (%s, %d micro-batches of %lld x %lld) on %s\n", config.name.c_str(),
+                    static_cast<long long>(config.layers), plan.schedule.stages, o.schedule.c_str(), micro_batches,
+                    static_cast<long long>(o.batch), static_cast<long long>(sequence),
+                    in_process ? ("one process (" + std::to_string(ranks) + " devices)").c_str() : (std::to_string(world) + " ranks").c_str());
+        for (std::int32_t stage = 0; stage < plan.schedule.stages; ++stage) {
+          const StageBlocks& blocks = plan.stage_blocks[static_cast<std::size_t>(stage)];
+          std::printf("  stage %d on rank %d: blocks %lld..%lld%s%s\n", stage, plan.schedule.rank_of_stage(stage),
+                      static_cast<long long>(blocks.first), static_cast<long long>(blocks.end - 1), stage == 0 ? " + embedding" : "",
+                      stage == plan.schedule.stages - 1 ? " + LM head and loss" : "");
+        }
+        std::fflush(stdout);
       }
-    }
-    progress.finish();
-    for (PipelineRank& rank : local) {
-      if (rank.profile) rank.profile->finish();
+
+      DataLoader loader(data, o.batch, sequence, o.shuffle, o.seed);
+      MetricsFile metrics(writes_summary ? o.metrics : std::string());
+      ProgressPrinter progress(stdout, prints && world == 1 && is_terminal(stdout), o.log_every);  // mpirun forwards output: no live line
+      const double tokens_per_step = static_cast<double>(o.batch * sequence * micro_batches);
+      std::vector<MicroBatchTokens> tokens(static_cast<std::size_t>(micro_batches));
+      std::vector<InProcessRank> turns;
+      for (PipelineRank& rank : local) turns.push_back({rank.executor.get(), rank.optimizer.get()});
+      for (std::int64_t step = 0; step < o.steps; ++step) {
+        current_step = step + 1;
+        const auto start = Clock::now();
+        for (MicroBatchTokens& micro_batch : tokens) loader.next(micro_batch.inputs, micro_batch.targets);
+        const PipelineStepSettings settings{step, hyper.schedule.at(step), hyper.grad_clip};
+        for (PipelineRank& rank : local) {
+          if (rank.profile) rank.profile->begin_step(step + 1);
+        }
+        const PipelineStepResult result = in_process ? run_pipeline_step_in_process(turns, tokens, settings)
+                                                     : run_pipeline_step(*local.front().executor, *local.front().optimizer, communicator, tokens, settings);
+        for (PipelineRank& rank : local) {
+          if (rank.profile) rank.profile->end_step(step + 1);
+        }
+        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        if (step > 0) throughputs.push_back(tokens_per_step / seconds);
+        last_loss = result.loss;
+        steps.push_back({{"step", step + 1}, {"loss", result.loss}, {"tokens_per_second", tokens_per_step / seconds}, {"lr", settings.learning_rate},
+                         {"grad_norm", result.gradient_norm}, {"seconds", seconds}});
+        if (writes_summary) metrics.append(steps.back(), *local.front().device);  // rank 0's memory
+        if (prints) {
+          progress.update(StepProgress{step + 1, o.steps, result.loss, tokens_per_step / seconds, settings.learning_rate, result.gradient_norm,
+                                       local.front().device->allocator().statistics().allocated_bytes.all().peak, 0.0,
+                                       !local.front().device->has_storage(), std::nullopt});
+        }
+      }
+      progress.finish();
+      for (PipelineRank& rank : local) rank.profile->finish();
+    } catch (const OutOfMemoryError& error) {
+      throw std::runtime_error(
+          describe_pipeline_out_of_memory(o, policy, local, current_step, error, PipelineShape{config, sequence, plan.schedule.stages, ranks}));
     }
 
     // Every rank's memory, gathered where the summary is written.

@@ -27,8 +27,13 @@ ProfileSteps ProfileSteps::parse(const std::string& text) {
   return steps;
 }
 
-TrainingProfile::TrainingProfile(Device& device, std::string directory, ProfileSteps steps, nlohmann::json metadata)
-    : profiler_(device), directory_(std::move(directory)), steps_(steps), metadata_(std::move(metadata)) {
+TrainingProfile::TrainingProfile(Device& device, std::string directory, ProfileSteps steps, nlohmann::json metadata,
+                                 std::string failure_directory)
+    : profiler_(device),
+      directory_(std::move(directory)),
+      failure_directory_(std::move(failure_directory)),
+      steps_(steps),
+      metadata_(std::move(metadata)) {
   profiler_.start();  // building the model belongs to a window that opens at the run's first step
 }
 
@@ -79,7 +84,7 @@ std::string TrainingProfile::save_failure(const std::string& failure) {
   end_at_last_out_of_memory(profile);
   profile.failure = failure;
   profile.metadata = metadata_;
-  const std::string directory = directory_.empty() ? kFailureDirectory : directory_;
+  const std::string directory = directory_.empty() ? failure_directory_ : directory_;
   write_memory_profile(directory, profile);
   return directory;
 }

@@ -26,8 +26,10 @@ class TrainingProfile {
   // Where a failure's profile goes when --profile was not given.
   static constexpr const char* kFailureDirectory = "ferry-oom-profile";
 
-  // Starts recording at once. `directory` empty: the window is recorded but only written on failure.
-  TrainingProfile(Device& device, std::string directory, ProfileSteps steps, nlohmann::json metadata);
+  // Starts recording at once. `directory` empty: the window is recorded but only written on failure, to
+  // `failure_directory` (a pipeline rank's is kFailureDirectory/rank-R).
+  TrainingProfile(Device& device, std::string directory, ProfileSteps steps, nlohmann::json metadata,
+                  std::string failure_directory = kFailureDirectory);
 
   // `step`: the step's number (1-based, as printed).
   void begin_step(std::int64_t step);
@@ -45,6 +47,7 @@ class TrainingProfile {
 
   MemoryProfiler profiler_;
   std::string directory_;
+  std::string failure_directory_;
   ProfileSteps steps_;
   nlohmann::json metadata_;
   bool any_step_ = false;     // a step has begun

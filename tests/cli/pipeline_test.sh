@@ -84,6 +84,21 @@ if launch 2 train "${model[@]}" --pp 2 --schedule fastest > "$work/out.txt" 2> "
 grep -q "fastest" "$work/err.txt" || { echo "no error naming the schedule:"; cat "$work/err.txt"; exit 1; }
 if launch 3 train "${model[@]}" --pp 2 > "$work/out.txt" 2> "$work/err.txt"; then echo "accepted 3 ranks for --pp 2"; exit 1; fi
 grep -q "mpirun -np 2" "$work/err.txt" || { echo "no error naming the launch:"; cat "$work/err.txt"; exit 1; }
+# Out of memory in a pipeline: as for one rank, the error names the rank and step, lists what would fit
+# (dry runs of every stage) and saves the failing rank's profile, in one process and under mpirun.
+oom=(train --pp 2 --micro-batches 4 --layers 4 --hidden 64 --heads 4 --seq 64 --batch 4 --steps 2 --threads 1 --device-memory 3MiB)
+(cd "$work" && expect_error "out of device memory on pipeline rank 0 in step 1" "$ferry" "${oom[@]}")
+for pattern in "a dry run of this configuration peaks at 8.00 MiB reserved against the limit of 3.00 MiB" \
+               "--checkpointing full .* does not fit" "--batch 1 --micro-batches 16" "in ferry-oom-profile/rank-0"; do
+  grep -q -- "$pattern" "$work/err.txt" || { echo "the pipeline's out-of-memory error lacks '$pattern':"; cat "$work/err.txt"; exit 1; }
+done
+"$ferry" report "$work/ferry-oom-profile/rank-0" > /dev/null
+mkdir -p "$work/mpi_oom"
+if (cd "$work/mpi_oom" && launch 2 "${oom[@]}" > "$work/out.txt" 2> "$work/err.txt"); then echo "an out-of-memory pipeline succeeded"; exit 1; fi
+grep -q "rank 0 of 2: out of device memory on pipeline rank 0 in step 1" "$work/err.txt" && grep -q -- "--offload-optimizer cpu" "$work/err.txt" ||
+  { echo "mpirun's out-of-memory error lacks the rank or the advice:"; cat "$work/err.txt"; exit 1; }
+[[ -f $work/mpi_oom/ferry-oom-profile/rank-0/profile.json ]] || { echo "no profile of the failing rank under mpirun"; ls -R "$work/mpi_oom"; exit 1; }
+
 # --profile: one profile per rank; `ferry report` puts every rank on one timeline (a process per rank,
 # rank 1's first block forward after rank 0's).
 launch 2 train "${model[@]}" --pp 2 --micro-batches 4 --profile "$work/profile" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
