@@ -15,18 +15,19 @@ enum class MemoryCategory : std::uint8_t {
   gradients,
   optimizer_states,
   activations,
+  activation_gradients,  // gradients of activations in backward (the compute dtype, as autocast keeps them)
   workspace,
   communication,
   staging,
   uncategorized,  // allocations that did not say (for example, replayed foreign traces)
 };
 
-inline constexpr std::size_t kNumMemoryCategories = 8;
+inline constexpr std::size_t kNumMemoryCategories = 9;
 
 inline constexpr std::array<MemoryCategory, kNumMemoryCategories> kAllMemoryCategories = {
-    MemoryCategory::parameters, MemoryCategory::gradients,     MemoryCategory::optimizer_states,
-    MemoryCategory::activations, MemoryCategory::workspace,    MemoryCategory::communication,
-    MemoryCategory::staging,     MemoryCategory::uncategorized};
+    MemoryCategory::parameters,           MemoryCategory::gradients, MemoryCategory::optimizer_states,
+    MemoryCategory::activations,          MemoryCategory::activation_gradients, MemoryCategory::workspace,
+    MemoryCategory::communication,        MemoryCategory::staging,   MemoryCategory::uncategorized};
 
 constexpr std::string_view category_name(MemoryCategory category) {
   switch (category) {
@@ -34,6 +35,7 @@ constexpr std::string_view category_name(MemoryCategory category) {
     case MemoryCategory::gradients: return "gradients";
     case MemoryCategory::optimizer_states: return "optimizer_states";
     case MemoryCategory::activations: return "activations";
+    case MemoryCategory::activation_gradients: return "activation_gradients";
     case MemoryCategory::workspace: return "workspace";
     case MemoryCategory::communication: return "communication";
     case MemoryCategory::staging: return "staging";

@@ -73,6 +73,10 @@ Tensor GptModel::activation(const Shape& shape, const std::string& tag) const {
   return Tensor::empty(*device_, shape, parameter_dtype_, MemoryCategory::activations, tag);
 }
 
+Tensor GptModel::activation_gradient(const Shape& shape, const std::string& tag) const {
+  return Tensor::empty(*device_, shape, parameter_dtype_, MemoryCategory::activation_gradients, tag);
+}
+
 Tensor GptModel::workspace(const Shape& shape, const std::string& tag) const {
   return Tensor::empty(*device_, shape, DType::f32, MemoryCategory::workspace, tag);
 }
@@ -296,7 +300,7 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
   a.output = Tensor();
   // The output gradients the weight pass keeps from I to W are activations (held between passes, as the
   // copies below are), not workspace; the whole backward uses them at once.
-  const MemoryCategory kept_for_weight = deferred != nullptr ? MemoryCategory::activations : MemoryCategory::workspace;
+  const MemoryCategory kept_for_weight = deferred != nullptr ? MemoryCategory::activations : MemoryCategory::activation_gradients;
   // A projection's gradients: all now, or the input gradient now and (input, output gradient) kept for
   // the weight pass. An output gradient that LayerNorm's backward overwrites later (the residual
   // gradient itself, when there is no dropout) is kept as a copy.
@@ -315,7 +319,7 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
     ops::matmul_backward(dinp, Tensor(), Tensor(), dout, inp, weight, WeightLayout::in_out, weight_copy_elements_);
     kept_input = inp;
     if (overwritten_later) {
-      kept_gradient = Tensor::empty(*device_, dout.shape(), DType::f32, MemoryCategory::activations, layer_tag(layer, what));
+      kept_gradient = Tensor::empty(*device_, dout.shape(), dout.dtype(), MemoryCategory::activations, layer_tag(layer, what));
       kept_gradient.copy_from(dout);
     } else {
       kept_gradient = dout;
@@ -327,18 +331,18 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
   // MLP branch.
   Tensor dbranch = dresidual;
   if (residual_dropout > 0) {
-    dbranch = Tensor::zeros(*device_, {B, T, C}, DType::f32, kept_for_weight, layer_tag(layer, "mlp.c_proj.grad"));
+    dbranch = Tensor::zeros(*device_, {B, T, C}, parameter_dtype_, kept_for_weight, layer_tag(layer, "mlp.c_proj.grad"));
     ops::dropout_backward(dbranch, dresidual, residual_dropout, keys.derive(kMlpResidualDropout));
   }
-  Tensor dgelu = workspace({B, T, 4 * C}, layer_tag(layer, "mlp.gelu.grad"));
+  Tensor dgelu = activation_gradient({B, T, 4 * C}, layer_tag(layer, "mlp.gelu.grad"));
   projection_backward(dgelu, GptBlockParameters::kMlpCProj, dbranch, a.gelu, p.mlp_c_proj_weight, d.gelu, d.mlp_branch_gradient,
                       residual_dropout == 0, "mlp.c_proj.grad.kept");
   a.gelu = Tensor();
-  Tensor dfc = Tensor::zeros(*device_, {B, T, 4 * C}, DType::f32, kept_for_weight, layer_tag(layer, "mlp.c_fc.grad"));
+  Tensor dfc = Tensor::zeros(*device_, {B, T, 4 * C}, parameter_dtype_, kept_for_weight, layer_tag(layer, "mlp.c_fc.grad"));
   ops::gelu_backward(dfc, a.fc, dgelu);
   dgelu = Tensor();
   a.fc = Tensor();
-  Tensor dln = workspace({B, T, C}, layer_tag(layer, "ln_2.grad"));
+  Tensor dln = activation_gradient({B, T, C}, layer_tag(layer, "ln_2.grad"));
   projection_backward(dln, GptBlockParameters::kMlpCFc, dfc, a.ln_2, p.mlp_c_fc_weight, d.ln_2, d.fc_gradient, false,
                       "mlp.c_fc.grad.kept");
   dfc = Tensor();
@@ -349,14 +353,14 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
   // Attention branch.
   dbranch = dresidual;
   if (residual_dropout > 0) {
-    dbranch = Tensor::zeros(*device_, {B, T, C}, DType::f32, kept_for_weight, layer_tag(layer, "attn.c_proj.grad"));
+    dbranch = Tensor::zeros(*device_, {B, T, C}, parameter_dtype_, kept_for_weight, layer_tag(layer, "attn.c_proj.grad"));
     ops::dropout_backward(dbranch, dresidual, residual_dropout, keys.derive(kAttentionResidualDropout));
   }
-  Tensor dattn = workspace({B, T, C}, layer_tag(layer, "attn.out.grad"));
+  Tensor dattn = activation_gradient({B, T, C}, layer_tag(layer, "attn.out.grad"));
   projection_backward(dattn, GptBlockParameters::kAttnCProj, dbranch, a.attn, p.attn_c_proj_weight, d.attn,
                       d.attention_branch_gradient, residual_dropout == 0, "attn.c_proj.grad.kept");
   dbranch = Tensor();
-  Tensor dqkv = Tensor::empty(*device_, {B, T, 3 * C}, DType::f32, kept_for_weight, layer_tag(layer, "attn.qkv.grad"));
+  Tensor dqkv = Tensor::empty(*device_, {B, T, 3 * C}, parameter_dtype_, kept_for_weight, layer_tag(layer, "attn.qkv.grad"));
   ops::attention_backward(dqkv, dattn, a.attn, a.qkv, a.att, NH, attention_dropout, keys.derive(kAttentionDropout));
   dattn = Tensor();
   a.attn = Tensor();
@@ -374,7 +378,7 @@ void GptModel::embedding_backward(const Tensor& tokens, const Tensor& output_gra
   const OpScope op(*device_, "backward", "embedding");
   Tensor gradient = output_gradient;
   if (training_ && dropout_.embedding > 0) {
-    gradient = Tensor::zeros(*device_, output_gradient.shape(), DType::f32, MemoryCategory::workspace, "embedding.grad");
+    gradient = Tensor::zeros(*device_, output_gradient.shape(), parameter_dtype_, MemoryCategory::activation_gradients, "embedding.grad");
     ops::dropout_backward(gradient, output_gradient, dropout_.embedding, key.derive(kEmbeddingDropout));
   }
   if (gradient_storage_ == GradientStorage::whole) {
@@ -386,7 +390,7 @@ void GptModel::embedding_backward(const Tensor& tokens, const Tensor& output_gra
   const Tensor dwpe = gradient_bucket({T, C}, "wpe.weight");
   ops::encoder_backward(Tensor(), dwpe, gradient, tokens);
   sink().accumulate(GptParameters::kWpeIndex, 0, dwpe);
-  sink().accumulate_rows(GptParameters::kWteIndex, tokens.reshape({B * T}), gradient.reshape({B * T, C}));
+  sink().accumulate_rows(GptParameters::kWteIndex, tokens.reshape({B * T}), ops::as_f32(gradient, "embedding.grad.f32").reshape({B * T, C}));
 }
 
 double GptModel::train_micro_batch(const Tensor& tokens, const Tensor& targets, const MicroBatchKey& micro_batch, float dloss,
@@ -404,7 +408,7 @@ double GptModel::train_micro_batch(const Tensor& tokens, const Tensor& targets, 
     saved.push_back(block_forward(layer, x, key, keep.empty() ? ActivationKeep::all : keep[static_cast<std::size_t>(layer)]));
     x = saved.back().output;
   }
-  Tensor gradient = Tensor::empty(*device_, x.shape(), DType::f32, MemoryCategory::workspace, "residual.grad");
+  Tensor gradient = activation_gradient(x.shape(), "residual.grad");
   const double loss_sum = head_forward(x, targets, dloss / static_cast<float>(tokens_count), gradient);
   x = Tensor();
   for (std::int64_t layer = config_.layers - 1; layer >= 0; --layer) {

@@ -67,7 +67,8 @@ enum class GradientStorage : std::uint8_t { whole, streamed };
 
 class GptModel {
  public:
-  // activation dtype = parameter dtype (f32, bf16 or f16); gradients are always f32.
+  // activation dtype = parameter dtype (f32, bf16 or f16), and so are the activations' gradients in
+  // backward (as autocast keeps them; every op computes in f32); parameter gradients are always f32.
   // `part`: the blocks (and embedding, head) this object holds, for a pipeline stage; the others have
   // no parameters here and their layers throw when called.
   GptModel(Device& device, GptConfig config, DType parameter_dtype, GptDropout dropout = {},
@@ -136,6 +137,8 @@ class GptModel {
 
  private:
   Tensor activation(const Shape& shape, const std::string& tag) const;
+  // A gradient of activations in the compute dtype (autocast's), category activation_gradients.
+  Tensor activation_gradient(const Shape& shape, const std::string& tag) const;
   Tensor workspace(const Shape& shape, const std::string& tag) const;
   // A zeroed f32 gradient bucket (category gradients) for streamed gradients.
   Tensor gradient_bucket(const Shape& shape, const std::string& tag) const;

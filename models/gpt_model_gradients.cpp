@@ -59,9 +59,10 @@ void GptModel::projection_parameter_gradients(std::int64_t layer, std::size_t fi
     sink().accumulate(index, 0, dweight);
   } else {
     const Tensor inp32 = ops::as_f32(inp, name + ".in.f32");  // once for every slice
+    const Tensor dout32 = ops::as_f32(dout, name + ".grad.f32");
     for (std::int64_t first = 0; first < in; first += rows_per_bucket) {
       const Tensor slice = gradient_bucket({std::min(rows_per_bucket, in - first), out}, name + ".rows");
-      ops::matmul_backward_weight_rows(slice, dout, inp32, first);
+      ops::matmul_backward_weight_rows(slice, dout32, inp32, first);
       sink().accumulate(index, first * out, slice);
     }
   }

@@ -74,6 +74,8 @@ void store(const Tensor& destination, const Tensor& result) {
   }
 }
 
+Tensor f32_accumulator(const Tensor& destination, std::string_view tag) { return as_f32(destination, tag); }
+
 void fill_zero(const Tensor& tensor) {
   tensor.device().fill_zero(tensor.data(), tensor.nbytes(), tensor.storage()->stream());
 }
@@ -96,8 +98,9 @@ void encoder_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
 }
 
 void encoder_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens) {
+  const Tensor dout32 = as_f32(dout, "encoder.grad.f32");
   if (KernelBackend* kernels = computing(dout)) {
-    kernels->encoder_backward(f32(dwte), f32(dwpe), f32(dout), tokens.data_as<std::int32_t>(), tokens.size(0), tokens.size(1),
+    kernels->encoder_backward(f32(dwte), f32(dwpe), f32(dout32), tokens.data_as<std::int32_t>(), tokens.size(0), tokens.size(1),
                               last_dimension(dout));
   }
 }
@@ -121,10 +124,13 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
   const std::int64_t C = last_dimension(weight);
   const Tensor inp32 = as_f32(inp, "layernorm.in.f32");
   const Tensor weight32 = as_f32(weight, "layernorm.weight.f32");
+  const Tensor dout32 = as_f32(dout, "layernorm.grad.f32");
+  const Tensor dinp32 = f32_accumulator(dinp, "layernorm.in.grad.f32");
   if (KernelBackend* kernels = computing(dinp)) {
-    kernels->layernorm_backward(f32(dinp), f32(dweight), f32(dbias), f32(dout), f32(inp32), f32(weight32), f32(mean), f32(rstd),
+    kernels->layernorm_backward(f32(dinp32), f32(dweight), f32(dbias), f32(dout32), f32(inp32), f32(weight32), f32(mean), f32(rstd),
                                 inp.numel() / C, C);
   }
+  store(dinp, dinp32);
 }
 
 // Rows of weight per f32 slice when a 16-bit in_out weight is converted in slices, else 0 (whole).
@@ -186,26 +192,32 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
   if (const std::int64_t per_copy = weight_rows_per_copy(weight, layout, weight_copy_elements); per_copy > 0 && dinp.defined()) {
     const std::int64_t rows = inp.numel() / in;
     const Tensor workspace = matmul_workspace(dout.device());
+    const Tensor dout32 = as_f32(dout, "matmul.grad.f32");
+    const Tensor dinp32 = f32_target(dinp, "matmul.in.grad.f32");
     for (std::int64_t first = 0; first < in; first += per_copy) {
       const std::int64_t count = std::min(per_copy, in - first);
       const Tensor slice32 = as_f32(weight.narrow(0, first, count), "matmul.weight.rows.f32");
       const Tensor part = scratch(dout.device(), kernel_backend(dout.device()).sizes().matmul_rows_output_scratch_elements(rows, count),
                                   "matmul.in.grad.part");
       if (KernelBackend* kernels = computing(dout)) {
-        kernels->matmul_backward_input_rows(f32(dinp), f32(dout), f32(slice32), rows, in, out_features, first, count, f32(part),
+        kernels->matmul_backward_input_rows(f32(dinp32), f32(dout32), f32(slice32), rows, in, out_features, first, count, f32(part),
                                             address(workspace));
       }
     }
-    if (dweight.defined() || dbias.defined()) matmul_backward(Tensor(), dweight, dbias, dout, inp, weight, layout);
+    store(dinp, dinp32);
+    if (dweight.defined() || dbias.defined()) matmul_backward(Tensor(), dweight, dbias, dout32, inp, weight, layout);
     return;
   }
   const Tensor inp32 = dweight.defined() ? as_f32(inp, "matmul.in.f32") : Tensor();
   const Tensor weight32 = dinp.defined() ? as_f32(weight, "matmul.weight.f32") : Tensor();
+  const Tensor dout32 = as_f32(dout, "matmul.grad.f32");
+  const Tensor dinp32 = dinp.defined() ? f32_target(dinp, "matmul.in.grad.f32") : Tensor();
   const Tensor workspace = matmul_workspace(dout.device());
   if (KernelBackend* kernels = computing(dout)) {
-    kernels->matmul_backward(f32(dinp), f32(dweight), f32(dbias), f32(dout), f32(inp32), f32(weight32), inp.numel() / in, in,
+    kernels->matmul_backward(f32(dinp32), f32(dweight), f32(dbias), f32(dout32), f32(inp32), f32(weight32), inp.numel() / in, in,
                              out_features, layout, address(workspace));
   }
+  if (dinp.defined()) store(dinp, dinp32);
 }
 
 void matmul_backward_weight_rows(const Tensor& dweight_rows, const Tensor& dout, const Tensor& inp, std::int64_t first) {
@@ -277,10 +289,13 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& ou
   const Tensor qkv32 = as_f32(qkv, "attention.qkv.f32");
   const Tensor saved32 = as_f32(saved, "attention.saved.f32");
   const Tensor out32 = as_f32(out, "attention.out.f32");
+  const Tensor dout32 = as_f32(dout, "attention.grad.f32");
+  const Tensor dqkv32 = f32_target(dqkv, "attention.qkv.grad.f32");
   const Tensor work = scratch(dqkv.device(), sizes.attention_backward_scratch_elements(shape), "attention.scratch");
   if (KernelBackend* kernels = computing(dqkv)) {
-    kernels->attention_backward(f32(dqkv), f32(work), f32(dout), f32(out32), f32(qkv32), f32(saved32), shape, dropout, key);
+    kernels->attention_backward(f32(dqkv32), f32(work), f32(dout32), f32(out32), f32(qkv32), f32(saved32), shape, dropout, key);
   }
+  store(dqkv, dqkv32);
 }
 
 void gelu_forward(const Tensor& out, const Tensor& inp) {
@@ -292,7 +307,10 @@ void gelu_forward(const Tensor& out, const Tensor& inp) {
 
 void gelu_backward(const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
   const Tensor inp32 = as_f32(inp, "gelu.in.f32");
-  if (KernelBackend* kernels = computing(dinp)) kernels->gelu_backward(f32(dinp), f32(inp32), f32(dout), inp.numel());
+  const Tensor dout32 = as_f32(dout, "gelu.grad.f32");
+  const Tensor dinp32 = f32_accumulator(dinp, "gelu.in.grad.f32");
+  if (KernelBackend* kernels = computing(dinp)) kernels->gelu_backward(f32(dinp32), f32(inp32), f32(dout32), inp.numel());
+  store(dinp, dinp32);
 }
 
 void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
@@ -311,7 +329,10 @@ void dropout_forward(const Tensor& out, const Tensor& inp, float probability, Ra
 }
 
 void dropout_backward(const Tensor& dinp, const Tensor& dout, float probability, RandomKey key) {
-  if (KernelBackend* kernels = computing(dinp)) kernels->dropout_backward(f32(dinp), f32(dout), dinp.numel(), probability, key);
+  const Tensor dout32 = as_f32(dout, "dropout.grad.f32");
+  const Tensor dinp32 = f32_accumulator(dinp, "dropout.in.grad.f32");
+  if (KernelBackend* kernels = computing(dinp)) kernels->dropout_backward(f32(dinp32), f32(dout32), dinp.numel(), probability, key);
+  store(dinp, dinp32);
 }
 
 double cross_entropy_sum(const Tensor& logits, const Tensor& targets) {

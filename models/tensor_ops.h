@@ -1,7 +1,8 @@
 // Tensor-level entry points to the kernels: each op reads shapes from its tensors, checks them, takes its
 // scratch from the allocator and calls its device's KernelBackend (cpu, cuda; meta allocates the same as
 // cpu and computes nothing). bf16/f16 tensors are computed through f32 workspace copies (fp32
-// accumulation); gradients are f32.
+// accumulation). Parameter gradients are f32; activation gradients (dout, dinp) may be in the compute
+// dtype, as autocast keeps them: each op reads them in f32 and rounds what it writes once.
 #pragma once
 
 #include <string_view>
@@ -21,6 +22,8 @@ Tensor as_f32(const Tensor& tensor, std::string_view tag);
 Tensor f32_target(const Tensor& destination, std::string_view tag);
 // Writes the f32 result into destination (a no-op when they are the same tensor).
 void store(const Tensor& destination, const Tensor& result);
+// What an accumulating op adds into: destination itself when f32, else an f32 copy of its values.
+Tensor f32_accumulator(const Tensor& destination, std::string_view tag);
 
 void fill_zero(const Tensor& tensor);
 

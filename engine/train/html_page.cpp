@@ -27,6 +27,7 @@ std::string_view category_color(MemoryCategory category) {
     case MemoryCategory::gradients: return "#f28e2b";
     case MemoryCategory::optimizer_states: return "#59a14f";
     case MemoryCategory::activations: return "#e15759";
+    case MemoryCategory::activation_gradients: return "#ff9d9a";
     case MemoryCategory::workspace: return "#b07aa1";
     case MemoryCategory::communication: return "#76b7b2";
     case MemoryCategory::staging: return "#edc948";

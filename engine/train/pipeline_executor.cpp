@@ -178,7 +178,7 @@ void PipelineRankExecutor::backward(std::int32_t stage, std::int32_t micro_batch
   Tensor gradient;
   if (stage == schedule.stages - 1) {
     const Tensor targets = device_tokens((*micro_batches_)[static_cast<std::size_t>(micro_batch)].targets, "targets");
-    gradient = Tensor::empty(model_.device(), s.output.shape(), DType::f32, MemoryCategory::workspace, "residual.grad");
+    gradient = Tensor::empty(model_.device(), s.output.shape(), model_.parameter_dtype(), MemoryCategory::activation_gradients, "residual.grad");
     const auto tokens = static_cast<double>(setup_.batch * setup_.sequence);
     const float dloss = 1.0f / static_cast<float>(schedule.micro_batches);
     loss_sum_ += model_.head_forward(s.output, targets, dloss / static_cast<float>(tokens), gradient) / tokens;
@@ -248,7 +248,7 @@ bool PipelineRankExecutor::receive(const PipelineAction& action) {
   if (peer_stage < 0 || peer_stage >= schedule.stages) throw std::logic_error(where(action, setup_.rank) + ": no stage to receive from");
   const Shape shape{setup_.batch, setup_.sequence, model_.config().hidden};
   // Activations travel in the parameters' dtype, gradients in f32 (as the model computes them).
-  Tensor buffer = gradient ? Tensor::empty(model_.device(), shape, DType::f32, MemoryCategory::workspace, "pipeline.output.grad")
+  Tensor buffer = gradient ? Tensor::empty(model_.device(), shape, model_.parameter_dtype(), MemoryCategory::activation_gradients, "pipeline.output.grad")
                            : Tensor::empty(model_.device(), shape, model_.parameter_dtype(), MemoryCategory::activations, "pipeline.input");
   if (!transport_.receive(schedule.rank_of_stage(peer_stage), message_tag(action.stage, action.micro_batch, gradient), buffer)) return false;
   MicroBatchState& s = state(action.stage, action.micro_batch);

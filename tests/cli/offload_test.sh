@@ -81,7 +81,7 @@ for key in ["peak_allocated", "peak_reserved", "max_by_category"]:
 assert bounded["model"]["parameters"] == 17421312
 assert bounded["memory"]["peak_reserved"] <= limit < unbounded["memory"]["peak_reserved"], (bounded["memory"], unbounded["memory"])
 for a, b in zip(bounded["steps"], unbounded["steps"]):
-    assert abs(a["loss"] - b["loss"]) < 1e-4 * b["loss"], (a["loss"], b["loss"])  # other GEMM slicing: rounding only
+    assert abs(a["loss"] - b["loss"]) < 1e-3 * b["loss"], (a["loss"], b["loss"])  # other GEMM slicing: rounding (bf16 gradients)
 PY
 
 # 3. Checkpoints move between modes: 2 steps offloaded to NVMe, 2 more on the device == 4 on the device.

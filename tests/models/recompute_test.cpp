@@ -170,5 +170,26 @@ TEST(Recompute, AutoTakesTheLeastRecomputedFlopsThatFits) {
   EXPECT_GT(every_beaten, 0);  // first:N saves what every:K does with fewer blocks recomputed somewhere in the sweep
 }
 
+// Activation gradients live in the compute dtype, as autocast keeps them: a bf16 or fp16 step's
+// activation-gradient bytes (their own category) are exactly half an f32 step's, under every policy;
+// parameter gradients stay f32 (the same bytes).
+TEST(Recompute, ActivationGradientBytesHalveInSixteenBitSteps) {
+  const GptConfig shape{"half-gradients", 4, 64, 4, 256, 64};
+  const TokenDataset data = TokenDataset::embedded_corpus();
+  for (const char* policy : {"none", "selective", "full"}) {
+    DryRunSetup setup{shape, DType::f32, {0.1f, 0.1f, 0.1f}, &data, StepSettings{2, 64, 1, 0, 1.0}, RecomputePolicy::parse(policy), 0,
+                      AllocatorConfig{}};
+    const auto peak_of = [&](DType dtype, MemoryCategory category) {
+      setup.dtype = dtype;
+      return dry_run_step(setup).statistics.category_requested_bytes[category_index(category)].peak;
+    };
+    const std::int64_t f32 = peak_of(DType::f32, MemoryCategory::activation_gradients);
+    EXPECT_GT(f32, 0) << policy;
+    EXPECT_EQ(peak_of(DType::bf16, MemoryCategory::activation_gradients) * 2, f32) << policy;
+    EXPECT_EQ(peak_of(DType::f16, MemoryCategory::activation_gradients) * 2, f32) << policy;
+    EXPECT_EQ(peak_of(DType::bf16, MemoryCategory::gradients), peak_of(DType::f32, MemoryCategory::gradients)) << policy;
+  }
+}
+
 }  // namespace
 }  // namespace ferry

@@ -105,7 +105,8 @@ TEST(SplitBackward, StreamedGradientsReachTheSinkOnceEachAndEqualTheWholeBackwar
 
 // What I leaves for W is counted as activations, all of it (with dropout too, whose branch gradients
 // are kept in place rather than copied), whatever the block kept in forward: 7 BTC e bytes of projection
-// inputs and 36 BTC bytes of f32 output gradients; no workspace outlives I.
+// inputs and 9 BTC e of output gradients (in the compute dtype, as the residual gradient it gets); no
+// workspace outlives I.
 TEST(SplitBackward, WhatTheWeightPassKeepsIsActivationsOfKnownSize) {
   constexpr std::int64_t C = 16;
   for (const DType dtype : {DType::f32, DType::bf16}) {
@@ -121,14 +122,14 @@ TEST(SplitBackward, WhatTheWeightPassKeepsIsActivationsOfKnownSize) {
         const Tensor x = model.embedding_forward(testing::random_tokens(*device, 3, B, T, 13), key);
         const std::int64_t activations_before = current(MemoryCategory::activations);
         BlockActivations activations = model.block_forward(1, x, key, keep);
-        const Tensor gradient = Tensor::zeros(*device, {B, T, C}, DType::f32, MemoryCategory::workspace);
+        const Tensor gradient = Tensor::zeros(*device, {B, T, C}, dtype, MemoryCategory::activation_gradients);
         const std::int64_t workspace_before = current(MemoryCategory::workspace);
         BlockWeightGradientInputs deferred;
         const Tensor input_gradient = model.block_backward_input(1, std::move(activations), gradient, key, deferred);
         const std::int64_t e = static_cast<std::int64_t>(dtype_size(dtype));
         const std::string label = std::string(dtype_name(dtype)) + ", residual dropout " + std::to_string(dropout.residual) + ", keep " +
                                   std::to_string(static_cast<int>(keep));
-        EXPECT_EQ(current(MemoryCategory::activations) - activations_before, 7 * B * T * C * e + 36 * B * T * C) << label;
+        EXPECT_EQ(current(MemoryCategory::activations) - activations_before, 7 * B * T * C * e + 9 * B * T * C * e) << label;
         EXPECT_EQ(current(MemoryCategory::workspace), workspace_before) << label;
         model.block_backward_weight(1, std::move(deferred));
         EXPECT_EQ(current(MemoryCategory::activations), activations_before) << label;
