@@ -1,8 +1,11 @@
-// Runs one micro-batch through ferry's GPT (fp32, cpu) and writes the loss and every parameter's
-// gradient (Hugging Face names) to a safetensors file, for gpt2_parity_test.py to compare with PyTorch.
+// Runs one micro-batch through ferry's GPT (fp32 or bf16, cpu) and writes the loss and every parameter's
+// gradient (Hugging Face names) to a safetensors file, for gpt2_parity_test.py to compare with PyTorch
+// (bf16: with torch.autocast's).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "engine/core/safetensors.h"
@@ -13,19 +16,21 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"ferry GPT gradient probe"};
-  std::string weights, data, out;
+  std::string weights, data, out, precision = "fp32";
   std::int64_t batch = 0, sequence = 0;
   app.add_option("--init-from", weights)->required();
   app.add_option("--data", data)->required();
   app.add_option("--batch", batch)->required();
   app.add_option("--seq", sequence)->required();
   app.add_option("--out", out)->required();
+  app.add_option("--precision", precision, "fp32 | bf16 (parameters rounded to bf16, activations and their gradients in bf16)");
   CLI11_PARSE(app, argc, argv);
   try {
     const auto config = ferry::read_hf_gpt_config_beside(weights);
     if (!config) throw std::invalid_argument("no config.json beside " + weights);
     const auto device = ferry::create_device(ferry::DeviceOptions{});
-    ferry::GptModel model(*device, *config, ferry::DType::f32);
+    if (precision != "fp32" && precision != "bf16") throw std::invalid_argument("--precision '" + precision + "' is not fp32 or bf16");
+    ferry::GptModel model(*device, *config, precision == "bf16" ? ferry::DType::bf16 : ferry::DType::f32);
     ferry::load_gpt_parameters(ferry::SafetensorsFile(weights), model.parameters());
     const ferry::TokenDataset dataset = ferry::TokenDataset::open(data);
     ferry::DataLoader loader(dataset, batch, sequence, false, 0);
