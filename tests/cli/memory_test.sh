@@ -10,7 +10,8 @@ source "$(dirname "$0")/common.sh"
 # 1. meta == cpu: peak allocated, peak reserved and the breakdown at the peak, exactly.
 shapes=("--layers 2 --hidden 32 --heads 2 --seq 32 --batch 2"
         "--layers 3 --hidden 48 --heads 3 --vocab 300 --seq 24 --batch 3 --grad-accum 2 --precision bf16 --dropout 0.1"
-        "--layers 2 --hidden 64 --heads 4 --seq 64 --batch 1 --loss-chunk 7")
+        "--layers 2 --hidden 64 --heads 4 --seq 64 --batch 1 --loss-chunk 7"
+        "--layers 2 --hidden 32 --heads 2 --seq 32 --batch 2 --precision fp16 --dropout 0.1")
 for shape in "${shapes[@]}"; do
   for policy in none selective full every:2 first:1; do
     for device in cpu meta; do
