@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Training-step throughput and memory: ferry's cpu device beside PyTorch CPU (Debian's python3-torch)
-# on the same GPT-2 shape, batch, sequence and thread count, in the same run. Prints one line per
-# system and the ratios; record the output in docs/benchmarks.md.
-#   benchmarks/train_benchmark.sh [FERRY] [THREADS] [STEPS]
+# Training-step throughput and memory: ferry's cpu device beside PyTorch CPU (Debian's python3-torch,
+# or TORCH_PYTHON: a Python with a current torch, e.g. a venv from PyPI) on the same GPT-2 shape, batch,
+# sequence and thread count, in the same run. Prints one line per system and the ratios; record the
+# output in docs/benchmarks.md.
+#   [TORCH_PYTHON=/path/to/python] benchmarks/train_benchmark.sh [FERRY] [THREADS] [STEPS]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 ferry=${1:-$root/build/ferry}
 threads=${2:-$(nproc)}
 steps=${3:-4}
+torch_python=${TORCH_PYTHON:-/usr/bin/python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -22,7 +24,7 @@ bench() {  # bench NAME LAYERS HIDDEN HEADS VOCAB SEQ BATCH DATA
   # PyTorch gets the same OpenBLAS kernel family ferry ran with (ferry corrects OpenBLAS's fallback
   # to pre-AVX2 kernels on CPUs it does not recognise; torch would otherwise run the slow ones).
   OPENBLAS_CORETYPE=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['run']['blas_kernels'])" "$work/ferry.json") \
-  /usr/bin/python3 "$root/benchmarks/pytorch_train_step.py" --layers "$layers" --hidden "$hidden" --heads "$heads" \
+  "$torch_python" "$root/benchmarks/pytorch_train_step.py" --layers "$layers" --hidden "$hidden" --heads "$heads" \
     --vocab "$vocab" --seq "$seq" --batch "$batch" --steps "$steps" --threads "$threads" > "$work/torch.json"
   /usr/bin/python3 - "$name" "$work/ferry.json" "$work/torch.json" "$work/ferry_rss.txt" "$threads" <<'PY'
 import json, sys
