@@ -167,10 +167,7 @@ nlohmann::json run_training(const TrainOptions& o) {
   DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, AllocatorConfig::from_environment(),
                             offloaded, device->kind() == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu,
                             o.reduce_bucket_size.value_or(0), o.weight_copy_elements};
-  for (const std::string& note : o.notes) std::printf("  note: %s\n", note.c_str());
-  if (o.reduce_bucket_size && !offloaded) {
-    std::printf("  note: reduce_bucket_size has no effect: without --offload-optimizer the gradients stay whole on the device\n");
-  }
+  for (const std::string& note : run_notes(o)) std::printf("  note: %s\n", note.c_str());
   if (policy.kind == RecomputeKind::automatic) {
     const PolicyChoice choice = choose_recompute_policy(dry_run_setup, device->memory_limit());
     if (!choice.fits) {

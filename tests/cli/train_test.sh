@@ -195,6 +195,11 @@ for row, step in zip(rows, s["steps"]):
 assert [("eval_loss" in row) for row in rows] == [False, True, False, True]
 assert s["final_eval_loss"] == rows[-1]["eval_loss"] and 0 < s["final_eval_loss"] < 6
 PY
+# Settings this configuration leaves without effect are said, in one process and in a pipeline.
+"$ferry" train "${tiny[@]}" --steps 1 --weight-copy-elements 100 --reduce-bucket-size 10 > "$work/notes.txt"
+grep -q "note: --weight-copy-elements has no effect" "$work/notes.txt" && grep -q "note: reduce_bucket_size has no effect" "$work/notes.txt"
+"$ferry" train "${tiny[@]}" --steps 1 --pp 2 --weight-copy-elements 100 > "$work/notes.txt"
+grep -q "note: --weight-copy-elements has no effect" "$work/notes.txt"
 expect_error "--eval-every needs --eval-data" "$ferry" train "${tiny[@]}" --steps 1 --eval-every 2
 expect_error "cannot open the --metrics file" "$ferry" train "${tiny[@]}" --steps 1 --metrics "$work/missing/dir/m.jsonl"
 # A dry run says so, is unlimited without --device-memory (gpt3-13b's step needs ~242 GiB) and dry-runs
