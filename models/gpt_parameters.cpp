@@ -10,14 +10,13 @@
 namespace ferry {
 
 GptBlockParameters GptBlockParameters::allocate(Device& device, std::int64_t hidden, std::int64_t layer, DType dtype,
-                                                MemoryCategory category, const std::string& tag_prefix, FieldSet present) {
+                                                MemoryCategory category, const std::string& tag_prefix) {
   const std::int64_t C = hidden;
   const std::array<Shape, kCount> shapes{{{C}, {C}, {C, 3 * C}, {3 * C}, {C, C}, {C}, {C}, {C}, {C, 4 * C}, {4 * C}, {4 * C, C}, {C}}};
   const std::string prefix = tag_prefix + "h." + std::to_string(layer) + ".";
   GptBlockParameters block;
   const auto fields = block.fields();
   for (std::size_t i = 0; i < kCount; ++i) {
-    if (!present.test(i)) continue;
     // fields() lists this block's own members; they are written here, while the block is being built.
     *const_cast<Tensor*>(fields[i].second) = Tensor::zeros(device, shapes[i], dtype, category, prefix + fields[i].first);
   }

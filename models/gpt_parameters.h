@@ -4,7 +4,6 @@
 #pragma once
 
 #include <array>
-#include <bitset>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,15 +24,9 @@ struct GptBlockParameters {
   static constexpr std::size_t kCount = 12;
   // Positions in fields() of the LayerNorms' and projections' weights (each bias follows its weight).
   static constexpr std::size_t kLn1 = 0, kAttnCAttn = 2, kAttnCProj = 4, kLn2 = 6, kMlpCFc = 8, kMlpCProj = 10;
-  // Sets of fields, bit i = fields()[i]: the LayerNorms' (ln_1, ln_2) and the projections'.
-  using FieldSet = std::bitset<kCount>;
-  static constexpr FieldSet kLayerNormFields{0b0000'1100'0011};
-  static constexpr FieldSet kProjectionFields{0b1111'0011'1100};
-  static constexpr FieldSet kAllFields{0b1111'1111'1111};
-  // Allocates one block's tensors in `present` (zeros; the others stay undefined); tags are
-  // `tag_prefix` + the HF name under h.`layer`.
+  // Allocates one block's tensors (zeros); tags are `tag_prefix` + the HF name under h.`layer`.
   static GptBlockParameters allocate(Device& device, std::int64_t hidden, std::int64_t layer, DType dtype, MemoryCategory category,
-                                     const std::string& tag_prefix = "", FieldSet present = kAllFields);
+                                     const std::string& tag_prefix = "");
   // The tensors in HF order with their names after "h.N." (ln_1.weight, ...).
   std::array<std::pair<const char*, const Tensor*>, kCount> fields() const;
   const Tensor& field(std::size_t index) const { return *fields().at(index).second; }
