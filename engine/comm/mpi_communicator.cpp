@@ -27,7 +27,9 @@ int shared_memory_rank(MPI_Comm comm) {
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(const RankEnvironment& environment, const MpiCommunicatorOptions& options)
-    : max_chunk_bytes_(options.max_message_chunk_bytes), owner_thread_(std::this_thread::get_id()) {
+    : context_(std::make_shared<MpiContext>()),
+      max_chunk_bytes_(options.max_message_chunk_bytes),
+      owner_thread_(std::this_thread::get_id()) {
   FERRY_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   FERRY_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   if (environment.launcher != "none" && (rank_ != environment.rank || size_ != environment.world_size)) {
@@ -37,6 +39,8 @@ MpiCommunicator::MpiCommunicator(const RankEnvironment& environment, const MpiCo
                              ": start every rank through the launcher (mpirun -np N or srun), not by hand inside "
                              "its allocation");
   }
+  world_ranks_.resize(static_cast<std::size_t>(size_));
+  for (int rank = 0; rank < size_; ++rank) world_ranks_[static_cast<std::size_t>(rank)] = rank;
   FERRY_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
   try {
     FERRY_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
@@ -51,27 +55,74 @@ MpiCommunicator::MpiCommunicator(const RankEnvironment& environment, const MpiCo
   }
 }
 
+MpiCommunicator::MpiCommunicator(const MpiCommunicator& parent, MPI_Comm group, std::vector<int> world_ranks)
+    : context_(parent.context_),
+      comm_(group),
+      size_(static_cast<int>(world_ranks.size())),
+      local_rank_(parent.local_rank_),
+      tag_upper_bound_(parent.tag_upper_bound_),
+      is_world_(false),
+      world_ranks_(std::move(world_ranks)),
+      max_chunk_bytes_(parent.max_chunk_bytes_),
+      owner_thread_(std::this_thread::get_id()) {
+  set_timeout(parent.timeout());
+  try {
+    FERRY_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    FERRY_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    int mpi_size = 0;
+    FERRY_MPI_CHECK(MPI_Comm_size(comm_, &mpi_size));
+    if (mpi_size != size_) {
+      throw CommunicationError(self_text() + ": MPI_Comm_split made a group of " + std::to_string(mpi_size) +
+                               " ranks where the colors and keys call for " + std::to_string(size_));
+    }
+  } catch (...) {
+    MPI_Comm_free(&comm_);
+    throw;
+  }
+}
+
 MpiCommunicator::~MpiCommunicator() {
   if (!failed_operations_.empty()) {
     // Freeing the communicator or finalizing MPI could wait forever on the peer that never came.
-    const char* left_behind = session_.initialized_here() ? "neither frees its MPI communicator nor finalizes MPI"
-                                                          : "does not free its MPI communicator";
-    std::cerr << "ferry: rank " + std::to_string(rank_) + " " + left_behind + ": " +
-                     failed_operations_.front().description() + " never completed\n";
-    session_.skip_finalize();
+    const char* left_behind = context_->session.initialized_here()
+                                  ? "neither frees its MPI communicator nor finalizes MPI"
+                                  : "does not free its MPI communicator";
+    std::cerr << "ferry: " + self_text() + " " + left_behind + ": " + failed_operations_.front().description() +
+                     " never completed\n";
+    context_->session.skip_finalize();
     return;
   }
   MPI_Comm_free(&comm_);
 }
 
+std::string MpiCommunicator::world_text() const {
+  std::string text = "over " + std::to_string(size_) + " ranks";
+  if (is_world_) return text;
+  text += " of the group of world ranks ";
+  for (std::size_t index = 0; index < world_ranks_.size(); ++index) {
+    text += (index == 0 ? "" : ", ") + std::to_string(world_ranks_[index]);
+  }
+  return text;
+}
+
+std::string MpiCommunicator::self_text() const {
+  if (is_world_) return "rank " + std::to_string(rank_);
+  std::string group;
+  for (std::size_t index = 0; index < world_ranks_.size(); ++index) {
+    group += (index == 0 ? "" : ", ") + std::to_string(world_ranks_[index]);
+  }
+  return "world rank " + std::to_string(world_ranks_[static_cast<std::size_t>(rank_)]) + " (rank " +
+         std::to_string(rank_) + " of the group of world ranks " + group + ")";
+}
+
 PendingOperation MpiCommunicator::begin(const std::string& what) const {
   require_owner_thread(what);
   if (!failed_operations_.empty()) {
-    throw CommunicationError("rank " + std::to_string(rank_) + ": " + what + " refused: an earlier operation (" +
+    throw CommunicationError(self_text() + ": " + what + " refused: an earlier operation (" +
                              failed_operations_.front().description() +
                              ") failed while MPI still held its buffers; end the job (Communicator::abort)");
   }
-  return PendingOperation("rank " + std::to_string(rank_) + ": " + what);
+  return PendingOperation(self_text() + ": " + what);
 }
 
 void MpiCommunicator::require_owner_thread(const std::string& what) const {
@@ -83,16 +134,17 @@ void MpiCommunicator::require_owner_thread(const std::string& what) const {
 
 void MpiCommunicator::require_root(int root, const std::string& what) const {
   if (root < 0 || root >= size_) {
-    throw CommunicationError("rank " + std::to_string(rank_) + ": " + what + ": root rank " + std::to_string(root) +
-                             " is not a rank of a world of " + std::to_string(size_));
+    throw CommunicationError(self_text() + ": " + what + ": root rank " + std::to_string(root) +
+                             " is not a rank of a " + (is_world_ ? "world" : "group") + " of " +
+                             std::to_string(size_));
   }
 }
 
 void MpiCommunicator::require_peer(int peer, int tag, const std::string& what) const {
-  const std::string context = "rank " + std::to_string(rank_) + ": " + what;
+  const std::string context = self_text() + ": " + what;
   if (peer < 0 || peer >= size_) {
-    throw CommunicationError(context + ": there is no rank " + std::to_string(peer) + " in a world of " +
-                             std::to_string(size_));
+    throw CommunicationError(context + ": there is no rank " + std::to_string(peer) + " in a " +
+                             (is_world_ ? "world" : "group") + " of " + std::to_string(size_));
   }
   if (peer == rank_) throw CommunicationError(context + ": a message to itself is an error");
   if (tag < 0 || tag > tag_upper_bound_) {

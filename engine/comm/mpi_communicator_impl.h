@@ -1,11 +1,14 @@
-// MpiCommunicator: the Communicator over a duplicate of MPI_COMM_WORLD. Every operation starts
-// nonblocking MPI calls (several for buffers above the chunk size) and polls them to completion under
-// the communicator's timeout. Private to engine/comm: its lifetime, collectives and point-to-point
-// messages live in mpi_communicator.cpp, mpi_collectives.cpp and mpi_point_to_point.cpp.
+// MpiCommunicator: the Communicator over a duplicate of MPI_COMM_WORLD or a group split from it. Every
+// operation starts nonblocking MPI calls (several for buffers above the chunk size) and polls them to
+// completion under the communicator's timeout. Private to engine/comm: its lifetime, groups,
+// collectives and point-to-point messages live in mpi_communicator.cpp, mpi_split.cpp,
+// mpi_collectives.cpp and mpi_point_to_point.cpp.
 #pragma once
 
 #include <mpi.h>
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,13 +16,16 @@
 #include "engine/comm/communicator.h"
 #include "engine/comm/mpi_communicator.h"
 #include "engine/comm/mpi_pending_operation.h"
-#include "engine/comm/mpi_session.h"
+#include "engine/comm/mpi_context.h"
 
 namespace ferry {
 
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(const RankEnvironment& environment, const MpiCommunicatorOptions& options);
+  // A group of `parent`: takes over `group` (from MPI_Comm_split), whose rank r is world rank
+  // world_ranks[r]; keeps the parent's context, timeout, chunk size and local rank.
+  MpiCommunicator(const MpiCommunicator& parent, MPI_Comm group, std::vector<int> world_ranks);
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -30,9 +36,14 @@ class MpiCommunicator final : public Communicator {
   std::string backend() const override { return "mpi"; }
   int max_tag() const override { return tag_upper_bound_; }
 
-  void all_reduce(void* data, std::size_t count, CommDataType type, ReduceOperation operation) override;
-  void reduce_scatter(const void* input, void* output, std::size_t count, CommDataType type) override;
-  void all_gather(const void* input, void* output, std::size_t count, CommDataType type) override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
+  std::unique_ptr<CommRequest> all_reduce_async(void* data, std::size_t count, CommDataType type,
+                                                ReduceOperation operation) override;
+  std::unique_ptr<CommRequest> reduce_scatter_async(const void* input, void* output,
+                                                    std::span<const std::size_t> counts, CommDataType type,
+                                                    ReduceOperation operation) override;
+  std::unique_ptr<CommRequest> all_gather_async(const void* input, void* output, std::span<const std::size_t> counts,
+                                                CommDataType type) override;
   void broadcast(void* data, std::size_t bytes, int root) override;
   std::vector<std::string> gather_strings(const std::string& value, int root) override;
   std::unique_ptr<CommRequest> send_async(const void* data, std::size_t bytes, int peer, int tag) override;
@@ -66,6 +77,13 @@ class MpiCommunicator final : public Communicator {
     start(operation, start_requests);
     complete(operation);
   }
+  // As run, but returns the request instead of waiting; `finish` runs once the operation completed.
+  std::unique_ptr<CommRequest> start_async(const std::string& what,
+                                           const std::function<void(PendingOperation&)>& start_requests,
+                                           std::function<void()> finish);
+  // MPI's datatype and operation for `type` (bf16 and f16: the context's own); average reduces as sum.
+  MPI_Datatype mpi_datatype(CommDataType type) const;
+  MPI_Op mpi_operation(CommDataType type, ReduceOperation operation) const;
   // One message of `bytes` with `peer`, one MPI call per chunk (`start_chunk(chunk, request)` starts
   // one); each chunk of a receive must bring exactly its bytes.
   template <typename StartChunk>
@@ -80,14 +98,20 @@ class MpiCommunicator final : public Communicator {
   bool fits_one_call(std::size_t elements, std::size_t element_bytes) const {
     return elements * element_bytes <= max_chunk_bytes_;
   }
-  std::string world_text() const { return "over " + std::to_string(size_) + " ranks"; }
+  // "over 4 ranks" for the world; "over 2 ranks of the group of world ranks 1, 3" for a group.
+  std::string world_text() const;
+  // "rank 2" for the world; "world rank 3 (rank 1 of the group of world ranks 1, 3)" for a group.
+  std::string self_text() const;
+  bool is_world() const { return is_world_; }
 
-  MpiSession session_;
+  std::shared_ptr<MpiContext> context_;  // first: MPI starts before, and ends after, everything below
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
   int local_rank_ = 0;
   int tag_upper_bound_ = 32767;  // MPI guarantees at least this much
+  bool is_world_ = true;
+  std::vector<int> world_ranks_;  // rank here -> rank in MPI_COMM_WORLD
   std::size_t max_chunk_bytes_;
   std::thread::id owner_thread_;
   // Operations that failed while MPI still held their requests (and buffers): kept, never finalized.

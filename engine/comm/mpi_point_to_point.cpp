@@ -1,69 +1,14 @@
 // MpiCommunicator's messages: send_async and receive_async start one MPI_Isend or MPI_Irecv per chunk
 // (the chunks of one message keep their order: MPI does not overtake between a pair of ranks on one
-// tag), and MpiRequest polls them under the communicator's timeout.
-#include <cstdlib>
-#include <iostream>
+// tag), and MpiRequest (mpi_request.h) polls them under the communicator's timeout.
 #include <optional>
 
 #include "engine/comm/message_chunks.h"
 #include "engine/comm/mpi_check.h"
 #include "engine/comm/mpi_communicator_impl.h"
+#include "engine/comm/mpi_request.h"
 
 namespace ferry {
-namespace {
-
-class MpiRequest final : public CommRequest {
- public:
-  MpiRequest(MpiCommunicator& communicator, PendingOperation operation)
-      : communicator_(communicator), operation_(std::move(operation)) {}
-
-  MpiRequest(const MpiRequest&) = delete;
-  MpiRequest& operator=(const MpiRequest&) = delete;
-
-  ~MpiRequest() override {
-    if (!operation_.in_flight()) return;
-    try {
-      communicator_.complete(operation_);
-    } catch (const std::exception& error) {
-      // A destructor cannot throw, and the buffer's owner is about to free it: end the job.
-      std::cerr << std::string("ferry: a pending request was destroyed and did not complete: ") + error.what() +
-                       "\nferry: ending the job\n";
-      communicator_.abort(EXIT_FAILURE);
-    }
-  }
-
-  bool test() override {
-    return settle([&] { return communicator_.test(operation_); });
-  }
-
-  void wait() override {
-    settle([&] {
-      communicator_.complete(operation_);
-      return true;
-    });
-  }
-
- private:
-  // Runs a poll or a wait unless the request is settled; a failure is kept and thrown again by every
-  // later test() or wait(), so a failed request never looks complete.
-  template <typename Poll>
-  bool settle(Poll&& poll) {
-    if (failure_) throw CommunicationError(*failure_);
-    if (!operation_.in_flight()) return true;
-    try {
-      return poll();
-    } catch (const CommunicationError& error) {
-      failure_ = error.what();
-      throw;
-    }
-  }
-
-  MpiCommunicator& communicator_;
-  PendingOperation operation_;
-  std::optional<std::string> failure_;
-};
-
-}  // namespace
 
 template <typename StartChunk>
 std::unique_ptr<CommRequest> MpiCommunicator::start_message(const std::string& what, std::size_t bytes, int peer,
@@ -83,10 +28,13 @@ std::unique_ptr<CommRequest> MpiCommunicator::start_message(const std::string& w
 std::unique_ptr<CommRequest> MpiCommunicator::send_async(const void* data, std::size_t bytes, int peer, int tag) {
   const std::string what = "send of " + std::to_string(bytes) + " bytes to rank " + std::to_string(peer) +
                            " with tag " + std::to_string(tag);
-  return start_message(what, bytes, peer, tag, false, [&](const MessageChunk& chunk, MPI_Request& request) {
-    FERRY_MPI_CHECK(MPI_Isend(static_cast<const std::byte*>(data) + chunk.first_element, chunk.element_count,
-                              MPI_BYTE, peer, tag, comm_, &request));
-  });
+  std::unique_ptr<CommRequest> request =
+      start_message(what, bytes, peer, tag, false, [&](const MessageChunk& chunk, MPI_Request& chunk_request) {
+        FERRY_MPI_CHECK(MPI_Isend(static_cast<const std::byte*>(data) + chunk.first_element, chunk.element_count,
+                                  MPI_BYTE, peer, tag, comm_, &chunk_request));
+      });
+  count_bytes_sent(bytes);
+  return request;
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::receive_async(void* data, std::size_t bytes, int peer, int tag) {

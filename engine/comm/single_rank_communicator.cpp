@@ -1,6 +1,7 @@
-// The world of one rank: reductions leave the data as it is, gathers and scatters copy, and a message
-// has no one to go to (a message to oneself is an error, not a silent copy: it would deadlock on MPI
-// ranks that send before they receive).
+// The world of one rank: reductions leave the data as it is (an average over one rank is the value),
+// gathers and scatters copy, every request is complete when returned, a split gives another single
+// rank, and a message has no one to go to (a message to oneself is an error, not a silent copy: it
+// would deadlock on MPI ranks that send before they receive).
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -8,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/comm/collective_layout.h"
 #include "engine/comm/communicator.h"
+#include "engine/comm/completed_request.h"
 #include "engine/comm/standard_streams.h"
 
 namespace ferry {
@@ -22,14 +25,30 @@ class SingleRankCommunicator final : public Communicator {
   std::string backend() const override { return "single"; }
   int max_tag() const override { return std::numeric_limits<int>::max(); }
 
-  void all_reduce(void*, std::size_t, CommDataType, ReduceOperation) override {}
-
-  void reduce_scatter(const void* input, void* output, std::size_t count, CommDataType type) override {
-    copy(input, output, count * comm_data_type_size(type));
+  std::unique_ptr<Communicator> split(int, int) override {
+    std::unique_ptr<Communicator> group = make_single_rank_communicator();
+    group->set_timeout(timeout());
+    return group;
   }
 
-  void all_gather(const void* input, void* output, std::size_t count, CommDataType type) override {
-    copy(input, output, count * comm_data_type_size(type));
+  std::unique_ptr<CommRequest> all_reduce_async(void*, std::size_t, CommDataType, ReduceOperation) override {
+    return std::make_unique<CompletedRequest>();
+  }
+
+  std::unique_ptr<CommRequest> reduce_scatter_async(const void* input, void* output,
+                                                    std::span<const std::size_t> counts, CommDataType type,
+                                                    ReduceOperation operation) override {
+    require_count_per_rank(counts, 1,
+                           std::string("reduce_scatter (") + reduce_operation_name(operation) + ") on a single rank");
+    copy(input, output, counts[0] * comm_data_type_size(type));
+    return std::make_unique<CompletedRequest>();
+  }
+
+  std::unique_ptr<CommRequest> all_gather_async(const void* input, void* output, std::span<const std::size_t> counts,
+                                                CommDataType type) override {
+    require_count_per_rank(counts, 1, "all_gather on a single rank");
+    copy(input, output, counts[0] * comm_data_type_size(type));
+    return std::make_unique<CompletedRequest>();
   }
 
   void broadcast(void*, std::size_t bytes, int root) override {
