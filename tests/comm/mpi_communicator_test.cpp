@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,6 +15,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/comm/mpi_communicator.h"
 #include "tests/comm/comm_test_support.h"
+#include "tests/comm/mpi_test_world.h"
 
 namespace ferry {
 namespace {
@@ -24,9 +24,7 @@ using testing::contains;
 using testing::error_of;
 using namespace std::chrono_literals;
 
-// The job's communicator, made once by main: MPI starts once per process.
-Communicator* job_communicator = nullptr;
-Communicator& world() { return *job_communicator; }
+using testing::world;
 
 // Element k of rank r's buffer: (r + 1) times a base value of either sign, some of them beyond 2^32.
 double base_value(std::size_t k) {
@@ -349,20 +347,3 @@ TEST(CommMpi, BadPeersRootsAndThreadsAreRefused) {
 
 }  // namespace
 }  // namespace ferry
-
-// One communicator for the whole run; every rank returns the same code (failed anywhere = failed).
-int main(int argc, char** argv) {
-  std::unique_ptr<ferry::Communicator> communicator = ferry::make_communicator(/*force_mpi=*/true);
-  communicator->set_timeout(std::chrono::seconds(60));  // a test that lost its peer fails within a minute
-  ferry::job_communicator = communicator.get();
-  if (communicator->rank() != 0) GTEST_FLAG_SET(brief, true);  // other ranks print their failures only
-  ::testing::InitGoogleTest(&argc, argv);
-  std::int64_t failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  try {
-    communicator->all_reduce(&failed, 1, ferry::CommDataType::i64, ferry::ReduceOperation::max);
-  } catch (const ferry::CommunicationError& error) {
-    std::cerr << "rank " << communicator->rank() << ": " << error.what() << "\n";
-    return 1;
-  }
-  return failed != 0 ? 1 : 0;
-}

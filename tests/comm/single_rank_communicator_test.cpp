@@ -52,6 +52,37 @@ TEST(SingleRankCommunicator, CollectivesKeepOrCopyTheData) {
   communicator->barrier();
 }
 
+TEST(SingleRankCommunicator, AsynchronousCollectivesCompleteAtOnceAndSplitGivesOneRank) {
+  std::unique_ptr<Communicator> communicator = make_single_rank_communicator();
+  communicator->set_timeout(std::chrono::seconds(9));
+  std::vector<double> data = {1.5, -2.0};
+  const std::unique_ptr<CommRequest> average =
+      communicator->all_reduce_async(data.data(), 2, CommDataType::f64, ReduceOperation::average);
+  EXPECT_TRUE(average->test());
+  EXPECT_EQ(data, (std::vector<double>{1.5, -2.0}));  // the average over one rank is the value
+
+  const std::vector<std::uint16_t> input = {0x3f80, 0x4000, 0x4040};  // bf16 1, 2, 3
+  std::vector<std::uint16_t> output = {0, 0, 0, 7};
+  const std::size_t three[] = {3};
+  communicator->reduce_scatter_async(input.data(), output.data(), three, CommDataType::bf16, ReduceOperation::sum)
+      ->wait();
+  EXPECT_EQ(output, (std::vector<std::uint16_t>{0x3f80, 0x4000, 0x4040, 7}));
+  std::vector<std::uint16_t> gathered = {0, 0, 0, 0};
+  communicator->all_gather_async(input.data(), gathered.data(), three, CommDataType::f16)->wait();
+  EXPECT_EQ(gathered, (std::vector<std::uint16_t>{0x3f80, 0x4000, 0x4040, 0}));
+  const std::size_t two_ranks[] = {1, 1};
+  const std::string error = error_of<CommunicationError>(
+      [&] { communicator->all_gather(input.data(), gathered.data(), two_ranks, CommDataType::f16); });
+  EXPECT_TRUE(contains(error, "all_gather on a single rank: 2 counts for a group of 1 ranks")) << error;
+  EXPECT_EQ(communicator->bytes_sent(), 0U);
+
+  const std::unique_ptr<Communicator> group = communicator->split(3, 7);
+  EXPECT_EQ(group->backend(), "single");
+  EXPECT_EQ(group->rank(), 0);
+  EXPECT_EQ(group->size(), 1);
+  EXPECT_EQ(group->timeout(), std::chrono::seconds(9));
+}
+
 TEST(SingleRankCommunicator, RootsOtherThanZeroAreErrors) {
   const std::unique_ptr<Communicator> communicator = make_single_rank_communicator();
   char byte = 0;
