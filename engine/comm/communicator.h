@@ -90,6 +90,8 @@ class Communicator {
   virtual std::unique_ptr<CommRequest> all_gather_async(const void* input, void* output,
                                                         std::span<const std::size_t> counts, CommDataType type) = 0;
 
+  // Buffers of any size: the MPI backend carries more than its chunk size (1 GiB) as several calls.
+
   // Blocking forms: start, then wait. Equal counts: reduce_scatter with `count` elements per rank (rank
   // r keeps block r of the reduction), all_gather with each rank's `count` elements at rank * count.
   void all_reduce(void* data, std::size_t count, CommDataType type, ReduceOperation operation) {
@@ -156,7 +158,7 @@ std::chrono::milliseconds comm_timeout_from_environment(EnvironmentLookup lookup
 std::unique_ptr<Communicator> make_single_rank_communicator();
 
 // A dry run of one rank of a grid in one process: rank() and size() as given (0 <= rank < size, else
-// std::invalid_argument), every collective and message completes at once and moves nothing (buffers are
+// std::invalid_argument; local_rank() = rank), every collective and message completes at once and moves nothing (buffers are
 // left untouched), bytes_sent counts as if the data had moved, gather_strings gives the root size()
 // strings (its own, the others empty), barrier returns, abort ends the process with the code. split
 // throws std::logic_error: build each group's communicator with make_dry_run_communicator.

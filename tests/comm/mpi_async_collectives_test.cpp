@@ -77,33 +77,35 @@ TEST(CommMpiAsync, AllReduceEveryTypeAndOperation) {
   }
 }
 
-TEST(CommMpiAsync, ReduceScatterWithVariableCountsIncludingZero) {
-  const std::vector<std::size_t> counts = uneven_counts(world().size());
-  const std::size_t own = counts[static_cast<std::size_t>(world().rank())];
-  const std::size_t first = offset_of(counts, world().rank());
+void check_reduce_scatter(Communicator& communicator) {
+  const std::vector<std::size_t> counts = uneven_counts(communicator.size());
+  const std::size_t own = counts[static_cast<std::size_t>(communicator.rank())];
+  const std::size_t first = offset_of(counts, communicator.rank());
   for (const CommDataType type : kEveryType) {
     for (const ReduceOperation operation : {ReduceOperation::sum, ReduceOperation::average}) {
-      const std::vector<std::byte> input = values_of(contributions(world().rank(), 0, total_of(counts)), type);
+      const std::vector<std::byte> input = values_of(contributions(communicator.rank(), 0, total_of(counts)), type);
       std::vector<std::byte> output = values_of(std::vector<double>(own + 1, 42.0), type);
       const std::unique_ptr<CommRequest> request =
-          world().reduce_scatter_async(input.data(), output.data(), counts, type, operation);
+          communicator.reduce_scatter_async(input.data(), output.data(), counts, type, operation);
       request->wait();
       EXPECT_TRUE(request->test());
       const std::vector<double> result = doubles_of(output, type);
       for (std::size_t i = 0; i < own; ++i) {
-        ASSERT_EQ(result[i], reduced(first + i, world().size(), operation)) << label(type, operation) << " " << i;
+        ASSERT_EQ(result[i], reduced(first + i, communicator.size(), operation)) << label(type, operation) << " " << i;
       }
       EXPECT_EQ(result[own], 42.0) << label(type, operation) << ": wrote past its block";
     }
   }
 }
 
-TEST(CommMpiAsync, AllGatherWithVariableCountsInPlaceAndNot) {
-  const std::vector<std::size_t> counts = uneven_counts(world().size());
-  const int rank = world().rank();
+TEST(CommMpiAsync, ReduceScatterWithVariableCountsIncludingZero) { check_reduce_scatter(world()); }
+
+void check_all_gather(Communicator& communicator) {
+  const std::vector<std::size_t> counts = uneven_counts(communicator.size());
+  const int rank = communicator.rank();
   const std::size_t own = counts[static_cast<std::size_t>(rank)];
   std::vector<double> expected;
-  for (int r = 0; r < world().size(); ++r) {
+  for (int r = 0; r < communicator.size(); ++r) {
     const std::vector<double> block = contributions(r, 100, counts[static_cast<std::size_t>(r)]);
     expected.insert(expected.end(), block.begin(), block.end());
   }
@@ -112,16 +114,31 @@ TEST(CommMpiAsync, AllGatherWithVariableCountsInPlaceAndNot) {
     const std::size_t element_bytes = comm_data_type_size(type);
     const std::vector<std::byte> input = values_of(contributions(rank, 100, own), type);
     std::vector<std::byte> output = values_of(std::vector<double>(total_of(counts) + 1, -7.0), type);
-    world().all_gather_async(input.data(), output.data(), counts, type)->wait();
+    communicator.all_gather_async(input.data(), output.data(), counts, type)->wait();
     EXPECT_EQ(doubles_of(output, type), expected) << comm_data_type_name(type);
 
     std::vector<double> own_block_only(total_of(counts) + 1, -7.0);
     for (std::size_t i = 0; i < own; ++i) own_block_only[offset_of(counts, rank) + i] = contribution(rank, 100 + i);
     std::vector<std::byte> in_place = values_of(own_block_only, type);
     const std::byte* own_block = in_place.data() + offset_of(counts, rank) * element_bytes;
-    world().all_gather_async(own_block, in_place.data(), counts, type)->wait();
+    communicator.all_gather_async(own_block, in_place.data(), counts, type)->wait();
     EXPECT_EQ(doubles_of(in_place, type), expected) << comm_data_type_name(type) << " in place";
   }
+}
+
+TEST(CommMpiAsync, AllGatherWithVariableCountsInPlaceAndNot) { check_all_gather(world()); }
+
+// Chunks of 6 bytes (3 bf16, 1 f64 or i64): one reduce or broadcast per chunk and block owner.
+TEST(CommMpiAsync, SmallChunksGiveTheSameResults) {
+  std::unique_ptr<Communicator> chunked =
+      make_mpi_communicator(detect_rank_environment(), MpiCommunicatorOptions{.max_message_chunk_bytes = 6});
+  chunked->set_timeout(world().timeout());
+  check_reduce_scatter(*chunked);
+  check_all_gather(*chunked);
+  std::vector<std::byte> data = values_of(contributions(chunked->rank(), 0, 11), CommDataType::bf16);
+  chunked->all_reduce(data.data(), 11, CommDataType::bf16, ReduceOperation::average);
+  const std::vector<double> averages = doubles_of(data, CommDataType::bf16);
+  for (std::size_t k = 0; k < 11; ++k) EXPECT_EQ(averages[k], reduced(k, chunked->size(), ReduceOperation::average));
 }
 
 TEST(CommMpiAsync, RequestsInFlightCompleteInAnyOrder) {
