@@ -258,6 +258,10 @@ double GptModel::head_forward(const Tensor& input, const Tensor& targets, float 
     if (streamed) {
       sink().accumulate(ln_f_index, 0, dweight);
       sink().accumulate(ln_f_index + 1, 0, dbias);
+      sink().parameter_complete(ln_f_index);
+      sink().parameter_complete(ln_f_index + 1);
+      // A stage without the embedding holds the tied table for the head alone: its part is complete.
+      if (!part_.embedding) sink().parameter_complete(GptParameters::kWteIndex);
     }
   }
   return loss_sum;
@@ -390,7 +394,9 @@ void GptModel::embedding_backward(const Tensor& tokens, const Tensor& output_gra
   const Tensor dwpe = gradient_bucket({T, C}, "wpe.weight");
   ops::encoder_backward(Tensor(), dwpe, gradient, tokens);
   sink().accumulate(GptParameters::kWpeIndex, 0, dwpe);
+  sink().parameter_complete(GptParameters::kWpeIndex);
   sink().accumulate_rows(GptParameters::kWteIndex, tokens.reshape({B * T}), ops::as_f32(gradient, "embedding.grad.f32").reshape({B * T, C}));
+  sink().parameter_complete(GptParameters::kWteIndex);
 }
 
 double GptModel::train_micro_batch(const Tensor& tokens, const Tensor& targets, const MicroBatchKey& micro_batch, float dloss,

@@ -66,9 +66,11 @@ void GptModel::projection_parameter_gradients(std::int64_t layer, std::size_t fi
       sink().accumulate(index, first * out, slice);
     }
   }
+  sink().parameter_complete(index);
   const Tensor dbias = gradient_bucket({out}, name + ".bias");
   ops::matmul_backward(Tensor(), Tensor(), dbias, dout, inp, weight, WeightLayout::in_out);
   sink().accumulate(index + 1, 0, dbias);
+  sink().parameter_complete(index + 1);
 }
 
 void GptModel::layernorm_backward_with_parameters(std::int64_t layer, std::size_t field, const Tensor& dinp, const Tensor& dout,
@@ -86,6 +88,8 @@ void GptModel::layernorm_backward_with_parameters(std::int64_t layer, std::size_
   const std::size_t index = GptParameters::block_index(layer) + field;
   sink().accumulate(index, 0, dweight);
   sink().accumulate(index + 1, 0, dbias);
+  sink().parameter_complete(index);
+  sink().parameter_complete(index + 1);
 }
 
 }  // namespace ferry

@@ -21,6 +21,10 @@ class GradientSink {
   // An embedding's gradient as rows: row i of `rows` ([n, width] f32) adds to row ids[i] (i32 [n]) of
   // parameter `index`, in order i = 0, 1, ... (the order the device's own kernel adds them in).
   virtual void accumulate_rows(std::size_t index, const Tensor& ids, const Tensor& rows) = 0;
+  // This micro-batch's gradient of parameter `index` is complete: every piece of it has been handed
+  // over (data parallelism starts reducing a bucket once all of its parameters are complete). Called
+  // once per parameter and micro-batch, in backward's order.
+  virtual void parameter_complete(std::size_t index) { (void)index; }
 };
 
 }  // namespace ferry

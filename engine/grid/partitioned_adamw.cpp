@@ -1,0 +1,176 @@
+#include "engine/grid/partitioned_adamw.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "engine/core/op_recorder.h"
+#include "models/kernel_backend.h"
+#include "models/tensor_ops.h"
+
+namespace ferry {
+namespace {
+
+Tensor state_buffer(Device& device, std::int64_t elements, const char* tag) {
+  return Tensor::zeros(device, {std::max<std::int64_t>(elements, 1)}, DType::f32, MemoryCategory::optimizer_states, tag);
+}
+
+CommDataType comm_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return CommDataType::f32;
+    case DType::bf16: return CommDataType::bf16;
+    case DType::f16: return CommDataType::f16;
+    default: throw std::invalid_argument("parameters of dtype " + std::string(dtype_name(dtype)) + " cannot be gathered");
+  }
+}
+
+}  // namespace
+
+PartitionedAdamW::PartitionedAdamW(const std::vector<NamedTensor>& parameters, DataParallelGradients& gradients, Communicator& dp,
+                                   const AdamWHyperparameters& hyperparameters, std::int64_t allgather_bucket_elements)
+    : parameters_(parameters), gradients_(gradients), dp_(dp), hyperparameters_(hyperparameters),
+      allgather_bucket_elements_(allgather_bucket_elements), owned_(gradients.owned()) {
+  if (parameters_.empty()) throw std::invalid_argument("a partitioned optimizer over no parameters");
+  if (parameters_.size() != gradients.layout().parameter_count()) {
+    throw std::logic_error("the optimizer's " + std::to_string(parameters_.size()) + " parameters do not match the gradients' " +
+                           std::to_string(gradients.layout().parameter_count()));
+  }
+  dtype_ = parameters_.front().tensor->dtype();
+  Device& device = parameters_.front().tensor->device();
+  for (std::size_t position = 0; position < parameters_.size(); ++position) {
+    if (const auto piece = gradients.owned_piece(position)) segments_.push_back({position, piece->range, piece->offset});
+  }
+  first_moment_ = state_buffer(device, owned_.size(), "exp_avg.partition");
+  second_moment_ = state_buffer(device, owned_.size(), "exp_avg_sq.partition");
+  if (dtype_ != DType::f32) {
+    master_ = state_buffer(device, owned_.size(), "master.partition");
+    for (const Segment& segment : segments_) {
+      const Tensor master = master_.narrow(0, segment.range.begin - owned_.begin, segment.range.size());
+      if (device.has_storage()) {
+        ops::kernel_backend(device).convert_to_f32(parameter_view(segment).data(), dtype_, master.data_as<float>(), segment.range.size());
+      }
+    }
+  }
+}
+
+Tensor PartitionedAdamW::parameter_view(const Segment& segment) const {
+  const Tensor& parameter = *parameters_[segment.position].tensor;
+  return parameter.reshape({parameter.numel()}).narrow(0, segment.offset, segment.range.size());
+}
+
+double PartitionedAdamW::gradient_sum_of_squares() {
+  Device& device = gradients_.owned_gradients().device();
+  double sum = 0;
+  if (device.has_storage()) {
+    const OpScope op(device, "optimizer", "gradient_norm");
+    const Tensor owned = gradients_.owned_gradients();
+    const ops::DeviceValues values{owned.data_as<float>(), owned.numel()};
+    sum = ops::kernel_backend(device).sum_of_squares({&values, 1});
+  }
+  // Stage 0: every rank holds every averaged gradient; stages 1 and 2 add their partitions' sums.
+  if (gradients_.zero_stage() > 0) dp_.all_reduce(&sum, 1, CommDataType::f64, ReduceOperation::sum);
+  return sum;
+}
+
+void PartitionedAdamW::step(float learning_rate, float gradient_scale) {
+  ++steps_;
+  Device& device = first_moment_.device();
+  if (device.has_storage()) {
+    const OpScope op(device, "optimizer", "adamw");
+    std::vector<AdamWTensor> decayed, undecayed;
+    for (const Segment& segment : segments_) {
+      const std::int64_t at = segment.range.begin - owned_.begin;
+      const Tensor parameter = parameter_view(segment);
+      const auto piece = gradients_.owned_piece(segment.position);
+      (decays(*parameters_[segment.position].tensor) ? decayed : undecayed)
+          .push_back({dtype_ == DType::f32 ? parameter.data_as<float>() : master_.data_as<float>() + at,
+                      dtype_ == DType::bf16 ? parameter.data_as<std::uint16_t>() : nullptr, piece->gradient.data_as<float>(),
+                      first_moment_.data_as<float>() + at, second_moment_.data_as<float>() + at, segment.range.size()});
+    }
+    AdamWHyperparameters hyperparameters = hyperparameters_;
+    hyperparameters.learning_rate = learning_rate;
+    ops::KernelBackend& kernels = ops::kernel_backend(device);
+    kernels.adamw_update(decayed, hyperparameters, steps_, gradient_scale);
+    hyperparameters.weight_decay = 0.0f;
+    kernels.adamw_update(undecayed, hyperparameters, steps_, gradient_scale);
+    if (dtype_ == DType::f16) {
+      for (const Segment& segment : segments_) {
+        kernels.convert_from_f32(master_.data_as<float>() + (segment.range.begin - owned_.begin), parameter_view(segment).data(), dtype_,
+                                 segment.range.size());
+      }
+    }
+  }
+  if (gradients_.zero_stage() > 0) gather_parameters();
+}
+
+void PartitionedAdamW::gather_parameters() {
+  Device& device = first_moment_.device();
+  const FlatLayout& layout = gradients_.layout();
+  const OpScope op(device, "optimizer", "allgather_parameters");
+  for (const FlatRange& chunk : layout.chunks(allgather_bucket_elements_)) {
+    const Tensor buffer = Tensor::empty(device, {chunk.size()}, dtype_, MemoryCategory::communication, "allgather.parameters");
+    // This rank's block of the chunk, from its parameters; then every block from its owner.
+    for (const Segment& segment : segments_) {
+      const FlatRange piece = segment.range.intersect(chunk);
+      if (piece.empty()) continue;
+      const Segment part{segment.position, piece, segment.offset + (piece.begin - segment.range.begin)};
+      buffer.narrow(0, piece.begin - chunk.begin, piece.size()).copy_from(parameter_view(part));
+    }
+    const FlatRange mine = chunk.intersect(owned_);
+    const std::vector<std::size_t> counts = layout.owned_counts(chunk);
+    const std::int64_t mine_at = mine.empty() ? 0 : mine.begin - chunk.begin;
+    const void* input = static_cast<const std::byte*>(buffer.data()) + static_cast<std::size_t>(mine_at) * dtype_size(dtype_);
+    dp_.all_gather_async(input, buffer.data(), counts, comm_type(dtype_))->wait();
+    for (std::size_t position = 0; position < parameters_.size(); ++position) {
+      const FlatRange piece = layout.parameter(position).intersect(chunk);
+      if (piece.empty() || !piece.intersect(owned_).empty()) continue;  // this rank's own values are already there
+      const Segment part{position, piece, piece.begin - layout.parameter(position).begin};
+      parameter_view(part).copy_from(buffer.narrow(0, piece.begin - chunk.begin, piece.size()));
+    }
+  }
+}
+
+void PartitionedAdamW::export_state(std::vector<float>& master, std::vector<float>& first_moment, std::vector<float>& second_moment) {
+  const FlatLayout& layout = gradients_.layout();
+  const auto total = static_cast<std::size_t>(layout.total());
+  master.assign(total, 0.0f);
+  first_moment.assign(total, 0.0f);
+  second_moment.assign(total, 0.0f);
+  const auto own = static_cast<std::size_t>(owned_.begin);
+  for (const Segment& segment : segments_) {
+    const auto at = static_cast<std::size_t>(segment.range.begin);
+    if (dtype_ == DType::f32) {
+      parameter_view(segment).copy_to_host(master.data() + at);
+    } else {
+      master_.narrow(0, segment.range.begin - owned_.begin, segment.range.size()).copy_to_host(master.data() + at);
+    }
+  }
+  if (owned_.size() > 0) {
+    first_moment_.narrow(0, 0, owned_.size()).copy_to_host(first_moment.data() + own);
+    second_moment_.narrow(0, 0, owned_.size()).copy_to_host(second_moment.data() + own);
+  }
+  if (gradients_.zero_stage() == 0) return;  // every rank holds everything
+  const std::vector<std::size_t> counts = layout.owned_counts({0, layout.total()});
+  for (std::vector<float>* values : {&master, &first_moment, &second_moment}) {
+    dp_.all_gather_async(values->data() + own, values->data(), counts, CommDataType::f32)->wait();
+  }
+}
+
+void PartitionedAdamW::import_state(const std::vector<float>& master, const std::vector<float>& first_moment,
+                                    const std::vector<float>& second_moment) {
+  const FlatLayout& layout = gradients_.layout();
+  const auto total = static_cast<std::size_t>(layout.total());
+  if (master.size() != total || first_moment.size() != total || second_moment.size() != total) {
+    throw std::invalid_argument("optimizer state of " + std::to_string(master.size()) + " elements for a model of " + std::to_string(total));
+  }
+  if (owned_.size() > 0) {
+    first_moment_.narrow(0, 0, owned_.size()).copy_from_host(first_moment.data() + owned_.begin);
+    second_moment_.narrow(0, 0, owned_.size()).copy_from_host(second_moment.data() + owned_.begin);
+    if (master_.defined()) master_.narrow(0, 0, owned_.size()).copy_from_host(master.data() + owned_.begin);
+  }
+  for (std::size_t position = 0; position < parameters_.size(); ++position) {
+    copy_from_host_f32(*parameters_[position].tensor, master.data() + layout.parameter(position).begin);
+  }
+}
+
+}  // namespace ferry

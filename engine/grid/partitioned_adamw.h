@@ -1,0 +1,62 @@
+// PartitionedAdamW: AdamW over one data-parallel rank's share of the flat parameter space (ZeRO stages
+// 1 and 2: its partition; stage 0: everything), with f32 master weights (16-bit parameters) and both
+// moments for that share only, then the updated parameters all-gathered over the dp group in their
+// dtype, bucket by bucket (DeepSpeed's allgather_bucket_size). The global gradient norm and the fp16
+// overflow check are reduced over the group, so every rank decides alike.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+#include "engine/core/adamw_hyperparameters.h"
+#include "engine/core/tensor.h"
+#include "engine/grid/data_parallel_gradients.h"
+#include "models/gpt_parameters.h"
+
+namespace ferry {
+
+class PartitionedAdamW {
+ public:
+  // `parameters` in the order `gradients` was built with; `allgather_bucket_elements` 0: one bucket.
+  PartitionedAdamW(const std::vector<NamedTensor>& parameters, DataParallelGradients& gradients, Communicator& dp,
+                   const AdamWHyperparameters& hyperparameters, std::int64_t allgather_bucket_elements);
+
+  // The sum of squares of the averaged gradients over the whole model (every rank gets the same; inf or
+  // NaN when any rank's share overflowed). Call after gradients.finish_step().
+  double gradient_sum_of_squares();
+  // One AdamW update of this rank's share, then the parameters gathered from every rank.
+  void step(float learning_rate, float gradient_scale);
+  std::int64_t steps_taken() const { return steps_; }
+  void set_steps_taken(std::int64_t steps) { steps_ = steps; }
+
+  // The whole model's master weights and moments in host memory (every rank's share gathered), each
+  // [total] f32 in the flat order.
+  void export_state(std::vector<float>& master, std::vector<float>& first_moment, std::vector<float>& second_moment);
+  // This rank's share from whole-model vectors; the parameters become the master weights in their dtype.
+  void import_state(const std::vector<float>& master, const std::vector<float>& first_moment, const std::vector<float>& second_moment);
+
+ private:
+  // A parameter's elements inside this rank's share.
+  struct Segment {
+    std::size_t position;
+    FlatRange range;        // flat elements
+    std::int64_t offset;    // first element within the parameter
+  };
+  Tensor parameter_view(const Segment& segment) const;  // the parameter's elements of the segment
+  void gather_parameters();
+
+  std::vector<NamedTensor> parameters_;
+  DataParallelGradients& gradients_;
+  Communicator& dp_;
+  AdamWHyperparameters hyperparameters_;
+  std::int64_t allgather_bucket_elements_;
+  DType dtype_;
+  FlatRange owned_;
+  std::vector<Segment> segments_;
+  Tensor master_;  // f32 [owned] for 16-bit parameters (f32 parameters are stepped in place)
+  Tensor first_moment_, second_moment_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace ferry
