@@ -15,7 +15,7 @@
 #include "engine/train/pipeline_advice.h"
 #include "engine/train/pipeline_layout.h"
 #include "engine/train/pipeline_step.h"
-#include "engine/train/pipeline_transports.h"
+#include "engine/pipeline/pipeline_transports.h"
 #include "engine/train/progress.h"
 #include "engine/train/trainer.h"
 #include "engine/train/training_profile.h"
