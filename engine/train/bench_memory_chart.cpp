@@ -5,7 +5,7 @@
 
 #include "allocator/byte_size.h"
 #include "engine/train/bench_memory.h"
-#include "engine/train/html_page.h"
+#include "engine/report/html_page.h"
 
 namespace ferry {
 namespace {

@@ -13,7 +13,7 @@
 #include "engine/train/bench_memory.h"
 #include "engine/train/build_info.h"
 #include "engine/train/command_suggestions.h"
-#include "engine/train/memory_report.h"
+#include "engine/train/report_command.h"
 #include "engine/train/replay_command.h"
 #include "engine/train/schedule_command.h"
 #include "engine/train/train_options.h"
