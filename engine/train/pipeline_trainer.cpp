@@ -12,6 +12,7 @@
 #include "engine/train/learning_rate.h"
 #include "allocator/allocator_errors.h"
 #include "engine/train/metrics_file.h"
+#include "engine/train/model_config.h"
 #include "engine/train/pipeline_advice.h"
 #include "engine/train/pipeline_layout.h"
 #include "engine/train/pipeline_step.h"

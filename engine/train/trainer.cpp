@@ -13,6 +13,7 @@
 #include "engine/train/checkpoint.h"
 #include "engine/train/evaluation.h"
 #include "engine/train/learning_rate.h"
+#include "engine/train/model_config.h"
 #include "engine/train/memory_advice.h"
 #include "engine/train/metrics_file.h"
 #include "engine/report/model_state_report.h"
@@ -397,18 +398,6 @@ nlohmann::json run_evaluation(const EvalOptions& o) {
           {"seq", sequence},
           {"loss", loss},
           {"memory", memory_summary(*device, nlohmann::json::object())}};
-}
-
-int run_train_command(const TrainOptions& options) {
-  const nlohmann::json summary = run_training(options);
-  if (!options.summary.empty() && !summary.is_null()) write_summary_file(options.summary, summary);  // null: not rank 0
-  return 0;
-}
-
-int run_eval_command(const EvalOptions& options) {
-  const nlohmann::json summary = run_evaluation(options);
-  if (!options.summary.empty()) write_summary_file(options.summary, summary);
-  return 0;
 }
 
 }  // namespace ferry

@@ -1,4 +1,4 @@
-#include "engine/train/replay_command.h"
+#include "engine/cli/replay_command.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>

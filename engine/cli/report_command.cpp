@@ -1,4 +1,4 @@
-#include "engine/train/report_command.h"
+#include "engine/cli/report_command.h"
 
 #include <CLI/CLI.hpp>
 

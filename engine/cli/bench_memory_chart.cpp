@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "allocator/byte_size.h"
-#include "engine/train/bench_memory.h"
+#include "engine/cli/bench_memory.h"
 #include "engine/report/html_page.h"
 
 namespace ferry {
