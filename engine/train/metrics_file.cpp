@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "engine/core/atomic_file.h"
-#include "engine/train/summary_file.h"
+#include "engine/report/summary_file.h"
 
 namespace ferry {
 

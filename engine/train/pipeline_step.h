@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
-#include "engine/train/pipeline_executor.h"
+#include "engine/pipeline/pipeline_executor.h"
 #include "engine/train/training_optimizer.h"
 
 namespace ferry {

@@ -13,12 +13,13 @@
 #include "engine/train/checkpoint.h"
 #include "engine/train/evaluation.h"
 #include "engine/train/learning_rate.h"
+#include "engine/train/model_config.h"
 #include "engine/train/memory_advice.h"
 #include "engine/train/metrics_file.h"
-#include "engine/train/model_state_report.h"
+#include "engine/report/model_state_report.h"
 #include "engine/train/pipeline_trainer.h"
 #include "engine/train/progress.h"
-#include "engine/train/summary_file.h"
+#include "engine/report/summary_file.h"
 #include "engine/train/token_data.h"
 #include "engine/train/training_profile.h"
 #include "engine/train/training_setup.h"
@@ -397,18 +398,6 @@ nlohmann::json run_evaluation(const EvalOptions& o) {
           {"seq", sequence},
           {"loss", loss},
           {"memory", memory_summary(*device, nlohmann::json::object())}};
-}
-
-int run_train_command(const TrainOptions& options) {
-  const nlohmann::json summary = run_training(options);
-  if (!options.summary.empty() && !summary.is_null()) write_summary_file(options.summary, summary);  // null: not rank 0
-  return 0;
-}
-
-int run_eval_command(const EvalOptions& options) {
-  const nlohmann::json summary = run_evaluation(options);
-  if (!options.summary.empty()) write_summary_file(options.summary, summary);
-  return 0;
 }
 
 }  // namespace ferry

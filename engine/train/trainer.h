@@ -17,7 +17,4 @@ nlohmann::json run_evaluation(const EvalOptions& options);
 // `optimizer` is the optimizer's describe() (host pinned peak, NVMe bytes), or empty.
 nlohmann::json memory_summary(const Device& device, const nlohmann::json& optimizer);
 
-int run_train_command(const TrainOptions& options);
-int run_eval_command(const EvalOptions& options);
-
 }  // namespace ferry

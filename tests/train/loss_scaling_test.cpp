@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cli/train_options.h"
 #include "engine/train/loss_scaler.h"
 #include "engine/train/trainer.h"
 #include "engine/train/training_optimizer.h"

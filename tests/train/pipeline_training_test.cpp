@@ -15,6 +15,7 @@
 #include <limits>
 #include <string>
 
+#include "engine/train/model_config.h"
 #include "engine/train/pipeline_step.h"
 #include "engine/train/trainer.h"
 #include "models/gpt_model.h"

@@ -1,4 +1,4 @@
-#include "engine/train/model_state_report.h"
+#include "engine/report/model_state_report.h"
 
 #include <cstdio>
 #include <string>

@@ -1,4 +1,4 @@
-#include "engine/train/pipeline_transports.h"
+#include "engine/pipeline/pipeline_transports.h"
 
 #include <cstdio>
 #include <cstring>

@@ -5,8 +5,8 @@
 #include <cstdio>
 
 #include "allocator/byte_size.h"
-#include "engine/train/html_page.h"
-#include "engine/train/memory_report.h"
+#include "engine/report/html_page.h"
+#include "engine/report/memory_report.h"
 
 namespace ferry {
 namespace {

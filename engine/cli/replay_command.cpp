@@ -1,4 +1,4 @@
-#include "engine/train/replay_command.h"
+#include "engine/cli/replay_command.h"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -8,7 +8,7 @@
 
 #include "allocator/byte_size.h"
 #include "allocator/trace_replay.h"
-#include "engine/train/summary_file.h"
+#include "engine/report/summary_file.h"
 
 namespace ferry {
 

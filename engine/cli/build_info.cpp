@@ -1,4 +1,4 @@
-#include "engine/train/build_info.h"
+#include "engine/cli/build_info.h"
 
 #include "models/kernels/cpu/compute_threads.h"
 #include "offload/simd_level.h"

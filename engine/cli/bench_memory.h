@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/train/bench_pipeline.h"
+#include "engine/cli/bench_pipeline.h"
 #include "engine/train/train_options.h"
 
 namespace CLI {

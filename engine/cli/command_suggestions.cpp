@@ -1,4 +1,4 @@
-#include "engine/train/command_suggestions.h"
+#include "engine/cli/command_suggestions.h"
 
 #include <algorithm>
 #include <string_view>

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
-#include "engine/train/pipeline_executor.h"
+#include "engine/pipeline/pipeline_executor.h"
 
 namespace ferry {
 

@@ -1,6 +1,6 @@
-#include "engine/train/zero_config.h"
+#include "engine/cli/zero_config.h"
 
-#include "engine/train/config_keys.h"
+#include "engine/cli/config_keys.h"
 
 namespace ferry {
 

@@ -1,4 +1,4 @@
-#include "engine/train/bench_pipeline.h"
+#include "engine/cli/bench_pipeline.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -4,8 +4,8 @@
 #include <cstdio>
 
 #include "allocator/byte_size.h"
-#include "engine/train/bench_memory.h"
-#include "engine/train/html_page.h"
+#include "engine/cli/bench_memory.h"
+#include "engine/report/html_page.h"
 
 namespace ferry {
 namespace {

@@ -1,4 +1,4 @@
-#include "engine/train/html_page.h"
+#include "engine/report/html_page.h"
 
 #include <cmath>
 #include <cstdio>

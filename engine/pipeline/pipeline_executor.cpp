@@ -1,4 +1,4 @@
-#include "engine/train/pipeline_executor.h"
+#include "engine/pipeline/pipeline_executor.h"
 
 #include <stdexcept>
 #include <string>

@@ -1,4 +1,4 @@
-#include "engine/train/schedule_command.h"
+#include "engine/cli/schedule_command.h"
 
 #include <CLI/CLI.hpp>
 

@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/train/bench_memory.h"
-#include "engine/train/build_info.h"
-#include "engine/train/command_suggestions.h"
-#include "engine/train/memory_report.h"
-#include "engine/train/replay_command.h"
-#include "engine/train/schedule_command.h"
-#include "engine/train/train_options.h"
-#include "engine/train/trainer.h"
+#include "engine/cli/bench_memory.h"
+#include "engine/cli/build_info.h"
+#include "engine/cli/command_suggestions.h"
+#include "engine/cli/replay_command.h"
+#include "engine/cli/report_command.h"
+#include "engine/cli/schedule_command.h"
+#include "engine/cli/train_command.h"
+#include "engine/cli/train_options.h"
 #include "models/kernels/cpu/compute_threads.h"
 
 namespace {

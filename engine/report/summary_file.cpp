@@ -1,4 +1,4 @@
-#include "engine/train/summary_file.h"
+#include "engine/report/summary_file.h"
 
 #include "engine/core/atomic_file.h"
 

@@ -1,4 +1,4 @@
-#include "engine/train/bench_memory.h"
+#include "engine/cli/bench_memory.h"
 
 #include <CLI/CLI.hpp>
 
@@ -8,7 +8,8 @@
 
 #include "allocator/byte_size.h"
 #include "engine/core/atomic_file.h"
-#include "engine/train/summary_file.h"
+#include "engine/report/summary_file.h"
+#include "engine/train/model_config.h"
 #include "engine/train/token_data.h"
 #include "engine/train/training_setup.h"
 #include "engine/train/training_step.h"

@@ -1,6 +1,6 @@
-// `ferry report DIR`: reads DIR/profile.json, prints the per-category table (current, peak, the
-// breakdown at the peak, the largest live allocations there with their tags) and writes DIR/trace.json
-// (Chrome trace) and DIR/report.html (self-contained SVG timeline).
+// A memory profile as `ferry report DIR` shows it (the command: engine/cli/report_command.h): the
+// per-category table (current, peak, the breakdown at the peak, the largest live allocations there with
+// their tags), the Chrome trace (trace.json) and the self-contained SVG timeline (report.html).
 #pragma once
 
 #include <cstddef>
@@ -10,21 +10,7 @@
 
 #include "engine/core/memory_timeline.h"
 
-namespace CLI {
-class App;
-}
-
 namespace ferry {
-
-struct ReportOptions {
-  std::string directory;
-  std::size_t largest = 10;  // live allocations listed at the peak
-};
-
-void add_report_command(CLI::App& app, ReportOptions& options);
-// A pipeline's profile directory holds one profile per rank: DIR/rank-0, DIR/rank-1, ... (empty: none).
-std::vector<std::string> rank_profile_directories(const std::string& directory);
-int run_report_command(const ReportOptions& options);
 
 // Pieces of the report, also used by tests.
 std::string format_duration_ns(std::uint64_t nanoseconds);

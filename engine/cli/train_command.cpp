@@ -1,0 +1,22 @@
+#include "engine/cli/train_command.h"
+
+#include <nlohmann/json.hpp>
+
+#include "engine/report/summary_file.h"
+#include "engine/train/trainer.h"
+
+namespace ferry {
+
+int run_train_command(const TrainOptions& options) {
+  const nlohmann::json summary = run_training(options);
+  if (!options.summary.empty() && !summary.is_null()) write_summary_file(options.summary, summary);  // null: not rank 0
+  return 0;
+}
+
+int run_eval_command(const EvalOptions& options) {
+  const nlohmann::json summary = run_evaluation(options);
+  if (!options.summary.empty()) write_summary_file(options.summary, summary);
+  return 0;
+}
+
+}  // namespace ferry
