@@ -194,6 +194,16 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--loss-chunk", o.loss_chunk, "Tokens per LM-head + cross-entropy chunk (0: as many as fit 32 MiB of logits)");
   train->add_option("--pp", o.pipeline_stages,
                     "Pipeline stages: under `mpirun -np P` one per rank, else all P in this process (one device each)");
+  train->add_option("--tp", o.tp, "Tensor-parallel size (only 1 is built so far)");
+  train->add_option("--dp", o.dp,
+                    "Data-parallel size (default: the launched ranks / (tp x pp)); with --device meta and no launcher, a dry run "
+                    "of every rank in this process");
+  train->add_option("--zero-stage", o.zero_stage,
+                    "ZeRO stage for data parallelism: 0 (gradients all-reduced), 1 (optimizer state partitioned), 2 (and gradients); "
+                    "zero_optimization.stage");
+  train->add_option("--allgather-bucket-size", o.allgather_bucket_size,
+                    "ZeRO 1/2: updated parameters are gathered in buckets of at most this many elements (DeepSpeed's "
+                    "allgather_bucket_size; default 5e8)");
   train->add_option("--micro-batches", o.micro_batches, "Micro-batches per step through the pipeline (default: --grad-accum)");
   train->add_option("--schedule", o.schedule, "Pipeline schedule: gpipe | 1f1b | 1f1b-deep | interleaved:V | zb-h1");
   train->add_option("--profile", o.profile, "Record a memory profile into DIR (see `ferry report DIR`)");
@@ -205,8 +215,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--offload-buffer-size", o.offload_buffer_size, "Host memory for those buffers together (default 256MiB)");
   train->add_option("--offload-sub-group", o.offload_sub_group, "Elements per optimizer sub-group (0: from the buffers, or 16M for cpu)");
   train->add_option("--reduce-bucket-size", o.reduce_bucket_size,
-                    "Offload: streamed gradient buckets of at most this many elements; larger weights go in row slices "
-                    "(DeepSpeed's reduce_bucket_size; default 0: one whole parameter per bucket)");
+                    "Gradient buckets of at most this many elements (DeepSpeed's reduce_bucket_size): data parallelism reduces "
+                    "whole parameters bucket by bucket (default 5e8); offload streams them, larger weights in row slices "
+                    "(default 0: one whole parameter per bucket)");
   train->add_option("--weight-copy-elements", o.weight_copy_elements,
                     "bf16/fp16: convert a weight to f32 for the cpu matmuls in row slices of at most this many elements "
                     "(bounds that workspace; 0: whole weights)");
@@ -252,16 +263,18 @@ std::vector<std::string> apply_config_file(const std::string& path, TrainOptions
   }
   reject_unknown(config, "", {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
                               "gradient_clipping", "bf16", "fp16", "scheduler", "steps_per_print", "activation_checkpointing",
-                              "recompute_granularity", "recompute_method", "recompute_num_layers", "zero_optimization", "aio", "ferry"});
+                              "recompute_granularity", "recompute_method", "recompute_num_layers", "zero_optimization", "aio", "ferry",
+                              "tensor_model_parallel_size", "pipeline_model_parallel_size", "sequence_parallel"});
   if (config.contains("train_micro_batch_size_per_gpu")) options.batch = value_of<std::int64_t>(config["train_micro_batch_size_per_gpu"], "train_micro_batch_size_per_gpu");
   if (config.contains("gradient_accumulation_steps")) options.grad_accum = value_of<std::int64_t>(config["gradient_accumulation_steps"], "gradient_accumulation_steps");
-  if (config.contains("train_batch_size")) {
-    const auto total = value_of<std::int64_t>(config["train_batch_size"], "train_batch_size");
-    if (total != options.batch * options.grad_accum) {
-      throw std::invalid_argument("config '" + path + "': train_batch_size " + std::to_string(total) + " != train_micro_batch_size_per_gpu " +
-                                  std::to_string(options.batch) + " x gradient_accumulation_steps " + std::to_string(options.grad_accum) +
-                                  " x 1 data-parallel rank");
-    }
+  // Checked against micro-batch x grad-accum x dp once the grid is known (make_training_plan).
+  if (config.contains("train_batch_size")) options.train_batch_size = value_of<std::int64_t>(config["train_batch_size"], "train_batch_size");
+  if (config.contains("tensor_model_parallel_size")) options.tp = value_of<std::int32_t>(config["tensor_model_parallel_size"], "tensor_model_parallel_size");
+  if (config.contains("pipeline_model_parallel_size")) {
+    options.pipeline_stages = value_of<std::int32_t>(config["pipeline_model_parallel_size"], "pipeline_model_parallel_size");
+  }
+  if (config.contains("sequence_parallel") && value_of<bool>(config["sequence_parallel"], "sequence_parallel")) {
+    throw std::invalid_argument("config '" + path + "': sequence_parallel needs tensor parallelism, which is not built yet: set it to false");
   }
   if (config.contains("optimizer")) {
     const json& optimizer = config["optimizer"];

@@ -37,10 +37,7 @@ void apply_zero_optimization(const json& section, TrainOptions& options) {
   if (section.contains("stage")) {
     const auto stage = value_of<int>(section["stage"], "zero_optimization.stage");
     if (stage < 0 || stage > 3) throw std::invalid_argument("zero_optimization.stage must be 0, 1, 2 or 3, got " + std::to_string(stage));
-    if (stage == 3) {
-      throw std::invalid_argument("zero_optimization.stage 3 (partitioned parameters) is not supported yet: use stage 2 with "
-                                  "offload_optimizer, which keeps only the 16-bit parameters and one gradient bucket on the device");
-    }
+    options.zero_stage = stage;  // stage 3 is refused with the plan, as --zero-stage 3 is
   }
   if (section.contains("offload_param") && value_of<std::string>(section["offload_param"].value("device", json("none")),
                                                                  "zero_optimization.offload_param.device") != "none") {
@@ -54,10 +51,16 @@ void apply_zero_optimization(const json& section, TrainOptions& options) {
   if (section.contains("reduce_bucket_size")) {
     options.reduce_bucket_size = value_of<std::int64_t>(section["reduce_bucket_size"], "zero_optimization.reduce_bucket_size");
   }
-  for (const char* key : {"contiguous_gradients", "overlap_comm", "allgather_bucket_size", "reduce_scatter", "allgather_partitions"}) {
-    if (section.contains(key)) {
+  if (section.contains("allgather_bucket_size")) {
+    options.allgather_bucket_size = value_of<std::int64_t>(section["allgather_bucket_size"], "zero_optimization.allgather_bucket_size");
+  }
+  // What these switch in DeepSpeed, ferry always does: gradients in one flat buffer (or partition),
+  // reductions overlapping backward, reduce-scatter from stage 1, parameters gathered by partition.
+  for (const char* key : {"contiguous_gradients", "overlap_comm", "reduce_scatter", "allgather_partitions"}) {
+    if (section.contains(key) && !value_of<bool>(section[key], std::string("zero_optimization.") + key)) {
       options.notes.push_back(std::string("zero_optimization.") + key +
-                              " has no effect on one rank");
+                              " = false has no effect: ferry's data parallelism always keeps flat gradients, overlaps their reduction "
+                              "with backward, reduce-scatters from stage 1 and gathers parameters by partition");
     }
   }
 }

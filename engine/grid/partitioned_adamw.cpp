@@ -123,7 +123,7 @@ void PartitionedAdamW::gather_parameters() {
     dp_.all_gather_async(input, buffer.data(), counts, comm_type(dtype_))->wait();
     for (std::size_t position = 0; position < parameters_.size(); ++position) {
       const FlatRange piece = layout.parameter(position).intersect(chunk);
-      if (piece.empty() || !piece.intersect(owned_).empty()) continue;  // this rank's own values are already there
+      if (piece.empty()) continue;  // (this rank's own block comes back as it went: a parameter may straddle partitions)
       const Segment part{position, piece, piece.begin - layout.parameter(position).begin};
       parameter_view(part).copy_from(buffer.narrow(0, piece.begin - chunk.begin, piece.size()));
     }

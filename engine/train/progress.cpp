@@ -26,6 +26,7 @@ ProgressPrinter::ProgressPrinter(std::FILE* stream, bool live, std::int64_t ever
 ProgressPrinter::~ProgressPrinter() { finish(); }
 
 void ProgressPrinter::update(const StepProgress& p) {
+  if (stream_ == nullptr) return;  // a silent rank
   const bool last = p.step == p.total_steps;
   if (!live_ && !(p.step % every_ == 0 || last || p.step == 1 || p.eval_loss)) return;
   if (p.dry_run) {

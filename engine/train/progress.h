@@ -23,6 +23,7 @@ struct StepProgress {
 
 class ProgressPrinter {
  public:
+  // A null stream prints nothing (the ranks other than rank 0).
   ProgressPrinter(std::FILE* stream, bool live, std::int64_t every);
   ~ProgressPrinter();
   ProgressPrinter(const ProgressPrinter&) = delete;

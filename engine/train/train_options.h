@@ -58,6 +58,13 @@ struct TrainOptions {
   // Pipeline parallelism: --pp stages (one rank each under mpirun, or every stage in this process),
   // --micro-batches per step (default --grad-accum), the schedule's name.
   std::int32_t pipeline_stages = 1;
+  // The process grid and ZeRO: --tp, --dp (default: the world / (tp x pp)), --zero-stage; DeepSpeed's
+  // allgather_bucket_size and train_batch_size (checked against micro-batch x grad-accum x dp).
+  std::int32_t tp = 1;
+  std::optional<std::int32_t> dp;
+  std::int32_t zero_stage = 0;
+  std::optional<std::int64_t> allgather_bucket_size;
+  std::optional<std::int64_t> train_batch_size;
   std::optional<std::int64_t> micro_batches;
   std::string schedule = "1f1b";
   bool quiet = false;  // no progress or banner lines (benchmarks run many trainings)

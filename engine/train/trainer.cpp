@@ -22,6 +22,7 @@
 #include "engine/report/summary_file.h"
 #include "engine/train/token_data.h"
 #include "engine/train/training_profile.h"
+#include "engine/train/training_plan.h"
 #include "engine/train/training_setup.h"
 #include "engine/train/training_step.h"
 #include "models/gpt_model.h"
@@ -79,11 +80,12 @@ void validate(const TrainOptions& o) {
 
 // Settings a resumed run must share with the run that saved, for the resume to be exact. The data is
 // known by its content, not its path.
-nlohmann::json resume_contract(const TrainOptions& o, std::int64_t sequence, const TokenDataset& data) {
+// A resume may change the grid: what must match is the global batch in micro-batches, not grad-accum.
+nlohmann::json resume_contract(const TrainOptions& o, const TrainingPlan& plan, std::int64_t sequence, const TokenDataset& data) {
   const TokenDataset::Identity identity = data.identity();
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(identity.xxh64));
-  return {{"batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum}, {"precision", o.precision},
+  return {{"batch", o.batch}, {"seq", sequence}, {"micro_batches_per_step", plan.micro_batches * plan.grid.dp}, {"precision", o.precision},
           {"data", {{"tokens", identity.tokens}, {"xxh64", hash}}}, {"shuffle", o.shuffle}, {"seed", o.seed}};
 }
 
@@ -112,7 +114,9 @@ std::int64_t stopping_step(const TrainOptions& o, std::int64_t first_step) {
   return std::min(o.steps, (first_step / interval + 1) * interval);
 }
 
-void check_resume_contract(const nlohmann::json& saved, const nlohmann::json& current, const std::string& directory) {
+void check_resume_contract(nlohmann::json saved, const nlohmann::json& current, const std::string& directory) {
+  // Checkpoints from one-rank runs before grids recorded grad_accum: the same micro-batches per step.
+  if (!saved.contains("micro_batches_per_step") && saved.contains("grad_accum")) saved["micro_batches_per_step"] = saved["grad_accum"];
   for (const auto& [key, value] : current.items()) {
     if (!saved.contains(key) || saved[key] != value) {
       throw std::invalid_argument("--resume '" + directory + "': the checkpoint was trained with " + key + " = " +
@@ -132,9 +136,26 @@ nlohmann::json memory_summary(const Device& device, const nlohmann::json& optimi
           {"num_ooms", stats.num_ooms}, {"num_alloc_retries", stats.num_alloc_retries}, {"device_memory_limit", device.memory_limit()}};
 }
 
-nlohmann::json run_training(const TrainOptions& o) {
-  validate(o);
-  if (pipeline_requested(o)) return run_pipeline_training(o);
+namespace {
+
+// This rank's entry of the summary's `ranks`: its grid coordinates, memory and traffic.
+nlohmann::json rank_entry(const ProcessGrid& grid, const Device& device, std::int64_t steps_run) {
+  const AllocatorStatistics stats = device.allocator().statistics();
+  nlohmann::json entry = grid.describe();
+  std::uint64_t sent = 0;
+  for (const GridAxis axis : {GridAxis::tp, GridAxis::dp, GridAxis::pp}) sent += grid.group(axis).bytes_sent();
+  entry["peak_allocated"] = stats.allocated_bytes.all().peak;
+  entry["peak_reserved"] = stats.reserved_bytes.all().peak;
+  entry["max_by_category"] = bytes_by_category(category_peaks(stats));
+  entry["at_peak"] = bytes_by_category(stats.category_allocated_at_peak);
+  entry["bytes_sent"] = sent;
+  entry["bytes_sent_per_step"] = steps_run > 0 ? sent / static_cast<std::uint64_t>(steps_run) : 0;
+  return entry;
+}
+
+// One rank of the grid trains (every rank of a data-parallel group runs this same loop).
+nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, const ProcessGrid& grid) {
+  const bool speaks = grid.rank() == 0;  // rank 0 prints and writes the summary
   cpu::set_compute_threads(o.threads);
   const DType dtype = parse_precision(o.precision);
   GptConfig config = o.resume.empty() ? resolve_model_config(o) : read_checkpoint_config(o.resume);
@@ -162,13 +183,15 @@ nlohmann::json run_training(const TrainOptions& o) {
   MetricsFile metrics(o.metrics);
 
   const GptDropout dropout{o.dropout, o.dropout, o.dropout};
-  const StepSettings settings{o.batch, sequence, o.grad_accum, o.seed, hyper.grad_clip};
+  const StepSettings settings{o.batch, sequence, o.grad_accum, o.seed, hyper.grad_clip,
+                              plan.data_parallel() ? &grid.dp() : nullptr};
   RecomputePolicy policy = RecomputePolicy::parse(o.checkpointing);
   const bool offloaded = o.offload_optimizer != "none";
   DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, AllocatorConfig::from_environment(),
                             offloaded, device->kind() == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu,
-                            o.reduce_bucket_size.value_or(0), o.weight_copy_elements};
-  for (const std::string& note : run_notes(o)) std::printf("  note: %s\n", note.c_str());
+                            plan.reduce_bucket_elements, o.weight_copy_elements,
+                            {grid.dp().rank(), grid.dp().size(), plan.zero_stage, plan.allgather_bucket_elements}};
+  if (speaks) for (const std::string& note : run_notes(o)) std::printf("  note: %s\n", note.c_str());
   if (policy.kind == RecomputeKind::automatic) {
     const PolicyChoice choice = choose_recompute_policy(dry_run_setup, device->memory_limit());
     if (!choice.fits) {
@@ -178,22 +201,24 @@ nlohmann::json run_training(const TrainOptions& o) {
                                   " (raise --device-memory, lower --batch or --seq)");
     }
     policy = choice.policy;
-    std::printf("  checkpointing auto: %s (dry run: peak reserved %s of %s)\n", policy.name().c_str(),
+    if (speaks) std::printf("  checkpointing auto: %s (dry run: peak reserved %s of %s)\n", policy.name().c_str(),
                 format_bytes(static_cast<std::size_t>(choice.dry_run.peak_reserved)).c_str(), format_bytes(device->memory_limit()).c_str());
   }
   dry_run_setup.policy = policy;
   const std::vector<ActivationKeep> keeps = activation_keeps(policy, config.layers);
   std::optional<LossScaler> scaler;  // fp16: the backward runs on the scaled loss
   if (dtype == DType::f16) scaler.emplace(hyper.loss_scaling);
-  TrainingProfile profile(*device, o.profile, ProfileSteps::parse(o.profile_steps),
-                          {{"command", "train"}, {"model", config.name}, {"parameters", config.parameter_count()},
+  // Each rank of a grid profiles into a directory of its own, as pipeline stages do.
+  const std::string profile_directory = o.profile.empty() || plan.grid.world() == 1 ? o.profile : o.profile + "/rank-" + std::to_string(grid.rank());
+  TrainingProfile profile(*device, profile_directory, ProfileSteps::parse(o.profile_steps),
+                          {{"command", "train"}, {"model", config.name}, {"parameters", config.parameter_count()}, {"grid", plan.to_json()},
                            {"device", std::string(device_kind_name(device->kind()))}, {"precision", o.precision},
                            {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum}, {"checkpointing", policy.name()}});
-  ProgressPrinter progress(stdout, is_terminal(stdout), o.log_every);
+  ProgressPrinter progress(speaks ? stdout : nullptr, speaks && is_terminal(stdout), o.log_every);
   nlohmann::json steps = nlohmann::json::array();
   std::vector<double> throughputs;
   std::vector<double> step_seconds;
-  const double tokens_per_step = static_cast<double>(o.batch * sequence * o.grad_accum);
+  const double tokens_per_step = static_cast<double>(plan.global_batch() * sequence);  // over every dp rank
   double last_loss = std::nan("");
   std::optional<double> last_eval_loss;
   nlohmann::json optimizer_description = nlohmann::json::object();
@@ -201,7 +226,7 @@ nlohmann::json run_training(const TrainOptions& o) {
   std::int64_t last_step = o.steps;
   std::int64_t current_step = 0;  // 0 while the model is built
   try {
-    GptModel model(*device, config, dtype, dropout, offloaded ? GradientStorage::streamed : GradientStorage::whole);
+    GptModel model(*device, config, dtype, dropout, offloaded || plan.data_parallel() ? GradientStorage::streamed : GradientStorage::whole);
     model.set_loss_chunk(o.loss_chunk);
     model.set_gradient_bucket_elements(dry_run_setup.gradient_bucket_elements);
     model.set_weight_copy_elements(dry_run_setup.weight_copy_elements);
@@ -211,11 +236,13 @@ nlohmann::json run_training(const TrainOptions& o) {
       initialize_gpt_parameters(model.parameters(), config, o.seed);
     }
     const std::unique_ptr<TrainingOptimizer> optimizer =
-        !offloaded                 ? make_device_optimizer(model, hyper.adamw())
+        plan.data_parallel()       ? make_data_parallel_optimizer(model, hyper.adamw(), grid.dp(), plan.zero_stage,
+                                                                  plan.reduce_bucket_elements, plan.allgather_bucket_elements)
+        : !offloaded               ? make_device_optimizer(model, hyper.adamw())
         : device->has_storage()    ? make_offload_optimizer(model, hyper.adamw(), offload_settings(o))
                                    : make_discarding_optimizer(model);
 
-    const nlohmann::json contract = resume_contract(o, sequence, data);
+    const nlohmann::json contract = resume_contract(o, plan, sequence, data);
     if (saved) {
       check_resume_contract(saved->run, contract, o.resume);
       if (saved->step > o.steps) {
@@ -240,14 +267,20 @@ nlohmann::json run_training(const TrainOptions& o) {
       state.run["data_name"] = data.name();  // for people; the data's identity is what a resume checks
       state.optimizer = hyper;
       if (scaler) state.loss_scaler = scaler->state();
-      save_checkpoint(o.save, model, *optimizer, state);
+      state.run["grid"] = plan.to_json();  // for people: a checkpoint resumes at any grid
+      if (grid.dp().rank() == 0) {
+        save_checkpoint(o.save, model, *optimizer, state);
+      } else {
+        optimizer->snapshot();  // every dp rank gives its share of the optimizer state to rank 0's snapshot
+      }
+      grid.dp().barrier();
     };
 
-    std::printf("ferry train: %s (%lld layers, hidden %lld, %lld heads, vocab %lld), %s parameters, %s on %s\n", config.name.c_str(),
+    if (speaks) std::printf("ferry train: %s (%lld layers, hidden %lld, %lld heads, vocab %lld), %s parameters, %s on %s\n", config.name.c_str(),
                 static_cast<long long>(config.layers), static_cast<long long>(config.hidden), static_cast<long long>(config.heads),
                 static_cast<long long>(config.vocab), std::to_string(config.parameter_count()).c_str(), o.precision.c_str(),
                 device->name().c_str());
-    std::printf("  data %s (%s, %lld tokens), batch %lld x seq %lld x grad-accum %lld, steps %lld..%lld, %d threads, BLAS kernels %s\n",
+    if (speaks) std::printf("  data %s (%s, %lld tokens), batch %lld x seq %lld x grad-accum %lld, steps %lld..%lld, %d threads, BLAS kernels %s\n",
                 data.name().c_str(), data.format().c_str(), static_cast<long long>(data.size()), static_cast<long long>(o.batch),
                 static_cast<long long>(sequence), static_cast<long long>(o.grad_accum), static_cast<long long>(first_step + 1),
                 static_cast<long long>(last_step), cpu::compute_threads(), cpu::blas_core_name().c_str());
@@ -295,11 +328,11 @@ nlohmann::json run_training(const TrainOptions& o) {
     progress.finish();
     profile.finish();
     optimizer_description = optimizer->describe();
-    if (last_step < o.steps) std::printf("  stopped after step %lld (--exit-interval %lld)\n", static_cast<long long>(last_step),
+    if (speaks && last_step < o.steps) std::printf("  stopped after step %lld (--exit-interval %lld)\n", static_cast<long long>(last_step),
                                          static_cast<long long>(*o.exit_interval));
     if (!o.save.empty()) {
       save(std::max(first_step, last_step));
-      std::printf("  saved checkpoint %s\n", o.save.c_str());
+      if (speaks) std::printf("  saved checkpoint %s\n", o.save.c_str());
     }
   } catch (const OutOfMemoryError& error) {
     progress.finish();
@@ -336,8 +369,11 @@ nlohmann::json run_training(const TrainOptions& o) {
     summary["final_eval_loss"] = last_eval_loss ? nlohmann::json(*last_eval_loss) : nlohmann::json(nullptr);
   }
   if (throughputs.empty() && !step_seconds.empty()) summary["tokens_per_second"] = tokens_per_step / step_seconds.front();
+  summary["grid"] = plan.to_json();
+  summary["ranks"] = nlohmann::json::array({rank_entry(grid, *device, last_step - first_step)});
+  if (!profile.written().empty()) summary["profile"] = profile.written();
+  if (!speaks) return summary;
   if (!profile.written().empty()) {
-    summary["profile"] = profile.written();
     std::printf("  memory profile in %s: run `ferry report %s`\n", profile.written().c_str(), profile.written().c_str());
   }
   const nlohmann::json& memory = summary["memory"];
@@ -366,6 +402,48 @@ nlohmann::json run_training(const TrainOptions& o) {
                 format_bytes(memory["nvme_bytes"].get<std::size_t>()).c_str(), phases["step"].get<double>(), phases["adam"].get<double>(),
                 optimizer_description["cpu_adam"]["simd"].get<std::string>().c_str(), optimizer_description["cpu_adam"]["threads"].get<int>());
   }
+  return summary;
+}
+
+// Prints every rank's line of a data-parallel run (rank 0's summary holds them all).
+void print_rank_lines(const nlohmann::json& ranks) {
+  for (const nlohmann::json& entry : ranks) {
+    std::printf("  rank %d (dp %d): peak allocated %s, peak reserved %s, optimizer states %s, gradients %s, sent %s per step\n",
+                entry["rank"].get<int>(), entry["dp"].get<int>(), format_bytes(entry["peak_allocated"].get<std::size_t>()).c_str(),
+                format_bytes(entry["peak_reserved"].get<std::size_t>()).c_str(),
+                format_bytes(entry["max_by_category"].value("optimizer_states", std::size_t{0})).c_str(),
+                format_bytes(entry["max_by_category"].value("gradients", std::size_t{0})).c_str(),
+                format_bytes(entry["bytes_sent_per_step"].get<std::size_t>()).c_str());
+  }
+}
+
+}  // namespace
+
+nlohmann::json run_training(const TrainOptions& o) {
+  validate(o);
+  const TrainingPlan plan = make_training_plan(o, detect_rank_environment());
+  if (plan.grid.pp > 1) return run_pipeline_training(o);
+  if (plan.simulated_ranks()) {
+    // A dry run of every rank in this process: each runs the same loop on meta over groups that move nothing.
+    nlohmann::json summary;
+    nlohmann::json ranks = nlohmann::json::array();
+    for (int rank = plan.grid.world() - 1; rank >= 0; --rank) {  // rank 0 last: its lines close the output
+      nlohmann::json rank_summary = train_on_grid(o, plan, ProcessGrid::dry_run(plan.grid, rank));
+      ranks.insert(ranks.begin(), rank_summary["ranks"][0]);
+      if (rank == 0) summary = std::move(rank_summary);
+    }
+    summary["ranks"] = ranks;
+    print_rank_lines(ranks);
+    return summary;
+  }
+  if (plan.world == 1) return train_on_grid(o, plan, ProcessGrid::split(*make_single_rank_communicator(), plan.grid));
+  const std::unique_ptr<Communicator> world = make_communicator();
+  nlohmann::json summary = train_on_grid(o, plan, ProcessGrid::split(*world, plan.grid));
+  const std::vector<std::string> gathered = world->gather_strings(summary["ranks"][0].dump(), 0);
+  if (world->rank() != 0) return nullptr;  // rank 0 writes the summary
+  summary["ranks"] = nlohmann::json::array();
+  for (const std::string& entry : gathered) summary["ranks"].push_back(nlohmann::json::parse(entry));
+  print_rank_lines(summary["ranks"]);
   return summary;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/comm/communicator.h"
 #include "models/gpt_model.h"
 #include "models/kernels/cpu/adamw.h"
 #include "offload/zero_offload_optimizer.h"
@@ -37,6 +38,10 @@ class TrainingOptimizer {
   virtual std::string mode() const = 0;  // "none", "cpu" or "nvme" (--offload-optimizer)
   // Before a step's first micro-batch: gradients to zero.
   virtual void begin_step() = 0;
+  // Before each micro-batch's backward (data parallelism reduces during the step's last one), and once
+  // after the step's last backward (waits for the gradients' reductions).
+  virtual void begin_micro_batch(bool last) { (void)last; }
+  virtual void end_backward() {}
   // The sum of squares (f64) of the step's gradients, leaving out the model's parameter `excluded`
   // (NamedTensor::index; a pipeline stage's duplicate of the tied token table) when given; inf or NaN
   // when a gradient is (an fp16 overflow, which loss scaling skips).
@@ -62,6 +67,13 @@ std::unique_ptr<TrainingOptimizer> make_device_optimizer(GptModel& model, const 
 // ZeRO-Offload over a model built with GradientStorage::streamed (it becomes the model's gradient sink).
 std::unique_ptr<TrainingOptimizer> make_offload_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters,
                                                           const offload::ZeroOffloadSettings& settings);
+// Data parallelism over `dp` with ZeRO stage 0, 1 or 2 (engine/grid) over a model built with
+// GradientStorage::streamed (it becomes the model's gradient sink): gradients averaged in buckets of
+// `reduce_bucket_elements` during backward, AdamW on this rank's share, parameters gathered in buckets
+// of `allgather_bucket_elements` (0: one bucket each).
+std::unique_ptr<TrainingOptimizer> make_data_parallel_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters,
+                                                                Communicator& dp, int zero_stage, std::int64_t reduce_bucket_elements,
+                                                                std::int64_t allgather_bucket_elements);
 // For dry runs of offloaded training on meta: gradients are dropped, nothing is stepped.
 std::unique_ptr<TrainingOptimizer> make_discarding_optimizer(GptModel& model);
 

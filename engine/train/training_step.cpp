@@ -41,14 +41,22 @@ StepResult run_training_step(Device& device, GptModel& model, TrainingOptimizer&
   StepResult result;
   result.loss_scale = scaler != nullptr ? scaler->scale() : 1.0;
   const float dloss = static_cast<float>(result.loss_scale / static_cast<double>(settings.grad_accum));
-  for (std::int64_t micro = 0; micro < settings.grad_accum; ++micro) {
+  // Every rank reads the whole global batch, so the data position and shuffling stay those of one rank.
+  const std::int64_t ranks = settings.data_parallel != nullptr ? settings.data_parallel->size() : 1;
+  const std::int64_t rank = settings.data_parallel != nullptr ? settings.data_parallel->rank() : 0;
+  for (std::int64_t global = 0; global < settings.grad_accum * ranks; ++global) {
     loader.next(inputs, targets);
+    if (global / settings.grad_accum != rank) continue;
+    const std::int64_t micro = global % settings.grad_accum;
+    optimizer.begin_micro_batch(micro + 1 == settings.grad_accum);
     const Tensor input_tokens = device_tokens(device, inputs, settings.batch, settings.sequence, "tokens");
     const Tensor target_tokens = device_tokens(device, targets, settings.batch, settings.sequence, "targets");
-    const MicroBatchKey key{settings.seed, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(micro)};
+    const MicroBatchKey key{settings.seed, static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(global)};
     result.loss += model.train_micro_batch(input_tokens, target_tokens, key, dloss, keeps);
   }
+  optimizer.end_backward();
   result.loss /= static_cast<double>(settings.grad_accum);
+  if (settings.data_parallel != nullptr) settings.data_parallel->all_reduce(&result.loss, 1, CommDataType::f64, ReduceOperation::average);
   if (!device.has_storage()) result.loss = std::nan("");  // a dry run computes no values
   if (device.has_storage() && !std::isfinite(result.loss) && scaler == nullptr) {
     throw std::runtime_error("the loss became " + std::to_string(result.loss) + " at step " + std::to_string(step + 1) +
@@ -84,15 +92,22 @@ DryRun dry_run_step(const DryRunSetup& setup) {
   const std::unique_ptr<Device> device = create_device(options);
   ops::stand_in_for(*device, setup.kernels);
   {
+    const DryRunSetup::DataParallel& dp = setup.data_parallel;
     GptModel model(*device, setup.config, setup.dtype, setup.dropout,
-                   setup.offload_optimizer ? GradientStorage::streamed : GradientStorage::whole);
+                   setup.offload_optimizer || dp.active() ? GradientStorage::streamed : GradientStorage::whole);
     model.set_loss_chunk(setup.loss_chunk);
     model.set_gradient_bucket_elements(setup.gradient_bucket_elements);
     model.set_weight_copy_elements(setup.weight_copy_elements);
+    const std::unique_ptr<Communicator> group = make_dry_run_communicator(dp.rank, dp.size);
     const std::unique_ptr<TrainingOptimizer> optimizer =
-        setup.offload_optimizer ? make_discarding_optimizer(model) : make_device_optimizer(model, {});
+        dp.active()               ? make_data_parallel_optimizer(model, {}, *group, dp.zero_stage, setup.gradient_bucket_elements,
+                                                                 dp.allgather_bucket_elements)
+        : setup.offload_optimizer ? make_discarding_optimizer(model)
+                                  : make_device_optimizer(model, {});
     DataLoader loader(*setup.data, setup.settings.batch, setup.settings.sequence, false, setup.settings.seed);
-    run_training_step(*device, model, *optimizer, loader, setup.settings, 0, 1e-3, activation_keeps(setup.policy, setup.config.layers));
+    StepSettings settings = setup.settings;
+    settings.data_parallel = dp.active() ? group.get() : nullptr;
+    run_training_step(*device, model, *optimizer, loader, settings, 0, 1e-3, activation_keeps(setup.policy, setup.config.layers));
   }
   DryRun result;
   result.statistics = device->allocator().statistics();

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/comm/communicator.h"
 #include "engine/core/device.h"
 #include "engine/train/loss_scaler.h"
 #include "engine/train/token_data.h"
@@ -20,9 +21,12 @@ namespace ferry {
 struct StepSettings {
   std::int64_t batch = 1;
   std::int64_t sequence = 1;
-  std::int64_t grad_accum = 1;
+  std::int64_t grad_accum = 1;  // micro-batches per step on this rank
   std::uint64_t seed = 0;
   double grad_clip = 0;
+  // Data parallelism: of every step's grad_accum x dp micro-batches, rank r of this group takes
+  // [r x grad_accum, (r + 1) x grad_accum), and the loss is averaged over the group (null: one rank).
+  Communicator* data_parallel = nullptr;
 };
 
 struct StepResult {
@@ -65,6 +69,16 @@ struct DryRunSetup {
   DeviceKind kernels = DeviceKind::cpu;  // whose kernels' allocations the meta device makes (cpu or cuda)
   std::int64_t gradient_bucket_elements = 0;  // offload: streamed gradients' bucket bound (0: whole parameters)
   std::int64_t weight_copy_elements = 0;      // 16-bit weights' f32 copies for matmuls in slices of at most this (0: whole)
+  // Data parallelism: this rank of a dp group of `size` with ZeRO `zero_stage` (size 1 and stage 0: none);
+  // its collectives allocate their buffers and move nothing. Reduce buckets: gradient_bucket_elements.
+  struct DataParallel {
+    int rank = 0;
+    int size = 1;
+    int zero_stage = 0;
+    std::int64_t allgather_bucket_elements = 0;
+    bool active() const { return size > 1 || zero_stage > 0; }
+  };
+  DataParallel data_parallel{};
 };
 
 // One training step of the setup on a meta device: the allocations a real step makes on a device of

@@ -1,0 +1,97 @@
+#include "engine/train/training_plan.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "engine/train/training_setup.h"
+
+namespace ferry {
+namespace {
+
+std::string number(std::int64_t value) { return std::to_string(value); }
+
+}  // namespace
+
+nlohmann::json TrainingPlan::to_json() const {
+  return {{"tp", grid.tp},
+          {"dp", grid.dp},
+          {"pp", grid.pp},
+          {"world", world},
+          {"micro_batch", micro_batch},
+          {"micro_batches", micro_batches},
+          {"global_batch", global_batch()},
+          {"precision", std::string(dtype_name(precision))},
+          {"zero_stage", zero_stage},
+          {"offload_optimizer", offload_optimizer},
+          {"reduce_bucket_elements", reduce_bucket_elements},
+          {"allgather_bucket_elements", allgather_bucket_elements},
+          {"dry_run", dry_run}};
+}
+
+TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& environment) {
+  TrainingPlan plan;
+  plan.dry_run = o.device == "meta";
+  plan.world = environment.world_size;
+  plan.micro_batch = o.batch;
+  plan.micro_batches = o.grad_accum;
+  plan.precision = parse_precision(o.precision);
+  plan.zero_stage = o.zero_stage;
+  plan.offload_optimizer = o.offload_optimizer;
+  plan.grid.tp = o.tp;
+  plan.grid.pp = o.pipeline_stages;
+  if (o.tp < 1) throw std::invalid_argument("--tp must be at least 1, got " + number(o.tp));
+  if (o.pipeline_stages < 1) throw std::invalid_argument("--pp must be at least 1, got " + number(o.pipeline_stages));
+  if (o.dp && *o.dp < 1) throw std::invalid_argument("--dp must be at least 1, got " + number(*o.dp));
+  if (o.tp > 1) {
+    throw std::invalid_argument("--tp " + number(o.tp) + ": tensor parallelism is not built yet; train with --tp 1 (data and pipeline "
+                                "parallelism are: --dp, --pp)");
+  }
+  const int model_parallel = o.tp * o.pipeline_stages;
+  if (plan.world > 1) {
+    if (plan.world % model_parallel != 0) {
+      throw std::invalid_argument("the job has " + number(plan.world) + " ranks, which --tp " + number(o.tp) + " x --pp " +
+                                  number(o.pipeline_stages) + " does not divide: launch a multiple of " + number(model_parallel) + " ranks");
+    }
+    plan.grid.dp = plan.world / model_parallel;
+    if (o.dp && *o.dp != plan.grid.dp) {
+      throw std::invalid_argument("--dp " + number(*o.dp) + " contradicts the job: " + number(plan.world) + " ranks / (--tp " + number(o.tp) +
+                                  " x --pp " + number(o.pipeline_stages) + ") = dp " + number(plan.grid.dp) +
+                                  "; launch " + number(*o.dp * model_parallel) + " ranks or drop --dp");
+    }
+  } else {
+    plan.grid.dp = o.dp.value_or(1);
+    if (plan.grid.world() > 1 && !plan.dry_run && o.pipeline_stages == 1) {
+      throw std::invalid_argument("--dp " + number(plan.grid.dp) + " needs " + number(plan.grid.world()) + " ranks: launch with `mpirun -np " +
+                                  number(plan.grid.world()) + " ferry train ...`, or add --device meta for a dry run of every rank");
+    }
+  }
+  if (o.zero_stage < 0 || o.zero_stage > 3) throw std::invalid_argument("--zero-stage must be 0, 1, 2 or 3, got " + number(o.zero_stage));
+  if (o.zero_stage == 3) {
+    throw std::invalid_argument("--zero-stage 3 (partitioned parameters) is not built yet: use stage 2, which partitions optimizer state and "
+                                "gradients, with --offload-optimizer cpu to move the optimizer state off the device");
+  }
+  if (plan.data_parallel() && o.pipeline_stages > 1) {
+    throw std::invalid_argument("--pp " + number(o.pipeline_stages) + " with data parallelism (dp " + number(plan.grid.dp) + ", --zero-stage " +
+                                number(o.zero_stage) + ") is not built yet: run the pipeline with dp 1 and --zero-stage 0");
+  }
+  if (plan.data_parallel() && o.offload_optimizer != "none") {
+    throw std::invalid_argument("--offload-optimizer " + o.offload_optimizer + " with data parallelism (dp " + number(plan.grid.dp) +
+                                ", --zero-stage " + number(o.zero_stage) + ") is not built yet: offload on one rank, or train dp ranks "
+                                "with --offload-optimizer none");
+  }
+  if (o.train_batch_size && *o.train_batch_size != plan.global_batch()) {
+    throw std::invalid_argument("train_batch_size " + number(*o.train_batch_size) + " != train_micro_batch_size_per_gpu (--batch) " +
+                                number(plan.micro_batch) + " x gradient_accumulation_steps (--grad-accum) " + number(plan.micro_batches) +
+                                " x " + number(plan.grid.dp) + " data-parallel ranks = " + number(plan.global_batch()));
+  }
+  const std::int64_t reduce = o.reduce_bucket_size.value_or(plan.data_parallel() ? kDefaultBucketElements : 0);
+  if (reduce < 0) throw std::invalid_argument("--reduce-bucket-size must be >= 0 elements, got " + number(reduce));
+  plan.reduce_bucket_elements = reduce;
+  plan.allgather_bucket_elements = o.allgather_bucket_size.value_or(kDefaultBucketElements);
+  if (plan.allgather_bucket_elements < 0) {
+    throw std::invalid_argument("--allgather-bucket-size must be >= 0 elements, got " + number(plan.allgather_bucket_elements));
+  }
+  return plan;
+}
+
+}  // namespace ferry

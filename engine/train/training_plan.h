@@ -1,0 +1,48 @@
+// TrainingPlan: what a training run is, typed: the process grid (tp x dp x pp), the batch geometry, the
+// precision, the ZeRO stage and its buckets, the optimizer's offload. Built and validated once from the
+// parsed flags and config (an impossible combination names both settings); the trainer, dry runs and
+// the summary read the plan, never the flags.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "engine/comm/communicator.h"
+#include "engine/core/dtype.h"
+#include "engine/grid/process_grid.h"
+#include "engine/train/train_options.h"
+
+namespace ferry {
+
+struct TrainingPlan {
+  GridShape grid;          // tp x dp x pp
+  int world = 1;           // ranks launched: grid.world(), or 1 for a dry run of every rank in one process
+  std::int64_t micro_batch = 1;     // sequences per micro-batch
+  std::int64_t micro_batches = 1;   // per step on each dp rank (gradient accumulation)
+  DType precision = DType::f32;
+  int zero_stage = 0;
+  std::string offload_optimizer = "none";  // none | cpu | nvme
+  std::int64_t reduce_bucket_elements = 0;     // DeepSpeed's reduce_bucket_size (0: one bucket)
+  std::int64_t allgather_bucket_elements = 0;  // DeepSpeed's allgather_bucket_size (0: one bucket)
+  bool dry_run = false;                        // --device meta
+
+  // DeepSpeed's train_batch_size identity: micro-batch x micro-batches x dp.
+  std::int64_t global_batch() const { return micro_batch * micro_batches * grid.dp; }
+  // Data parallelism (or a ZeRO stage) is asked for: the data-parallel runtime trains.
+  bool data_parallel() const { return grid.dp > 1 || zero_stage > 0; }
+  // Every rank's allocations are simulated in this process (a dry run of a grid larger than the job).
+  bool simulated_ranks() const { return dry_run && world == 1 && grid.world() > 1; }
+  nlohmann::json to_json() const;
+};
+
+// DeepSpeed's defaults for reduce_bucket_size and allgather_bucket_size (elements).
+inline constexpr std::int64_t kDefaultBucketElements = 500'000'000;
+
+// The plan of `options` for a job of `environment`'s world size. Throws std::invalid_argument naming
+// the settings that contradict each other (world size against --tp x --pp x --dp, train_batch_size
+// against its factors, ZeRO stage 3, the parts not built yet) and how to fix it.
+TrainingPlan make_training_plan(const TrainOptions& options, const RankEnvironment& environment);
+
+}  // namespace ferry
