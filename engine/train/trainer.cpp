@@ -438,8 +438,18 @@ nlohmann::json run_training(const TrainOptions& o) {
   }
   if (plan.world == 1) return train_on_grid(o, plan, ProcessGrid::split(*make_single_rank_communicator(), plan.grid));
   const std::unique_ptr<Communicator> world = make_communicator();
-  nlohmann::json summary = train_on_grid(o, plan, ProcessGrid::split(*world, plan.grid));
-  const std::vector<std::string> gathered = world->gather_strings(summary["ranks"][0].dump(), 0);
+  nlohmann::json summary;
+  std::vector<std::string> gathered;
+  try {
+    summary = train_on_grid(o, plan, ProcessGrid::split(*world, plan.grid));
+    gathered = world->gather_strings(summary["ranks"][0].dump(), 0);
+  } catch (const std::exception& error) {
+    // The other ranks would wait on this one in their next collective: end the whole job with the reason.
+    std::fflush(stdout);
+    std::fprintf(stderr, "ferry: error: rank %d of %d: %s\n", world->rank(), world->size(), error.what());
+    std::fflush(stderr);
+    world->abort(1);
+  }
   if (world->rank() != 0) return nullptr;  // rank 0 writes the summary
   summary["ranks"] = nlohmann::json::array();
   for (const std::string& entry : gathered) summary["ranks"].push_back(nlohmann::json::parse(entry));

@@ -50,7 +50,8 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   if (plan.world > 1) {
     if (plan.world % model_parallel != 0) {
       throw std::invalid_argument("the job has " + number(plan.world) + " ranks, which --tp " + number(o.tp) + " x --pp " +
-                                  number(o.pipeline_stages) + " does not divide: launch a multiple of " + number(model_parallel) + " ranks");
+                                  number(o.pipeline_stages) + " does not divide: launch a multiple of " + number(model_parallel) + " ranks (mpirun -np " +
+                                  number(model_parallel) + ", or -np " + number(2 * model_parallel) + " for dp 2)");
     }
     plan.grid.dp = plan.world / model_parallel;
     if (o.dp && *o.dp != plan.grid.dp) {

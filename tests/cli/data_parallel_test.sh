@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Data parallelism under mpirun (more ranks than cores): dp 2 and 4 at ZeRO stages 0, 1 and 2 give the
+# losses of one rank with the same global batch (1e-6 relative in fp32, bf16 within its rounding); each
+# rank's optimizer state is its partition; stage 2 peaks below stage 1 below stage 0; bytes sent per
+# step match the ring's 2Ψ(dp-1)/dp; a dry run of every rank in one process predicts each rank's peaks
+# byte for byte; a checkpoint saved at dp 4 resumes at dp 2 and dp 1; bad grids fail with clear errors.
+source "$(dirname "$0")/common.sh"
+mpirun=${MPIRUN:-mpirun}
+launch() {  # launch RANKS ARGS...: ferry under mpirun
+  local ranks=$1; shift
+  timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -np "$ranks" "$ferry" "$@"
+}
+model=(--model gpt2-tiny --steps 3 --batch 2 --seq 32 --lr 1e-3 --dropout 0.1 --threads 1)
+
+"$ferry" train "${model[@]}" --grad-accum 4 --summary "$work/one.json" > "$work/one.txt"
+"$ferry" train "${model[@]}" --grad-accum 4 --precision bf16 --summary "$work/one_bf16.json" > "$work/one_bf16.txt"
+for stage in 0 1 2; do
+  launch 2 train "${model[@]}" --grad-accum 2 --zero-stage "$stage" --summary "$work/dp2_$stage.json" > "$work/out.txt" 2>&1 ||
+    { cat "$work/out.txt"; exit 1; }
+  launch 4 train "${model[@]}" --grad-accum 1 --zero-stage "$stage" --reduce-bucket-size 100000 --summary "$work/dp4_$stage.json" \
+    > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+  "$ferry" train "${model[@]}" --grad-accum 1 --zero-stage "$stage" --reduce-bucket-size 100000 --device meta --dp 4 \
+    --summary "$work/meta4_$stage.json" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+done
+launch 2 train "${model[@]}" --grad-accum 2 --zero-stage 2 --precision bf16 --summary "$work/dp2_bf16.json" > "$work/out.txt" 2>&1 ||
+  { cat "$work/out.txt"; exit 1; }
+
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+load = lambda name: json.load(open(f"{work}/{name}.json"))
+def losses_match(name, reference, tolerance):
+    expected = [s["loss"] for s in load(reference)["steps"]]
+    actual = [s["loss"] for s in load(name)["steps"]]
+    assert len(actual) == len(expected) == 3, (name, actual)
+    for e, a in zip(expected, actual):
+        assert abs(a - e) <= tolerance * abs(e), f"{name}: losses {actual}, one rank {expected}"
+round512 = lambda n: (n + 511) // 512 * 512
+for stage in (0, 1, 2):
+    for dp in (2, 4):
+        name = f"dp{dp}_{stage}"
+        losses_match(name, "one", 1e-6)
+        run = load(name)
+        assert run["grid"]["dp"] == dp and run["grid"]["zero_stage"] == stage and run["grid"]["global_batch"] == 8, run["grid"]
+        ranks = run["ranks"]
+        assert [r["rank"] for r in ranks] == list(range(dp)) and [r["dp"] for r in ranks] == list(range(dp)), ranks
+        assert ranks[1]["groups"]["dp"] == list(range(dp)) and ranks[1]["groups"]["tp"] == [1], ranks[1]["groups"]
+        # Optimizer state: both moments of the rank's share (everything at stage 0), in allocator granules.
+        parameters = run["model"]["parameters"]
+        owned = parameters if stage == 0 else run["optimizer"]["partition_elements"]
+        if stage > 0:
+            assert owned == -(-parameters // dp // 64) * 64, (owned, parameters)  # ceil(Ψ/dp), aligned to 64
+        for r in ranks:
+            assert r["max_by_category"]["optimizer_states"] == 2 * round512(4 * owned), (name, r["rank"], r["max_by_category"])
+    # Bytes sent per step beside the ring's 2Ψ(dp-1)/dp in f32 (plus the loss's and the norm's scalars).
+    theory = 2 * 4 * load("dp4_0")["model"]["parameters"] * 3 / 4
+    for r in load(f"dp4_{stage}")["ranks"]:
+        assert 0 <= r["bytes_sent_per_step"] - theory <= 64, (stage, r["bytes_sent_per_step"], theory)
+    # The dry run of every rank in one process predicts every rank's memory and traffic byte for byte.
+    for predicted, measured in zip(load(f"meta4_{stage}")["ranks"], load(f"dp4_{stage}")["ranks"]):
+        for key in ("peak_allocated", "peak_reserved", "max_by_category", "at_peak", "bytes_sent"):
+            assert predicted[key] == measured[key], (stage, measured["rank"], key, predicted[key], measured[key])
+# Stage 2 holds a partition of the gradients and the buckets in flight: below stage 1, below stage 0.
+peak = lambda name: max(r["peak_allocated"] for r in load(name)["ranks"])
+gradients = lambda name: max(r["max_by_category"]["gradients"] for r in load(name)["ranks"])
+assert peak("dp4_2") < peak("dp4_1") < peak("dp4_0"), (peak("dp4_2"), peak("dp4_1"), peak("dp4_0"))
+assert gradients("dp4_2") < gradients("dp4_1"), (gradients("dp4_2"), gradients("dp4_1"))
+losses_match("dp2_bf16", "one_bf16", 1e-4)
+PY
+
+# A checkpoint saved at dp 4 (stage 2) resumes at dp 2 (stage 1) and on one rank with the same next loss.
+launch 4 train "${model[@]}" --grad-accum 1 --zero-stage 2 --exit-interval 2 --save "$work/ck" > "$work/out.txt" 2>&1 ||
+  { cat "$work/out.txt"; exit 1; }
+launch 2 train "${model[@]}" --grad-accum 2 --zero-stage 1 --resume "$work/ck" --summary "$work/r2.json" > "$work/out.txt" 2>&1 ||
+  { cat "$work/out.txt"; exit 1; }
+"$ferry" train "${model[@]}" --grad-accum 4 --resume "$work/ck" --summary "$work/r1.json" > "$work/out.txt"
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+straight = json.load(open(f"{work}/one.json"))["steps"][2]["loss"]
+for name in ("r2", "r1"):
+    steps = json.load(open(f"{work}/{name}.json"))["steps"]
+    assert [s["step"] for s in steps] == [3] and abs(steps[0]["loss"] - straight) <= 1e-6 * straight, (name, steps, straight)
+PY
+# Resuming with a different global batch is refused.
+expect_error "micro_batches_per_step" "$ferry" train "${model[@]}" --grad-accum 2 --resume "$work/ck"
+
+# Bad grids: each error names the settings and the fix.
+expect_error "needs 2 ranks: launch with \`mpirun -np 2" "$ferry" train "${model[@]}" --dp 2
+expect_error "tensor parallelism is not built yet" "$ferry" train "${model[@]}" --tp 2
+expect_error "zero-stage 3 (partitioned parameters) is not built yet" "$ferry" train "${model[@]}" --zero-stage 3
+echo '{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2}' > "$work/batch.json"
+expect_error "train_batch_size 16 != .* 2 x 2 data-parallel ranks = 8" "$ferry" train --config "$work/batch.json" "${model[@]}" --device meta --dp 2
+echo '{"zero_optimization": {"stage": 2, "reduce_bucket": 5}}' > "$work/zero.json"
+expect_error "reduce_bucket" "$ferry" train --config "$work/zero.json" "${model[@]}"
+if launch 2 train "${model[@]}" --dp 3 > "$work/out.txt" 2> "$work/err.txt"; then echo "accepted --dp 3 on 2 ranks"; exit 1; fi
+grep -q -- "--dp 3 contradicts the job: 2 ranks" "$work/err.txt" || { echo "no error naming --dp:"; cat "$work/err.txt"; exit 1; }
+echo "data parallel: ok"
