@@ -1,4 +1,5 @@
 #include "engine/cli/bench_memory.h"
+#include "engine/cli/bench_zero.h"
 
 #include <CLI/CLI.hpp>
 
@@ -79,6 +80,11 @@ void add_bench_command(CLI::App& app, BenchMemoryOptions& o) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   memory->add_option("--output", o.output, "Directory for memory.csv, memory.json and memory.html (default ferry-bench-memory)");
   memory->add_option("--summary", o.summary, "Also write the JSON here");
+  memory->add_option("--dp", o.dp, "Data-parallel ranks: with --zero-stage, every rank's peak per ZeRO stage instead");
+  memory->add_option("--zero-stage", o.zero_stages, "ZeRO stages for --dp, e.g. 0,1,2")->delimiter(',');
+  memory->add_option("--checkpointing", o.run.checkpointing, "Recompute policy of the --dp table (default none)");
+  memory->add_option("--reduce-bucket-size", o.run.reduce_bucket_size, "Gradient buckets of the --dp table, in elements (default 5e8)");
+  memory->add_option("--allgather-bucket-size", o.run.allgather_bucket_size, "Parameter all-gather buckets of the --dp table (default 5e8)");
   memory->add_option("--pp", o.pipeline.pipeline_stages, "Pipeline stages: benchmark the pipeline schedules instead (with --micro-batches)");
   memory->add_option("--micro-batches", o.pipeline.micro_batches, "Micro-batch counts for --pp, e.g. 8,16,32")->delimiter(',');
   memory->add_option("--schedules", o.pipeline.schedules, "Schedules for --pp (default gpipe,1f1b,1f1b-deep,interleaved:2,zb-h1)")->delimiter(',');
@@ -202,6 +208,12 @@ int run_bench_memory_command(const BenchMemoryOptions& options) {
       throw std::invalid_argument("--kernels " + options.run.device + " with --pp: pipeline stages run on the cpu device only; drop --kernels");
     }
     return run_bench_pipeline_command(options);
+  }
+  if (!options.zero_stages.empty()) {
+    const json zero = bench_zero(options);
+    write_bench_outputs(options, zero, "zero", bench_zero_table(zero), bench_zero_csv(zero));
+    std::printf("\n  wrote %s/zero.csv and zero.json\n", options.output.c_str());
+    return 0;
   }
   const json result = bench_memory(options);
   write_bench_outputs(options, result, "memory", bench_memory_table(result), bench_memory_csv(result));

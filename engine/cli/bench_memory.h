@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +23,9 @@ struct BenchMemoryOptions {
   std::string output = "ferry-bench-memory";  // memory.csv, memory.json, memory.html
   std::string summary;
   BenchPipelineOptions pipeline;  // --pp P --micro-batches M,...: the schedules' table instead
+  // --dp N --zero-stage 0,1,2: every rank's peak per ZeRO stage instead (bench_zero.h)
+  int dp = 1;
+  std::vector<int> zero_stages;
 };
 
 void add_bench_command(CLI::App& app, BenchMemoryOptions& options);
