@@ -204,6 +204,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--allgather-bucket-size", o.allgather_bucket_size,
                     "ZeRO 1/2: updated parameters are gathered in buckets of at most this many elements (DeepSpeed's "
                     "allgather_bucket_size; default 5e8)");
+  train->add_option("--overlap-comm", o.overlap_comm,
+                    "Data parallelism: reduce gradient buckets while backward goes on (true, default) or wait for each at once (false); "
+                    "zero_optimization.overlap_comm");
   train->add_option("--micro-batches", o.micro_batches, "Micro-batches per step through the pipeline (default: --grad-accum)");
   train->add_option("--schedule", o.schedule, "Pipeline schedule: gpipe | 1f1b | 1f1b-deep | interleaved:V | zb-h1");
   train->add_option("--profile", o.profile, "Record a memory profile into DIR (see `ferry report DIR`)");

@@ -54,13 +54,14 @@ void apply_zero_optimization(const json& section, TrainOptions& options) {
   if (section.contains("allgather_bucket_size")) {
     options.allgather_bucket_size = value_of<std::int64_t>(section["allgather_bucket_size"], "zero_optimization.allgather_bucket_size");
   }
+  if (section.contains("overlap_comm")) options.overlap_comm = value_of<bool>(section["overlap_comm"], "zero_optimization.overlap_comm");
   // What these switch in DeepSpeed, ferry always does: gradients in one flat buffer (or partition),
-  // reductions overlapping backward, reduce-scatter from stage 1, parameters gathered by partition.
-  for (const char* key : {"contiguous_gradients", "overlap_comm", "reduce_scatter", "allgather_partitions"}) {
+  // reduce-scatter from stage 1, parameters gathered by partition.
+  for (const char* key : {"contiguous_gradients", "reduce_scatter", "allgather_partitions"}) {
     if (section.contains(key) && !value_of<bool>(section[key], std::string("zero_optimization.") + key)) {
       options.notes.push_back(std::string("zero_optimization.") + key +
-                              " = false has no effect: ferry's data parallelism always keeps flat gradients, overlaps their reduction "
-                              "with backward, reduce-scatters from stage 1 and gathers parameters by partition");
+                              " = false has no effect: ferry's data parallelism always keeps flat gradients, reduce-scatters from "
+                              "stage 1 and gathers parameters by partition");
     }
   }
 }

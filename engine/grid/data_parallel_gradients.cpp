@@ -1,5 +1,6 @@
 #include "engine/grid/data_parallel_gradients.h"
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -21,8 +22,8 @@ Tensor f32_buffer(Device& device, std::int64_t elements, MemoryCategory category
 }  // namespace
 
 DataParallelGradients::DataParallelGradients(Device& device, const std::vector<NamedTensor>& parameters, Communicator& dp,
-                                             int zero_stage, std::int64_t bucket_elements)
-    : device_(device), dp_(dp), zero_stage_(zero_stage), layout_(sizes_of(parameters), dp.size()) {
+                                             int zero_stage, std::int64_t bucket_elements, bool overlap)
+    : device_(device), dp_(dp), zero_stage_(zero_stage), layout_(sizes_of(parameters), dp.size()), overlap_(overlap) {
   if (zero_stage < 0 || zero_stage > 2) {
     throw std::invalid_argument("data parallelism runs ZeRO stages 0, 1 and 2, not " + std::to_string(zero_stage));
   }
@@ -58,6 +59,7 @@ std::size_t DataParallelGradients::position_of(std::size_t index) const {
 void DataParallelGradients::begin_step() {
   if (!in_flight_.empty()) throw std::logic_error("a data-parallel step began with reductions still in flight");
   ops::fill_zero(zero_stage_ < 2 ? full_ : partition_);
+  wait_seconds_ = 0;
   for (Tensor& bucket : open_buckets_) bucket = Tensor();
 }
 
@@ -117,10 +119,13 @@ void DataParallelGradients::launch(std::size_t bucket) {
     if (zero_stage_ == 2) flight.bucket = std::move(open_buckets_[bucket]);
   }
   in_flight_.push_back(std::move(flight));
+  if (!overlap_) land_oldest();
 }
 
 void DataParallelGradients::land(InFlight& flight) {
+  const auto start = std::chrono::steady_clock::now();
   flight.request->wait();
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (zero_stage_ == 0 || flight.piece.empty()) return;
   const Tensor received = flight.received.narrow(0, 0, flight.piece.size());
   if (zero_stage_ == 1) {

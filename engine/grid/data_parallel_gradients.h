@@ -27,8 +27,10 @@ class DataParallelGradients final : public GradientSink {
 
   // `parameters`: the model's (or its part's) parameters; `zero_stage` 0, 1 or 2; `bucket_elements`:
   // DeepSpeed's reduce_bucket_size (0: one bucket).
+  // `overlap` false (DeepSpeed's overlap_comm off): each bucket's reduction is waited for as soon as it
+  // starts, so none of it hides behind backward.
   DataParallelGradients(Device& device, const std::vector<NamedTensor>& parameters, Communicator& dp, int zero_stage,
-                        std::int64_t bucket_elements);
+                        std::int64_t bucket_elements, bool overlap = true);
   ~DataParallelGradients() override;
   DataParallelGradients(const DataParallelGradients&) = delete;
   DataParallelGradients& operator=(const DataParallelGradients&) = delete;
@@ -44,6 +46,9 @@ class DataParallelGradients final : public GradientSink {
   void begin_micro_batch(bool last);
   // Waits for every reduction; then owned_gradients() holds the dp-averaged gradients of owned().
   void finish_step();
+  // Seconds this step spent blocked waiting for reductions (the part of the communication backward did
+  // not hide), since begin_step().
+  double wait_seconds() const { return wait_seconds_; }
   // f32 [owned().size()] on the device: the averaged gradients after finish_step().
   Tensor owned_gradients() const;
   // The averaged gradient of model parameter `index` (NamedTensor::index) restricted to owned(): its
@@ -88,6 +93,8 @@ class DataParallelGradients final : public GradientSink {
   std::vector<Tensor> open_buckets_;  // stage 2: [bucket] -> its buffer while it fills
   std::deque<InFlight> in_flight_;
   bool reducing_ = false;
+  bool overlap_ = true;
+  double wait_seconds_ = 0;
 };
 
 }  // namespace ferry

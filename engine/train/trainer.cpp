@@ -190,7 +190,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, AllocatorConfig::from_environment(),
                             offloaded, device->kind() == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu,
                             plan.reduce_bucket_elements, o.weight_copy_elements,
-                            {grid.dp().rank(), grid.dp().size(), plan.zero_stage, plan.allgather_bucket_elements}};
+                            {grid.dp().rank(), grid.dp().size(), plan.zero_stage, plan.allgather_bucket_elements, plan.overlap_comm}};
   if (speaks) for (const std::string& note : run_notes(o)) std::printf("  note: %s\n", note.c_str());
   if (policy.kind == RecomputeKind::automatic) {
     const PolicyChoice choice = choose_recompute_policy(dry_run_setup, device->memory_limit());
@@ -237,7 +237,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
     }
     const std::unique_ptr<TrainingOptimizer> optimizer =
         plan.data_parallel()       ? make_data_parallel_optimizer(model, hyper.adamw(), grid.dp(), plan.zero_stage,
-                                                                  plan.reduce_bucket_elements, plan.allgather_bucket_elements)
+                                                                  plan.reduce_bucket_elements, plan.allgather_bucket_elements, plan.overlap_comm)
         : !offloaded               ? make_device_optimizer(model, hyper.adamw())
         : device->has_storage()    ? make_offload_optimizer(model, hyper.adamw(), offload_settings(o))
                                    : make_discarding_optimizer(model);

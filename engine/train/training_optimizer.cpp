@@ -207,9 +207,9 @@ class OffloadedAdamW final : public TrainingOptimizer {
 class DataParallelAdamW final : public TrainingOptimizer {
  public:
   DataParallelAdamW(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters, Communicator& dp, int zero_stage,
-                    std::int64_t reduce_bucket_elements, std::int64_t allgather_bucket_elements)
+                    std::int64_t reduce_bucket_elements, std::int64_t allgather_bucket_elements, bool overlap_comm)
       : model_(model),
-        gradients_(model.device(), model.parameters().named(), dp, zero_stage, reduce_bucket_elements),
+        gradients_(model.device(), model.parameters().named(), dp, zero_stage, reduce_bucket_elements, overlap_comm),
         adam_(model.parameters().named(), gradients_, dp, hyperparameters, allgather_bucket_elements),
         zero_stage_(zero_stage), dp_size_(dp.size()) {
     if (model.gradient_storage() != GradientStorage::streamed) {
@@ -248,7 +248,8 @@ class DataParallelAdamW final : public TrainingOptimizer {
   nlohmann::json describe() const override {
     const FlatLayout& layout = gradients_.layout();
     return {{"mode", "none"}, {"state", "device"}, {"zero_stage", zero_stage_}, {"dp", dp_size_},
-            {"partition_elements", layout.partition_size()}, {"owned_elements", gradients_.owned().size()}};
+            {"partition_elements", layout.partition_size()}, {"owned_elements", gradients_.owned().size()},
+            {"last_step_seconds", {{"gradient_reduction_wait", gradients_.wait_seconds()}}}};
   }
 
  private:
@@ -302,8 +303,9 @@ std::unique_ptr<TrainingOptimizer> make_offload_optimizer(GptModel& model, const
 
 std::unique_ptr<TrainingOptimizer> make_data_parallel_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters,
                                                                 Communicator& dp, int zero_stage, std::int64_t reduce_bucket_elements,
-                                                                std::int64_t allgather_bucket_elements) {
-  return std::make_unique<DataParallelAdamW>(model, hyperparameters, dp, zero_stage, reduce_bucket_elements, allgather_bucket_elements);
+                                                                std::int64_t allgather_bucket_elements, bool overlap_comm) {
+  return std::make_unique<DataParallelAdamW>(model, hyperparameters, dp, zero_stage, reduce_bucket_elements, allgather_bucket_elements,
+                                             overlap_comm);
 }
 
 std::unique_ptr<TrainingOptimizer> make_discarding_optimizer(GptModel& model) { return std::make_unique<DiscardingOptimizer>(model); }

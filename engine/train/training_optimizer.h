@@ -73,7 +73,7 @@ std::unique_ptr<TrainingOptimizer> make_offload_optimizer(GptModel& model, const
 // of `allgather_bucket_elements` (0: one bucket each).
 std::unique_ptr<TrainingOptimizer> make_data_parallel_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters,
                                                                 Communicator& dp, int zero_stage, std::int64_t reduce_bucket_elements,
-                                                                std::int64_t allgather_bucket_elements);
+                                                                std::int64_t allgather_bucket_elements, bool overlap_comm = true);
 // For dry runs of offloaded training on meta: gradients are dropped, nothing is stepped.
 std::unique_ptr<TrainingOptimizer> make_discarding_optimizer(GptModel& model);
 

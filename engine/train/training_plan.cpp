@@ -25,6 +25,7 @@ nlohmann::json TrainingPlan::to_json() const {
           {"offload_optimizer", offload_optimizer},
           {"reduce_bucket_elements", reduce_bucket_elements},
           {"allgather_bucket_elements", allgather_bucket_elements},
+          {"overlap_comm", overlap_comm},
           {"dry_run", dry_run}};
 }
 
@@ -36,6 +37,7 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   plan.micro_batches = o.grad_accum;
   plan.precision = parse_precision(o.precision);
   plan.zero_stage = o.zero_stage;
+  plan.overlap_comm = o.overlap_comm;
   plan.offload_optimizer = o.offload_optimizer;
   plan.grid.tp = o.tp;
   plan.grid.pp = o.pipeline_stages;

@@ -26,6 +26,7 @@ struct TrainingPlan {
   std::string offload_optimizer = "none";  // none | cpu | nvme
   std::int64_t reduce_bucket_elements = 0;     // DeepSpeed's reduce_bucket_size (0: one bucket)
   std::int64_t allgather_bucket_elements = 0;  // DeepSpeed's allgather_bucket_size (0: one bucket)
+  bool overlap_comm = true;                    // DeepSpeed's overlap_comm: bucket reductions overlap backward
   bool dry_run = false;                        // --device meta
 
   // DeepSpeed's train_batch_size identity: micro-batch x micro-batches x dp.

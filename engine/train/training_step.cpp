@@ -101,7 +101,7 @@ DryRun dry_run_step(const DryRunSetup& setup) {
     const std::unique_ptr<Communicator> group = make_dry_run_communicator(dp.rank, dp.size);
     const std::unique_ptr<TrainingOptimizer> optimizer =
         dp.active()               ? make_data_parallel_optimizer(model, {}, *group, dp.zero_stage, setup.gradient_bucket_elements,
-                                                                 dp.allgather_bucket_elements)
+                                                                 dp.allgather_bucket_elements, dp.overlap)
         : setup.offload_optimizer ? make_discarding_optimizer(model)
                                   : make_device_optimizer(model, {});
     DataLoader loader(*setup.data, setup.settings.batch, setup.settings.sequence, false, setup.settings.seed);

@@ -76,6 +76,7 @@ struct DryRunSetup {
     int size = 1;
     int zero_stage = 0;
     std::int64_t allgather_bucket_elements = 0;
+    bool overlap = true;
     bool active() const { return size > 1 || zero_stage > 0; }
   };
   DataParallel data_parallel{};
