@@ -8,7 +8,7 @@
 namespace ferry {
 
 nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, std::int64_t parameters, DType parameter_dtype,
-                                  bool offloaded) {
+                                  bool offloaded, int zero_stage, int dp) {
   const auto at_peak = [&](MemoryCategory category) { return device_statistics.category_allocated_at_peak[category_index(category)]; };
   const auto largest = [&](MemoryCategory category) { return device_statistics.category_allocated_bytes[category_index(category)].peak; };
   const auto psi = parameters;
@@ -22,13 +22,18 @@ nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, 
   const std::string per_parameter = std::to_string(parameter_bytes + gradient_bytes + state_bytes) + " bytes per parameter: " +
                                     std::string(dtype_name(parameter_dtype)) + " parameters, f32 gradients, " +
                                     (parameter_dtype == DType::f32 ? "f32 moments" : "f32 master weights and moments");
+  // ZeRO partitions over dp ranks: stage 1 the optimizer state, stage 2 the gradients too (a rank's
+  // share is ceil(Ψ/dp), before alignment and the buckets in flight).
+  const std::int64_t share = (psi + dp - 1) / dp;
   nlohmann::json formula = {
       {"parameters", parameter_bytes * psi},
-      {"gradients", offloaded ? 0 : gradient_bytes * psi},
-      {"optimizer_states", offloaded ? 0 : state_bytes * psi},
+      {"gradients", offloaded ? 0 : gradient_bytes * (zero_stage >= 2 ? share : psi)},
+      {"optimizer_states", offloaded ? 0 : state_bytes * (zero_stage >= 1 ? share : psi)},
       {"host", offloaded ? nlohmann::json{{"optimizer_states", state_bytes * psi}, {"gradients", 4 * psi}} : nlohmann::json::object()},
-      {"name", offloaded ? "ZeRO-Offload (stage 2, one rank): " + std::string(dtype_name(parameter_dtype)) + " parameters on the device"
-                         : "no partitioning (" + per_parameter + ")"},
+      {"name", offloaded         ? "ZeRO-Offload (stage 2, one rank): " + std::string(dtype_name(parameter_dtype)) + " parameters on the device"
+               : zero_stage > 0 ? "ZeRO stage " + std::to_string(zero_stage) + " over " + std::to_string(dp) + " ranks (" + per_parameter +
+                                      (zero_stage == 1 ? ", the optimizer's / dp)" : ", gradients and the optimizer's / dp)")
+                                : "no partitioning (" + per_parameter + ")"},
       {"bytes_per_parameter", offloaded ? parameter_bytes : parameter_bytes + gradient_bytes + state_bytes},
   };
   return {{"parameters", psi},
@@ -50,6 +55,11 @@ std::string describe_model_state_report(const nlohmann::json& report) {
     std::snprintf(line, sizeof line, "\n    %-17s %12s on the device | formula %12s", category,
                   format_bytes(device[category].get<std::size_t>()).c_str(), format_bytes(formula[category].get<std::size_t>()).c_str());
     text += line;
+  }
+  const auto device_gradients = device["gradients"].get<std::int64_t>(), formula_gradients = formula["gradients"].get<std::int64_t>();
+  if (formula["name"].get<std::string>().starts_with("ZeRO stage 2") && device_gradients > formula_gradients) {
+    text += "\n    (gradients: the rank's partition plus " + format_bytes(static_cast<std::size_t>(device_gradients - formula_gradients)) +
+            " of reduce buckets being filled or in flight, which dominate at this bucket size: lower --reduce-bucket-size to shrink them)";
   }
   if (report["formula"]["host"].contains("optimizer_states")) {
     text += "\n    (the gradients on the device are one bucket at a time, at most " +

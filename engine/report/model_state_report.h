@@ -14,8 +14,9 @@
 
 namespace ferry {
 
+// `zero_stage` and `dp`: data parallelism's partitions (stage 0, dp 1: none).
 nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, std::int64_t parameters, DType parameter_dtype,
-                                  bool offloaded);
+                                  bool offloaded, int zero_stage = 0, int dp = 1);
 // Lines for the terminal, e.g. "  parameters  237.3 MiB on the device | ZeRO-Offload 2Ψ = 237.3 MiB".
 std::string describe_model_state_report(const nlohmann::json& report);
 

@@ -361,7 +361,8 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
       {"tokens_per_second", median(throughputs)},
       {"memory", memory_summary(*device, optimizer_description)},
       {"optimizer", optimizer_description},
-      {"model_states", model_state_report(device->allocator().statistics(), config.parameter_count(), dtype, offloaded)},
+      {"model_states", model_state_report(device->allocator().statistics(), config.parameter_count(), dtype, offloaded,
+                                             plan.zero_stage, plan.grid.dp)},
   };
   if (scaler) summary["loss_scaling"] = scaler->describe();
   if (eval_data) {
