@@ -95,4 +95,31 @@ echo '{"zero_optimization": {"stage": 2, "reduce_bucket": 5}}' > "$work/zero.jso
 expect_error "reduce_bucket" "$ferry" train --config "$work/zero.json" "${model[@]}"
 if launch 2 train "${model[@]}" --dp 3 > "$work/out.txt" 2> "$work/err.txt"; then echo "accepted --dp 3 on 2 ranks"; exit 1; fi
 grep -q -- "--dp 3 contradicts the job: 2 ranks" "$work/err.txt" || { echo "no error naming --dp:"; cat "$work/err.txt"; exit 1; }
+# A rank killed mid-step ends the job at once, named by mpirun; a rank that stops answering makes the
+# others fail within FERRY_COMM_TIMEOUT_SECONDS with an error naming the collective and the group.
+rank_pid() {  # the process of world rank $1 among the running ferry trainings
+  local pid
+  for pid in $(pgrep -f "$ferry train" || true); do
+    if tr '\0' '\n' < "/proc/$pid/environ" 2> /dev/null | grep -q "^OMPI_COMM_WORLD_RANK=$1\$"; then echo "$pid"; return; fi
+  done
+}
+interrupt_rank_1() {  # interrupt_rank_1 SIGNAL: starts a long dp 2 run, sends SIGNAL to rank 1, waits for the job
+  local signal=$1 pid="" started
+  FERRY_COMM_TIMEOUT_SECONDS=3 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe -x FERRY_COMM_TIMEOUT_SECONDS -np 2 "$ferry" train \
+    "${model[@]}" --steps 100000 --zero-stage 2 > "$work/long.out" 2> "$work/long.err" &
+  local job=$!
+  for _ in $(seq 100); do pid=$(rank_pid 1); [[ -n $pid ]] && grep -q "step" "$work/long.out" && break; sleep 0.2; done
+  [[ -n $pid ]] || { echo "rank 1 never started"; cat "$work/long.err"; exit 1; }
+  started=$SECONDS
+  kill "-$signal" "$pid"
+  status=0
+  wait "$job" || status=$?
+  [[ $status -ne 0 && $status -ne 124 ]] || { echo "after SIG$signal to rank 1 the job ended with $status"; cat "$work/long.err"; exit 1; }
+  (( SECONDS - started <= 30 )) || { echo "the job took $((SECONDS - started)) s to fail after SIG$signal"; exit 1; }
+}
+interrupt_rank_1 KILL
+grep -q "process rank 1 .* exited on signal 9" "$work/long.err" || { echo "no error naming the killed rank:"; cat "$work/long.err"; exit 1; }
+interrupt_rank_1 STOP
+grep -q "rank 0 of 2: .* over 2 ranks of the group of world ranks 0, 1 did not complete within 3000 ms" "$work/long.err" ||
+  { echo "no error naming the stuck collective:"; cat "$work/long.err"; exit 1; }
 echo "data parallel: ok"
