@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/core/op_recorder.h"
+#include "engine/grid/parameter_gather.h"
 #include "models/kernel_backend.h"
 #include "models/tensor_ops.h"
 
@@ -13,15 +14,6 @@ namespace {
 
 Tensor state_buffer(Device& device, std::int64_t elements, const char* tag) {
   return Tensor::zeros(device, {std::max<std::int64_t>(elements, 1)}, DType::f32, MemoryCategory::optimizer_states, tag);
-}
-
-CommDataType comm_type(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return CommDataType::f32;
-    case DType::bf16: return CommDataType::bf16;
-    case DType::f16: return CommDataType::f16;
-    default: throw std::invalid_argument("parameters of dtype " + std::string(dtype_name(dtype)) + " cannot be gathered");
-  }
 }
 
 }  // namespace
@@ -54,8 +46,7 @@ PartitionedAdamW::PartitionedAdamW(const std::vector<NamedTensor>& parameters, D
 }
 
 Tensor PartitionedAdamW::parameter_view(const Segment& segment) const {
-  const Tensor& parameter = *parameters_[segment.position].tensor;
-  return parameter.reshape({parameter.numel()}).narrow(0, segment.offset, segment.range.size());
+  return flat_view(*parameters_[segment.position].tensor, segment.offset, segment.range.size());
 }
 
 double PartitionedAdamW::gradient_sum_of_squares() {
@@ -100,33 +91,8 @@ void PartitionedAdamW::step(float learning_rate, float gradient_scale) {
       }
     }
   }
-  if (gradients_.zero_stage() > 0) gather_parameters();
-}
-
-void PartitionedAdamW::gather_parameters() {
-  Device& device = first_moment_.device();
-  const FlatLayout& layout = gradients_.layout();
-  const OpScope op(device, "optimizer", "allgather_parameters");
-  for (const FlatRange& chunk : layout.chunks(allgather_bucket_elements_)) {
-    const Tensor buffer = Tensor::empty(device, {chunk.size()}, dtype_, MemoryCategory::communication, "allgather.parameters");
-    // This rank's block of the chunk, from its parameters; then every block from its owner.
-    for (const Segment& segment : segments_) {
-      const FlatRange piece = segment.range.intersect(chunk);
-      if (piece.empty()) continue;
-      const Segment part{segment.position, piece, segment.offset + (piece.begin - segment.range.begin)};
-      buffer.narrow(0, piece.begin - chunk.begin, piece.size()).copy_from(parameter_view(part));
-    }
-    const FlatRange mine = chunk.intersect(owned_);
-    const std::vector<std::size_t> counts = layout.owned_counts(chunk);
-    const std::int64_t mine_at = mine.empty() ? 0 : mine.begin - chunk.begin;
-    const void* input = static_cast<const std::byte*>(buffer.data()) + static_cast<std::size_t>(mine_at) * dtype_size(dtype_);
-    dp_.all_gather_async(input, buffer.data(), counts, comm_type(dtype_))->wait();
-    for (std::size_t position = 0; position < parameters_.size(); ++position) {
-      const FlatRange piece = layout.parameter(position).intersect(chunk);
-      if (piece.empty()) continue;  // (this rank's own block comes back as it went: a parameter may straddle partitions)
-      const Segment part{position, piece, piece.begin - layout.parameter(position).begin};
-      parameter_view(part).copy_from(buffer.narrow(0, piece.begin - chunk.begin, piece.size()));
-    }
+  if (gradients_.zero_stage() > 0) {
+    gather_parameters(parameters_, gradients_.layout(), owned_, dp_, allgather_bucket_elements_);
   }
 }
 

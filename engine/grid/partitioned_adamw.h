@@ -44,7 +44,6 @@ class PartitionedAdamW {
     std::int64_t offset;    // first element within the parameter
   };
   Tensor parameter_view(const Segment& segment) const;  // the parameter's elements of the segment
-  void gather_parameters();
 
   std::vector<NamedTensor> parameters_;
   DataParallelGradients& gradients_;

@@ -11,6 +11,7 @@
 #include "allocator/byte_size.h"
 #include "engine/core/safetensors.h"
 #include "engine/train/checkpoint.h"
+#include "engine/train/data_parallel_optimizer.h"
 #include "engine/train/evaluation.h"
 #include "engine/train/learning_rate.h"
 #include "engine/train/model_config.h"
@@ -153,6 +154,14 @@ nlohmann::json rank_entry(const ProcessGrid& grid, const Device& device, std::in
   return entry;
 }
 
+// ZeRO-Offload's settings for this rank: with several dp ranks each keeps its NVMe state in a directory
+// of its own (nvme_path/rank-R), as DeepSpeed's ranks do.
+offload::ZeroOffloadSettings rank_offload_settings(const TrainOptions& o, const ProcessGrid& grid) {
+  offload::ZeroOffloadSettings settings = offload_settings(o);
+  if (grid.shape().world() > 1 && !settings.nvme_path.empty()) settings.nvme_path += "/rank-" + std::to_string(grid.rank());
+  return settings;
+}
+
 // One rank of the grid trains (every rank of a data-parallel group runs this same loop).
 nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, const ProcessGrid& grid) {
   const bool speaks = grid.rank() == 0;  // rank 0 prints and writes the summary
@@ -236,8 +245,10 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
       initialize_gpt_parameters(model.parameters(), config, o.seed);
     }
     const std::unique_ptr<TrainingOptimizer> optimizer =
-        plan.data_parallel()       ? make_data_parallel_optimizer(model, hyper.adamw(), grid.dp(), plan.zero_stage,
-                                                                  plan.reduce_bucket_elements, plan.allgather_bucket_elements, plan.overlap_comm)
+        plan.data_parallel()       ? make_data_parallel_optimizer(model, hyper.adamw(), grid.dp(),
+                                                                  {plan.zero_stage, plan.reduce_bucket_elements, plan.allgather_bucket_elements,
+                                                                   plan.overlap_comm},
+                                                                  offloaded ? std::optional(rank_offload_settings(o, grid)) : std::nullopt)
         : !offloaded               ? make_device_optimizer(model, hyper.adamw())
         : device->has_storage()    ? make_offload_optimizer(model, hyper.adamw(), offload_settings(o))
                                    : make_discarding_optimizer(model);

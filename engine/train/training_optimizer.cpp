@@ -3,8 +3,6 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "engine/grid/data_parallel_gradients.h"
-#include "engine/grid/partitioned_adamw.h"
 #include "models/adamw_optimizer.h"
 
 namespace ferry {
@@ -32,6 +30,14 @@ OptimizerSnapshot snapshot_layout(const GptModel& model) {
   return snapshot;
 }
 
+void require_matching_snapshot(const OptimizerSnapshot& snapshot, const GptModel& model) {
+  const std::vector<NamedTensor> parameters = model.parameters().named();
+  if (snapshot.names.size() != parameters.size() || snapshot.master.size() != static_cast<std::size_t>(model.parameters().numel())) {
+    throw std::invalid_argument("optimizer state for " + std::to_string(snapshot.names.size()) + " tensors does not match the model's " +
+                                std::to_string(parameters.size()));
+  }
+}
+
 namespace {
 
 OptimizerSnapshot empty_snapshot(const GptModel& model, std::int64_t steps) {
@@ -40,13 +46,6 @@ OptimizerSnapshot empty_snapshot(const GptModel& model, std::int64_t steps) {
   return snapshot;
 }
 
-void require_matching(const OptimizerSnapshot& snapshot, const GptModel& model) {
-  const std::vector<NamedTensor> parameters = model.parameters().named();
-  if (snapshot.names.size() != parameters.size() || snapshot.master.size() != static_cast<std::size_t>(model.parameters().numel())) {
-    throw std::invalid_argument("optimizer state for " + std::to_string(snapshot.names.size()) + " tensors does not match the model's " +
-                                std::to_string(parameters.size()));
-  }
-}
 
 
 class DeviceAdamW final : public TrainingOptimizer {
@@ -83,7 +82,7 @@ class DeviceAdamW final : public TrainingOptimizer {
   }
 
   void restore(const OptimizerSnapshot& snapshot) override {
-    require_matching(snapshot, model_);
+    require_matching_snapshot(snapshot, model_);
     const std::vector<NamedTensor> masters = optimizer_.master_weights();
     const std::vector<NamedTensor> parameters = model_.parameters().named();
     for (std::size_t i = 0; i < masters.size(); ++i) {
@@ -177,7 +176,7 @@ class OffloadedAdamW final : public TrainingOptimizer {
     return snapshot;
   }
   void restore(const OptimizerSnapshot& snapshot) override {
-    require_matching(snapshot, model_);
+    require_matching_snapshot(snapshot, model_);
     optimizer_.import_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
     optimizer_.set_steps_taken(snapshot.steps);
   }
@@ -200,64 +199,6 @@ class OffloadedAdamW final : public TrainingOptimizer {
   GptModel& model_;
   offload::ZeroOffloadOptimizer optimizer_;
   PartGradientSink sink_;
-};
-
-// ZeRO stages 0-2 over the dp group: the model streams its gradients into DataParallelGradients, which
-// averages them bucket by bucket; PartitionedAdamW steps this rank's share and gathers the rest.
-class DataParallelAdamW final : public TrainingOptimizer {
- public:
-  DataParallelAdamW(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters, Communicator& dp, int zero_stage,
-                    std::int64_t reduce_bucket_elements, std::int64_t allgather_bucket_elements, bool overlap_comm)
-      : model_(model),
-        gradients_(model.device(), model.parameters().named(), dp, zero_stage, reduce_bucket_elements, overlap_comm),
-        adam_(model.parameters().named(), gradients_, dp, hyperparameters, allgather_bucket_elements),
-        zero_stage_(zero_stage), dp_size_(dp.size()) {
-    if (model.gradient_storage() != GradientStorage::streamed) {
-      throw std::logic_error("data parallelism needs a model whose gradients stream to its sink (GradientStorage::streamed)");
-    }
-    model_.set_gradient_sink(&gradients_);
-  }
-  ~DataParallelAdamW() override { model_.set_gradient_sink(nullptr); }
-  DataParallelAdamW(const DataParallelAdamW&) = delete;
-  DataParallelAdamW& operator=(const DataParallelAdamW&) = delete;
-
-  std::string mode() const override { return "none"; }
-  void begin_step() override { gradients_.begin_step(); }
-  void begin_micro_batch(bool last) override { gradients_.begin_micro_batch(last); }
-  void end_backward() override { gradients_.finish_step(); }
-  double unchecked_gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
-    if (excluded) throw std::logic_error("data parallelism with pipeline stages is not built yet");
-    return adam_.gradient_sum_of_squares();
-  }
-  std::span<float> host_gradient(std::size_t) override {
-    throw std::logic_error("data parallelism with pipeline stages is not built yet: no whole host gradients");
-  }
-  void step(float learning_rate, float gradient_scale) override { adam_.step(learning_rate, gradient_scale); }
-  std::int64_t steps_taken() const override { return adam_.steps_taken(); }
-  void set_steps_taken(std::int64_t steps) override { adam_.set_steps_taken(steps); }
-  OptimizerSnapshot snapshot() override {
-    OptimizerSnapshot snapshot = empty_snapshot(model_, adam_.steps_taken());
-    adam_.export_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
-    return snapshot;
-  }
-  void restore(const OptimizerSnapshot& snapshot) override {
-    require_matching(snapshot, model_);
-    adam_.import_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
-    adam_.set_steps_taken(snapshot.steps);
-  }
-  nlohmann::json describe() const override {
-    const FlatLayout& layout = gradients_.layout();
-    return {{"mode", "none"}, {"state", "device"}, {"zero_stage", zero_stage_}, {"dp", dp_size_},
-            {"partition_elements", layout.partition_size()}, {"owned_elements", gradients_.owned().size()},
-            {"last_step_seconds", {{"gradient_reduction_wait", gradients_.wait_seconds()}}}};
-  }
-
- private:
-  GptModel& model_;
-  DataParallelGradients gradients_;
-  PartitionedAdamW adam_;
-  int zero_stage_;
-  int dp_size_;
 };
 
 // Drops every gradient: a dry run on meta measures the device's allocations, not values.
@@ -299,13 +240,6 @@ std::unique_ptr<TrainingOptimizer> make_device_optimizer(GptModel& model, const 
 std::unique_ptr<TrainingOptimizer> make_offload_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters,
                                                           const offload::ZeroOffloadSettings& settings) {
   return std::make_unique<OffloadedAdamW>(model, hyperparameters, settings);
-}
-
-std::unique_ptr<TrainingOptimizer> make_data_parallel_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters,
-                                                                Communicator& dp, int zero_stage, std::int64_t reduce_bucket_elements,
-                                                                std::int64_t allgather_bucket_elements, bool overlap_comm) {
-  return std::make_unique<DataParallelAdamW>(model, hyperparameters, dp, zero_stage, reduce_bucket_elements, allgather_bucket_elements,
-                                             overlap_comm);
 }
 
 std::unique_ptr<TrainingOptimizer> make_discarding_optimizer(GptModel& model) { return std::make_unique<DiscardingOptimizer>(model); }

@@ -31,6 +31,8 @@ struct OptimizerSnapshot {
 
 // A snapshot of the model's names, shapes and offsets with zeroed values (steps = 0).
 OptimizerSnapshot snapshot_layout(const GptModel& model);
+// Throws std::invalid_argument unless the snapshot holds the model's tensors.
+void require_matching_snapshot(const OptimizerSnapshot& snapshot, const GptModel& model);
 
 class TrainingOptimizer {
  public:
@@ -67,13 +69,6 @@ std::unique_ptr<TrainingOptimizer> make_device_optimizer(GptModel& model, const 
 // ZeRO-Offload over a model built with GradientStorage::streamed (it becomes the model's gradient sink).
 std::unique_ptr<TrainingOptimizer> make_offload_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters,
                                                           const offload::ZeroOffloadSettings& settings);
-// Data parallelism over `dp` with ZeRO stage 0, 1 or 2 (engine/grid) over a model built with
-// GradientStorage::streamed (it becomes the model's gradient sink): gradients averaged in buckets of
-// `reduce_bucket_elements` during backward, AdamW on this rank's share, parameters gathered in buckets
-// of `allgather_bucket_elements` (0: one bucket each).
-std::unique_ptr<TrainingOptimizer> make_data_parallel_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters,
-                                                                Communicator& dp, int zero_stage, std::int64_t reduce_bucket_elements,
-                                                                std::int64_t allgather_bucket_elements, bool overlap_comm = true);
 // For dry runs of offloaded training on meta: gradients are dropped, nothing is stepped.
 std::unique_ptr<TrainingOptimizer> make_discarding_optimizer(GptModel& model);
 

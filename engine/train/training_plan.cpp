@@ -77,11 +77,6 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
     throw std::invalid_argument("--pp " + number(o.pipeline_stages) + " with data parallelism (dp " + number(plan.grid.dp) + ", --zero-stage " +
                                 number(o.zero_stage) + ") is not built yet: run the pipeline with dp 1 and --zero-stage 0");
   }
-  if (plan.data_parallel() && o.offload_optimizer != "none") {
-    throw std::invalid_argument("--offload-optimizer " + o.offload_optimizer + " with data parallelism (dp " + number(plan.grid.dp) +
-                                ", --zero-stage " + number(o.zero_stage) + ") is not built yet: offload on one rank, or train dp ranks "
-                                "with --offload-optimizer none");
-  }
   if (o.train_batch_size && *o.train_batch_size != plan.global_batch()) {
     throw std::invalid_argument("train_batch_size " + number(*o.train_batch_size) + " != train_micro_batch_size_per_gpu (--batch) " +
                                 number(plan.micro_batch) + " x gradient_accumulation_steps (--grad-accum) " + number(plan.micro_batches) +

@@ -68,6 +68,38 @@ assert gradients("dp4_2") < gradients("dp4_1"), (gradients("dp4_2"), gradients("
 losses_match("dp2_bf16", "one_bf16", 1e-4)
 PY
 
+# ZeRO-Offload per rank: each rank's share stepped by CpuAdam in pinned memory or on NVMe (a directory
+# per rank); the same losses; no optimizer state on the device; the dry run predicts the device's part.
+for offload in cpu nvme; do
+  nvme=(); [[ $offload == nvme ]] && nvme=(--nvme-path "$work/nvme")
+  launch 2 train "${model[@]}" --grad-accum 2 --zero-stage 2 --offload-optimizer "$offload" "${nvme[@]}" \
+    --summary "$work/offload_$offload.json" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+done
+[[ -d $work/nvme/rank-0 && -d $work/nvme/rank-1 ]] || { echo "no NVMe directory per rank"; ls -R "$work/nvme"; exit 1; }
+"$ferry" train "${model[@]}" --grad-accum 2 --zero-stage 2 --offload-optimizer cpu --device meta --dp 2 \
+  --summary "$work/offload_meta.json" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+launch 2 train "${model[@]}" --grad-accum 2 --zero-stage 1 --offload-optimizer cpu --exit-interval 2 --save "$work/ck_offload" \
+  > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+"$ferry" train "${model[@]}" --grad-accum 4 --resume "$work/ck_offload" --summary "$work/r_offload.json" > "$work/out.txt"
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+load = lambda name: json.load(open(f"{work}/{name}.json"))
+expected = [s["loss"] for s in load("one")["steps"]]
+for offload in ("cpu", "nvme"):
+    run = load(f"offload_{offload}")
+    actual = [s["loss"] for s in run["steps"]]
+    assert all(abs(a - e) <= 1e-6 * abs(e) for a, e in zip(actual, expected)) and len(actual) == 3, (offload, actual, expected)
+    assert run["optimizer"]["mode"] == offload and run["optimizer"]["zero_stage"] == 2, run["optimizer"]
+    for r in run["ranks"]:
+        assert r["max_by_category"]["optimizer_states"] == 0, (offload, r)
+for predicted, measured in zip(load("offload_meta")["ranks"], load("offload_cpu")["ranks"]):
+    for key in ("peak_allocated", "peak_reserved", "max_by_category", "bytes_sent"):
+        assert predicted[key] == measured[key], ("offload", measured["rank"], key, predicted[key], measured[key])
+steps = load("r_offload")["steps"]
+assert [s["step"] for s in steps] == [3] and abs(steps[0]["loss"] - expected[2]) <= 1e-6 * expected[2], (steps, expected)
+PY
+
 # A checkpoint saved at dp 4 (stage 2) resumes at dp 2 (stage 1) and on one rank with the same next loss.
 launch 4 train "${model[@]}" --grad-accum 1 --zero-stage 2 --exit-interval 2 --save "$work/ck" > "$work/out.txt" 2>&1 ||
   { cat "$work/out.txt"; exit 1; }

@@ -1,0 +1,241 @@
+#include "engine/train/data_parallel_optimizer.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/grid/data_parallel_gradients.h"
+#include "engine/grid/parameter_gather.h"
+#include "engine/grid/partitioned_adamw.h"
+
+namespace ferry {
+namespace {
+
+// What both variants share: the gradient sink on the model, the checks, the description.
+class DataParallelBase : public TrainingOptimizer {
+ public:
+  DataParallelBase(GptModel& model, Communicator& dp, const DataParallelSettings& settings)
+      : model_(model), dp_(dp), settings_(settings),
+        gradients_(model.device(), model.parameters().named(), dp, settings.zero_stage, settings.reduce_bucket_elements,
+                   settings.overlap_comm) {
+    if (model.gradient_storage() != GradientStorage::streamed) {
+      throw std::logic_error("data parallelism needs a model whose gradients stream to its sink (GradientStorage::streamed)");
+    }
+    model_.set_gradient_sink(&gradients_);
+  }
+  ~DataParallelBase() override { model_.set_gradient_sink(nullptr); }
+  DataParallelBase(const DataParallelBase&) = delete;
+  DataParallelBase& operator=(const DataParallelBase&) = delete;
+
+  void begin_micro_batch(bool last) override { gradients_.begin_micro_batch(last); }
+  std::span<float> host_gradient(std::size_t) override {
+    throw std::logic_error("data parallelism with pipeline stages is not built yet: no whole host gradients");
+  }
+  nlohmann::json describe() const override {
+    nlohmann::json description = {{"zero_stage", settings_.zero_stage}, {"dp", dp_.size()},
+                                  {"partition_elements", gradients_.layout().partition_size()}, {"owned_elements", gradients_.owned().size()}};
+    description["last_step_seconds"]["gradient_reduction_wait"] = gradients_.wait_seconds();
+    return description;
+  }
+
+ protected:
+  void reject_excluded(std::optional<std::size_t> excluded) const {
+    if (excluded) throw std::logic_error("data parallelism with pipeline stages is not built yet");
+  }
+  GptModel& model_;
+  Communicator& dp_;
+  DataParallelSettings settings_;
+  DataParallelGradients gradients_;
+};
+
+// AdamW on the device over the rank's share (PartitionedAdamW).
+class DataParallelAdamW final : public DataParallelBase {
+ public:
+  DataParallelAdamW(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters, Communicator& dp, const DataParallelSettings& settings)
+      : DataParallelBase(model, dp, settings),
+        adam_(model.parameters().named(), gradients_, dp, hyperparameters, settings.allgather_bucket_elements) {}
+
+  std::string mode() const override { return "none"; }
+  void begin_step() override { gradients_.begin_step(); }
+  void end_backward() override { gradients_.finish_step(); }
+  double unchecked_gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
+    reject_excluded(excluded);
+    return adam_.gradient_sum_of_squares();
+  }
+  void step(float learning_rate, float gradient_scale) override { adam_.step(learning_rate, gradient_scale); }
+  std::int64_t steps_taken() const override { return adam_.steps_taken(); }
+  void set_steps_taken(std::int64_t steps) override { adam_.set_steps_taken(steps); }
+  OptimizerSnapshot snapshot() override {
+    OptimizerSnapshot snapshot = snapshot_layout(model_);
+    snapshot.steps = adam_.steps_taken();
+    adam_.export_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
+    return snapshot;
+  }
+  void restore(const OptimizerSnapshot& snapshot) override {
+    require_matching_snapshot(snapshot, model_);
+    adam_.import_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
+    adam_.set_steps_taken(snapshot.steps);
+  }
+  nlohmann::json describe() const override {
+    nlohmann::json description = DataParallelBase::describe();
+    description["mode"] = "none";
+    description["state"] = "device";
+    return description;
+  }
+
+ private:
+  PartitionedAdamW adam_;
+};
+
+// The rank's share of each parameter as flat views (they live as long as the optimizer).
+std::vector<Tensor> owned_views(const GptModel& model, const DataParallelGradients& gradients) {
+  const std::vector<NamedTensor> parameters = model.parameters().named();
+  std::vector<Tensor> views;
+  for (std::size_t position = 0; position < parameters.size(); ++position) {
+    if (const auto piece = gradients.owned_piece(position)) views.push_back(flat_view(*parameters[position].tensor, piece->offset, piece->range.size()));
+  }
+  return views;
+}
+
+// ZeRO-Offload per rank: after backward the rank's averaged gradients go to its host gradients, CpuAdam
+// steps its share where the state lives, and the parameters are gathered from every rank.
+class OffloadedDataParallelAdamW final : public DataParallelBase {
+ public:
+  OffloadedDataParallelAdamW(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters, Communicator& dp,
+                             const DataParallelSettings& settings, const offload::ZeroOffloadSettings& offload)
+      : DataParallelBase(model, dp, settings), views_(owned_views(model, gradients_)),
+        optimizer_(model.device(), offloaded_views(model), hyperparameters, offload) {}
+
+  std::string mode() const override { return optimizer_.tier_name(); }
+  void begin_step() override {
+    gradients_.begin_step();
+    optimizer_.begin_step();
+  }
+  void end_backward() override {
+    gradients_.finish_step();
+    std::size_t index = 0;
+    for (std::size_t position = 0; position < gradients_.layout().parameter_count(); ++position) {
+      if (const auto piece = gradients_.owned_piece(position)) optimizer_.gradients().accumulate(index++, 0, piece->gradient);
+    }
+  }
+  double unchecked_gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
+    reject_excluded(excluded);
+    const offload::GradientCheck check = optimizer_.check_gradients();
+    double sum = check.finite ? check.sum_of_squares : std::nan("");
+    if (settings_.zero_stage > 0) dp_.all_reduce(&sum, 1, CommDataType::f64, ReduceOperation::sum);
+    return sum;
+  }
+  void step(float learning_rate, float gradient_scale) override {
+    optimizer_.step(learning_rate, gradient_scale);
+    if (settings_.zero_stage > 0) {
+      gather_parameters(model_.parameters().named(), gradients_.layout(), gradients_.owned(), dp_, settings_.allgather_bucket_elements);
+    }
+  }
+  std::int64_t steps_taken() const override { return optimizer_.steps_taken(); }
+  void set_steps_taken(std::int64_t steps) override { optimizer_.set_steps_taken(steps); }
+  OptimizerSnapshot snapshot() override {
+    OptimizerSnapshot snapshot = snapshot_layout(model_);
+    snapshot.steps = optimizer_.steps_taken();
+    std::vector<float> master, first, second;  // the rank's share, in flat order
+    optimizer_.export_state(master, first, second);
+    const FlatRange owned = gradients_.owned();
+    const std::int64_t at = std::min(owned.begin, gradients_.layout().total());
+    std::copy(master.begin(), master.end(), snapshot.master.begin() + at);
+    std::copy(first.begin(), first.end(), snapshot.first_moment.begin() + at);
+    std::copy(second.begin(), second.end(), snapshot.second_moment.begin() + at);
+    if (settings_.zero_stage > 0) {
+      const std::vector<std::size_t> counts = gradients_.layout().owned_counts({0, gradients_.layout().total()});
+      for (std::vector<float>* values : {&snapshot.master, &snapshot.first_moment, &snapshot.second_moment}) {
+        dp_.all_gather(values->data() + at, values->data(), counts, CommDataType::f32);
+      }
+    }
+    return snapshot;
+  }
+  void restore(const OptimizerSnapshot& snapshot) override {
+    require_matching_snapshot(snapshot, model_);
+    const FlatRange owned = gradients_.owned();
+    auto share = [&](const std::vector<float>& values) {
+      return std::vector<float>(values.begin() + owned.begin, values.begin() + owned.end);
+    };
+    optimizer_.import_state(share(snapshot.master), share(snapshot.first_moment), share(snapshot.second_moment));
+    optimizer_.set_steps_taken(snapshot.steps);
+    // The parameters outside the share come from the snapshot too (every rank reads the whole of it).
+    const std::vector<NamedTensor> parameters = model_.parameters().named();
+    for (std::size_t position = 0; position < parameters.size(); ++position) {
+      copy_from_host_f32(*parameters[position].tensor, snapshot.master.data() + gradients_.layout().parameter(position).begin);
+    }
+  }
+  nlohmann::json describe() const override {
+    nlohmann::json description = DataParallelBase::describe();
+    description["mode"] = optimizer_.tier_name();
+    description["state"] = optimizer_.tier_name() == "nvme" ? "nvme" : "host";
+    description["host_pinned_peak"] = optimizer_.host_pinned_peak();
+    description["nvme_bytes"] = optimizer_.nvme_bytes();
+    description["gradient_bytes_to_host"] = optimizer_.gradients_received();
+    const offload::OffloadStepTimes& times = optimizer_.last_step_times();
+    description["cpu_adam"] = {{"simd", std::string(offload::simd_level_name(optimizer_.adam().simd()))}, {"threads", optimizer_.adam().threads()}};
+    description["last_step_seconds"].update({{"step", times.step}, {"adam", times.adam}, {"read_wait", times.read_wait},
+                                             {"write_wait", times.write_wait}, {"copy_back", times.copy_back}});
+    return description;
+  }
+
+ private:
+  std::vector<offload::OffloadedParameter> offloaded_views(const GptModel& model) const {
+    const std::vector<NamedTensor> parameters = model.parameters().named();
+    std::vector<offload::OffloadedParameter> result;
+    std::size_t index = 0;
+    for (std::size_t position = 0; position < parameters.size(); ++position) {
+      if (gradients_.owned_piece(position)) result.push_back({parameters[position].name, &views_[index++], decays(*parameters[position].tensor)});
+    }
+    return result;
+  }
+  std::vector<Tensor> views_;
+  offload::ZeroOffloadOptimizer optimizer_;
+};
+
+// A dry run of ZeRO-Offload per rank on meta: the device's part only (the gradient sink, its buckets,
+// the parameters' all-gather); the host state is not simulated.
+class DryRunOffloadedDataParallel final : public DataParallelBase {
+ public:
+  using DataParallelBase::DataParallelBase;
+  std::string mode() const override { return "dry run"; }
+  void begin_step() override { gradients_.begin_step(); }
+  void end_backward() override { gradients_.finish_step(); }
+  double unchecked_gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
+    reject_excluded(excluded);
+    double sum = 0;
+    if (settings_.zero_stage > 0) dp_.all_reduce(&sum, 1, CommDataType::f64, ReduceOperation::sum);
+    return sum;
+  }
+  void step(float, float) override {
+    ++steps_;
+    if (settings_.zero_stage > 0) {
+      gather_parameters(model_.parameters().named(), gradients_.layout(), gradients_.owned(), dp_, settings_.allgather_bucket_elements);
+    }
+  }
+  std::int64_t steps_taken() const override { return steps_; }
+  void set_steps_taken(std::int64_t steps) override { steps_ = steps; }
+  OptimizerSnapshot snapshot() override { throw std::logic_error("a dry run has no optimizer state to save"); }
+  void restore(const OptimizerSnapshot&) override { throw std::logic_error("a dry run has no optimizer state to load"); }
+  nlohmann::json describe() const override {
+    nlohmann::json description = DataParallelBase::describe();
+    description["mode"] = "dry run";
+    return description;
+  }
+
+ private:
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainingOptimizer> make_data_parallel_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters,
+                                                                Communicator& dp, const DataParallelSettings& settings,
+                                                                const std::optional<offload::ZeroOffloadSettings>& offload) {
+  if (offload && !model.device().has_storage()) return std::make_unique<DryRunOffloadedDataParallel>(model, dp, settings);
+  if (offload) return std::make_unique<OffloadedDataParallelAdamW>(model, hyperparameters, dp, settings, *offload);
+  return std::make_unique<DataParallelAdamW>(model, hyperparameters, dp, settings);
+}
+
+}  // namespace ferry

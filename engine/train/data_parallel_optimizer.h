@@ -1,0 +1,31 @@
+// The optimizers of data-parallel ranks (ZeRO stages 0-2 over engine/grid's runtime): AdamW on the
+// device over the rank's share, or ZeRO-Offload proper, the rank's share stepped by CpuAdam with its
+// fp32 state in pinned host memory or on NVMe (a directory per rank). Either way the model streams its
+// gradients into DataParallelGradients and the updated parameters are gathered from every rank.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "engine/comm/communicator.h"
+#include "engine/train/training_optimizer.h"
+#include "models/gpt_model.h"
+#include "offload/zero_offload_optimizer.h"
+
+namespace ferry {
+
+struct DataParallelSettings {
+  int zero_stage = 0;
+  std::int64_t reduce_bucket_elements = 0;     // 0: one bucket
+  std::int64_t allgather_bucket_elements = 0;  // 0: one bucket
+  bool overlap_comm = true;
+};
+
+// Over a model built with GradientStorage::streamed (it becomes the model's gradient sink). With
+// `offload`, the rank's share of the optimizer state lives where it says (its nvme_path is the rank's own).
+std::unique_ptr<TrainingOptimizer> make_data_parallel_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters,
+                                                                Communicator& dp, const DataParallelSettings& settings,
+                                                                const std::optional<offload::ZeroOffloadSettings>& offload = std::nullopt);
+
+}  // namespace ferry
