@@ -68,12 +68,8 @@ std::int64_t AdamWOptimizer::step(float learning_rate, float gradient_scale) {
                     gradients_[i].tensor->data_as<float>(), state.first_moment.data_as<float>(), state.second_moment.data_as<float>(),
                     parameter.numel()});
   }
-  AdamWHyperparameters hyperparameters = hyperparameters_;
-  hyperparameters.learning_rate = learning_rate;
+  adamw_update_lists(device, decayed, undecayed, hyperparameters_, learning_rate, steps_, gradient_scale);
   ops::KernelBackend& kernels = ops::kernel_backend(device);
-  kernels.adamw_update(decayed, hyperparameters, steps_, gradient_scale);
-  hyperparameters.weight_decay = 0.0f;
-  kernels.adamw_update(undecayed, hyperparameters, steps_, gradient_scale);
   for (std::size_t i = 0; i < parameters_.size(); ++i) {
     const Tensor& parameter = *parameters_[i].tensor;
     if (parameter.dtype() != DType::f32 && parameter.dtype() != DType::bf16) {
@@ -89,6 +85,15 @@ std::vector<NamedTensor> AdamWOptimizer::master_weights() const {
     result.push_back({parameters_[i].name, states_[i].master.defined() ? &states_[i].master : parameters_[i].tensor});
   }
   return result;
+}
+
+void adamw_update_lists(Device& device, std::span<const AdamWTensor> decayed, std::span<const AdamWTensor> undecayed,
+                        AdamWHyperparameters hyperparameters, float learning_rate, std::int64_t step, float gradient_scale) {
+  hyperparameters.learning_rate = learning_rate;
+  ops::KernelBackend& kernels = ops::kernel_backend(device);
+  kernels.adamw_update(decayed, hyperparameters, step, gradient_scale);
+  hyperparameters.weight_decay = 0.0f;
+  kernels.adamw_update(undecayed, hyperparameters, step, gradient_scale);
 }
 
 float clip_scale(double gradient_norm, double max_norm) {

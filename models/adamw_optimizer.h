@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,11 @@ class AdamWOptimizer {
   cpu::AdamWHyperparameters hyperparameters_;
   std::int64_t steps_ = 0;
 };
+
+// One fused AdamW step on `device` of two tensor lists: `decayed` with the hyperparameters' weight decay,
+// `undecayed` (biases, LayerNorms) without; the learning rate is `learning_rate`.
+void adamw_update_lists(Device& device, std::span<const AdamWTensor> decayed, std::span<const AdamWTensor> undecayed,
+                        AdamWHyperparameters hyperparameters, float learning_rate, std::int64_t step, float gradient_scale);
 
 // Gradient clipping as PyTorch: scale = max_norm / (norm + 1e-6) when that is below 1, else 1.
 float clip_scale(double gradient_norm, double max_norm);

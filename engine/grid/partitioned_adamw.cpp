@@ -6,6 +6,7 @@
 
 #include "engine/core/op_recorder.h"
 #include "engine/grid/parameter_gather.h"
+#include "models/adamw_optimizer.h"
 #include "models/kernel_backend.h"
 #include "models/tensor_ops.h"
 
@@ -78,15 +79,10 @@ void PartitionedAdamW::step(float learning_rate, float gradient_scale) {
                       dtype_ == DType::bf16 ? parameter.data_as<std::uint16_t>() : nullptr, piece->gradient.data_as<float>(),
                       first_moment_.data_as<float>() + at, second_moment_.data_as<float>() + at, segment.range.size()});
     }
-    AdamWHyperparameters hyperparameters = hyperparameters_;
-    hyperparameters.learning_rate = learning_rate;
-    ops::KernelBackend& kernels = ops::kernel_backend(device);
-    kernels.adamw_update(decayed, hyperparameters, steps_, gradient_scale);
-    hyperparameters.weight_decay = 0.0f;
-    kernels.adamw_update(undecayed, hyperparameters, steps_, gradient_scale);
+    adamw_update_lists(device, decayed, undecayed, hyperparameters_, learning_rate, steps_, gradient_scale);
     if (dtype_ == DType::f16) {
       for (const Segment& segment : segments_) {
-        kernels.convert_from_f32(master_.data_as<float>() + (segment.range.begin - owned_.begin), parameter_view(segment).data(), dtype_,
+        ops::kernel_backend(device).convert_from_f32(master_.data_as<float>() + (segment.range.begin - owned_.begin), parameter_view(segment).data(), dtype_,
                                  segment.range.size());
       }
     }

@@ -66,17 +66,8 @@ class DataParallelAdamW final : public DataParallelBase {
   void step(float learning_rate, float gradient_scale) override { adam_.step(learning_rate, gradient_scale); }
   std::int64_t steps_taken() const override { return adam_.steps_taken(); }
   void set_steps_taken(std::int64_t steps) override { adam_.set_steps_taken(steps); }
-  OptimizerSnapshot snapshot() override {
-    OptimizerSnapshot snapshot = snapshot_layout(model_);
-    snapshot.steps = adam_.steps_taken();
-    adam_.export_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
-    return snapshot;
-  }
-  void restore(const OptimizerSnapshot& snapshot) override {
-    require_matching_snapshot(snapshot, model_);
-    adam_.import_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
-    adam_.set_steps_taken(snapshot.steps);
-  }
+  OptimizerSnapshot snapshot() override { return snapshot_of(model_, adam_); }
+  void restore(const OptimizerSnapshot& snapshot) override { restore_from(snapshot, model_, adam_); }
   nlohmann::json describe() const override {
     nlohmann::json description = DataParallelBase::describe();
     description["mode"] = "none";

@@ -65,7 +65,7 @@ struct TrainOptions {
   std::int32_t zero_stage = 0;
   std::optional<std::int64_t> allgather_bucket_size;
   std::optional<std::int64_t> train_batch_size;
-  bool overlap_comm = true;
+  std::optional<bool> overlap_comm;  // default true
   std::optional<std::int64_t> micro_batches;
   std::string schedule = "1f1b";
   bool quiet = false;  // no progress or banner lines (benchmarks run many trainings)

@@ -170,16 +170,8 @@ class OffloadedAdamW final : public TrainingOptimizer {
   std::int64_t steps_taken() const override { return optimizer_.steps_taken(); }
   void set_steps_taken(std::int64_t steps) override { optimizer_.set_steps_taken(steps); }
 
-  OptimizerSnapshot snapshot() override {
-    OptimizerSnapshot snapshot = empty_snapshot(model_, optimizer_.steps_taken());
-    optimizer_.export_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
-    return snapshot;
-  }
-  void restore(const OptimizerSnapshot& snapshot) override {
-    require_matching_snapshot(snapshot, model_);
-    optimizer_.import_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
-    optimizer_.set_steps_taken(snapshot.steps);
-  }
+  OptimizerSnapshot snapshot() override { return snapshot_of(model_, optimizer_); }
+  void restore(const OptimizerSnapshot& snapshot) override { restore_from(snapshot, model_, optimizer_); }
 
   nlohmann::json describe() const override {
     const offload::OffloadStepTimes& times = optimizer_.last_step_times();

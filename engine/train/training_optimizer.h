@@ -33,6 +33,21 @@ struct OptimizerSnapshot {
 OptimizerSnapshot snapshot_layout(const GptModel& model);
 // Throws std::invalid_argument unless the snapshot holds the model's tensors.
 void require_matching_snapshot(const OptimizerSnapshot& snapshot, const GptModel& model);
+// The snapshot of an optimizer `state` that exports and imports the whole model's flat state
+// (export_state/import_state over master, first and second moments, and a step count).
+template <typename State>
+OptimizerSnapshot snapshot_of(const GptModel& model, State& state) {
+  OptimizerSnapshot snapshot = snapshot_layout(model);
+  snapshot.steps = state.steps_taken();
+  state.export_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
+  return snapshot;
+}
+template <typename State>
+void restore_from(const OptimizerSnapshot& snapshot, const GptModel& model, State& state) {
+  require_matching_snapshot(snapshot, model);
+  state.import_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
+  state.set_steps_taken(snapshot.steps);
+}
 
 class TrainingOptimizer {
  public:

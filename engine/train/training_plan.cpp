@@ -37,7 +37,7 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   plan.micro_batches = o.grad_accum;
   plan.precision = parse_precision(o.precision);
   plan.zero_stage = o.zero_stage;
-  plan.overlap_comm = o.overlap_comm;
+  plan.overlap_comm = o.overlap_comm.value_or(true);
   plan.offload_optimizer = o.offload_optimizer;
   plan.grid.tp = o.tp;
   plan.grid.pp = o.pipeline_stages;
@@ -73,9 +73,17 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
     throw std::invalid_argument("--zero-stage 3 (partitioned parameters) is not built yet: use stage 2, which partitions optimizer state and "
                                 "gradients, with --offload-optimizer cpu to move the optimizer state off the device");
   }
+  if (o.zero_stage > 0 && plan.grid.dp == 1) {
+    plan.notes.push_back("--zero-stage " + number(o.zero_stage) + " (zero_optimization.stage) partitions nothing on one data-parallel rank: " +
+                         (o.offload_optimizer != "none" ? std::string("ZeRO-Offload streams the gradients to the host as on one rank")
+                                                        : std::string("the optimizer state stays whole on the device")));
+  }
+  if (o.overlap_comm && plan.grid.dp == 1) {
+    plan.notes.push_back("zero_optimization.overlap_comm has no effect on one data-parallel rank: there are no gradient reductions to overlap");
+  }
   if (plan.data_parallel() && o.pipeline_stages > 1) {
-    throw std::invalid_argument("--pp " + number(o.pipeline_stages) + " with data parallelism (dp " + number(plan.grid.dp) + ", --zero-stage " +
-                                number(o.zero_stage) + ") is not built yet: run the pipeline with dp 1 and --zero-stage 0");
+    throw std::invalid_argument("--pp " + number(o.pipeline_stages) + " with data parallelism (dp " + number(plan.grid.dp) +
+                                ") is not built yet: run the pipeline with dp 1");
   }
   if (o.train_batch_size && *o.train_batch_size != plan.global_batch()) {
     throw std::invalid_argument("train_batch_size " + number(*o.train_batch_size) + " != train_micro_batch_size_per_gpu (--batch) " +

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/comm/communicator.h"
 #include "engine/core/dtype.h"
@@ -28,11 +29,13 @@ struct TrainingPlan {
   std::int64_t allgather_bucket_elements = 0;  // DeepSpeed's allgather_bucket_size (0: one bucket)
   bool overlap_comm = true;                    // DeepSpeed's overlap_comm: bucket reductions overlap backward
   bool dry_run = false;                        // --device meta
+  std::vector<std::string> notes;              // settings without effect in this plan, said once at the start
 
   // DeepSpeed's train_batch_size identity: micro-batch x micro-batches x dp.
   std::int64_t global_batch() const { return micro_batch * micro_batches * grid.dp; }
-  // Data parallelism (or a ZeRO stage) is asked for: the data-parallel runtime trains.
-  bool data_parallel() const { return grid.dp > 1 || zero_stage > 0; }
+  // More than one data-parallel rank: the data-parallel runtime trains (ZeRO on one rank partitions
+  // nothing: the one-rank trainer runs, ZeRO-Offload included).
+  bool data_parallel() const { return grid.dp > 1; }
   // Every rank's allocations are simulated in this process (a dry run of a grid larger than the job).
   bool simulated_ranks() const { return dry_run && world == 1 && grid.world() > 1; }
   nlohmann::json to_json() const;

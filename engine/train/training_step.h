@@ -77,7 +77,7 @@ struct DryRunSetup {
     int zero_stage = 0;
     std::int64_t allgather_bucket_elements = 0;
     bool overlap = true;
-    bool active() const { return size > 1 || zero_stage > 0; }
+    bool active() const { return size > 1; }
   };
   DataParallel data_parallel{};
 };
