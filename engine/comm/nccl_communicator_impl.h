@@ -1,7 +1,7 @@
 // NcclCommunicatorImpl: the NcclCommunicator over one rank's NCCL communicator, its stream and its
-// bootstrap (the host communicator of the same ranks). Private to engine/comm: its lifetime, creation and
-// groups live in nccl_communicator.cpp, its collectives and messages in nccl_collectives.cpp, its
-// requests in nccl_request.cpp.
+// bootstrap (the host communicator of the same ranks). Private to engine/comm: nccl_communicator.cpp
+// holds its lifetime, creation, groups and waiting; nccl_collectives.cpp its collectives, messages and
+// requests.
 #pragma once
 
 #include <memory>
