@@ -2,9 +2,12 @@
 # libnccl under NCCL_HOME / NCCL_ROOT (environment or cache), the CUDA toolkit (whose lib/ holds it in
 # NVIDIA's images) or the system paths, and needs NCCL 2.10 or newer (ncclAvg, ncclBfloat16). Without it
 # the build goes on and make_nccl_communicator() throws. FERRY_HAVE_NCCL tells the rest of the build.
+option(FERRY_ENABLE_NCCL "Build the NCCL backend when CUDA and NCCL are found" ON)
 set(FERRY_HAVE_NCCL OFF)
 set(ferry_nccl_status "not looked for: no CUDA")
-if(FERRY_HAVE_CUDA)
+if(NOT FERRY_ENABLE_NCCL)
+  set(ferry_nccl_status "not looked for: FERRY_ENABLE_NCCL is OFF")
+elseif(FERRY_HAVE_CUDA)
   set(ferry_nccl_hints ${NCCL_HOME} ${NCCL_ROOT} $ENV{NCCL_HOME} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_ROOT})
   find_path(FERRY_NCCL_INCLUDE_DIR nccl.h HINTS ${ferry_nccl_hints} ${CUDAToolkit_INCLUDE_DIRS}
     PATH_SUFFIXES include)
