@@ -82,9 +82,10 @@ class NcclRequest final : public CommRequest {
   NcclRequest(const NcclRequest&) = delete;
   NcclRequest& operator=(const NcclRequest&) = delete;
   // Waits for a pending operation; ends the job when that fails (a destructor cannot throw, and the
-  // buffer's owner is about to free it).
+  // buffer's owner is about to free it). An operation of a communicator that failed since ended with
+  // its ncclCommAbort, which already threw: nothing to wait for.
   ~NcclRequest() override {
-    if (done_ || failure_) return;
+    if (done_ || failure_ || communicator_.failed()) return;
     try {
       wait();
     } catch (const std::exception& error) {

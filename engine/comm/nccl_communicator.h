@@ -27,7 +27,9 @@
 //   wait() polls it (and ncclCommGetAsyncError) until timeout(). A timeout or an asynchronous NCCL
 //   error aborts the NCCL communicator (ncclCommAbort) and throws CommunicationError naming the
 //   operation; from then on every operation of this communicator throws. NCCL cannot withdraw a
-//   receive either: a timed-out receive ends the communicator like a collective.
+//   receive either: a timed-out receive ends the communicator like a collective. A request destroyed
+//   while pending waits for it (and ends the job when that fails), unless the communicator was
+//   aborted already: its operations ended with it.
 // - average is ncclAvg: NCCL divides by size() itself (before or after summing, as its version and
 //   algorithm choose), so f32/f64/bf16/f16 results may differ in the last bits from the MPI backend's
 //   sum-then-divide; bf16 and f16 are reduced by NCCL's kernels, not by communicator.h's
@@ -46,8 +48,8 @@
 //   (NCCL 2.18 or newer; older: a new unique id broadcast over the bootstrap's group). The group has
 //   its own stream, this one's device and timeout, and counts bytes_sent from zero.
 // - abort() aborts NCCL, then the bootstrap (which ends the job).
-// - The bootstrap communicator must outlive the NCCL communicator made from it, and every group split
-//   from it. Operations go from one thread at a time.
+// - The bootstrap communicator must outlive the NCCL communicator made from it (a group owns its
+//   bootstrap's group). Operations go from one thread at a time.
 #pragma once
 
 #include <memory>

@@ -53,6 +53,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   // fails the communicator, on an asynchronous NCCL error. complete() polls until done or timeout().
   bool poll(cudaEvent_t event, const std::string& what);
   void complete(cudaEvent_t event, const std::string& what);
+  // True after a failure aborted NCCL (its pending operations ended with it).
+  bool failed() const { return failure_.has_value(); }
 
  private:
   // Starts operation `what`: checks the communicator is usable, makes the device current, orders the
