@@ -21,3 +21,6 @@ if(FERRY_ENABLE_CUDA AND NOT FERRY_SANITIZE)
   endif()
 endif()
 message(STATUS "ferry: CUDA ${FERRY_HAVE_CUDA}")
+
+# NCCL, for the GPU collectives, needs CUDA: looked for here, after it.
+include(${CMAKE_CURRENT_LIST_DIR}/nccl.cmake)

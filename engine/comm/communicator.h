@@ -1,7 +1,7 @@
 // The communicator: collectives and point-to-point messages between the ranks of a job or of a group
 // of them (split), blocking or asynchronous, behind one interface. Backends: one rank (no MPI), MPI for
 // host buffers (Open MPI), a dry run (one process plays one rank, nothing moves); NCCL for GPU buffers
-// later. Every wait has a deadline, so a rank that died or never sends makes the others fail, not hang.
+// (nccl_communicator.h, in builds with CUDA and NCCL). Every wait has a deadline, so a rank that died or never sends makes the others fail, not hang.
 #pragma once
 
 #include <chrono>
@@ -63,7 +63,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual int local_rank() const = 0;
-  virtual std::string backend() const = 0;  // "single", "mpi", "dry-run"
+  virtual std::string backend() const = 0;  // "single", "mpi", "dry-run", "nccl"
   // The largest message tag point-to-point calls take (MPI_TAG_UB under MPI; at least 32767).
   virtual int max_tag() const = 0;
 

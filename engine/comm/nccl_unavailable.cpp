@@ -1,0 +1,15 @@
+// The NCCL backend of a build without it (no CUDA, or no NCCL found when it was configured): callers
+// compile the same way and learn at run time, from nccl_backend_built() or the factory's error.
+#include "engine/comm/nccl_communicator.h"
+
+namespace ferry {
+
+bool nccl_backend_built() { return false; }
+
+std::unique_ptr<NcclCommunicator> make_nccl_communicator(Communicator& bootstrap, int /*device_ordinal*/) {
+  throw CommunicationError("rank " + std::to_string(bootstrap.rank()) +
+                           ": make_nccl_communicator: this build of ferry has no NCCL backend (it needs CUDA and "
+                           "NCCL 2.10 or newer when configured: see CMake's \"ferry: NCCL\" message)");
+}
+
+}  // namespace ferry
