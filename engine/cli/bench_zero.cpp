@@ -56,6 +56,7 @@ json bench_zero(const BenchMemoryOptions& options) {
     DryRunSetup setup{config, dtype, {}, &data, StepSettings{o.batch, sequence, o.grad_accum, 0, 1.0}, RecomputePolicy::parse(o.checkpointing),
                       o.loss_chunk, AllocatorConfig::from_environment()};
     setup.kernels = parse_device_kind(o.device);
+    setup.offload_optimizer = o.offload_optimizer != "none";
     setup.gradient_bucket_elements = o.reduce_bucket_size.value_or(kDefaultBucketElements);
     json ranks = json::array();
     json fullest;
@@ -71,16 +72,21 @@ json bench_zero(const BenchMemoryOptions& options) {
     const json& peaks = fullest["max_by_category"];
     const std::int64_t model_states = peaks["parameters"].get<std::int64_t>() + peaks["gradients"].get<std::int64_t>() +
                                       peaks["optimizer_states"].get<std::int64_t>();
-    const ModelStateFormulas f = formulas(stage, psi, options.dp, static_cast<double>(dtype_size(dtype)));
+    ModelStateFormulas f = formulas(stage, psi, options.dp, static_cast<double>(dtype_size(dtype)));
+    if (setup.offload_optimizer) {
+      // Offload: the optimizer state leaves the device; ferry keeps the rank's f32 gradient share there.
+      const double parameter_bytes = static_cast<double>(dtype_size(dtype));
+      f = {std::nan(""), parameter_bytes * psi + 4 * (stage >= 2 ? psi / options.dp : psi), 2 * psi};
+    }
     rows.push_back({{"zero_stage", stage}, {"fullest_rank", fullest["rank"]}, {"peak_allocated", fullest["peak_allocated"]},
                     {"peak_reserved", fullest["peak_reserved"]}, {"max_by_category", peaks}, {"model_states_measured", model_states},
-                    {"zero_paper_model_states", f.zero_paper}, {"ferry_layout_model_states", f.ferry_layout},
+                    {"zero_paper_model_states", std::isnan(f.zero_paper) ? json(nullptr) : json(f.zero_paper)}, {"ferry_layout_model_states", f.ferry_layout},
                     {"deepspeed_estimate_model_states", std::isnan(f.deepspeed) ? json(nullptr) : json(f.deepspeed)}, {"ranks", ranks}});
   }
   return {{"command", "bench memory --zero-stage"},
           {"model", {{"name", config.name}, {"parameters", config.parameter_count()}}},
           {"run", {{"dp", options.dp}, {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum},
-                   {"checkpointing", o.checkpointing}, {"kernels", o.device},
+                   {"checkpointing", o.checkpointing}, {"kernels", o.device}, {"offload_optimizer", o.offload_optimizer},
                    {"reduce_bucket_elements", o.reduce_bucket_size.value_or(kDefaultBucketElements)},
                    {"allgather_bucket_elements", o.allgather_bucket_size.value_or(kDefaultBucketElements)}}},
           {"rows", rows}};
@@ -90,16 +96,18 @@ std::string bench_zero_table(const json& result) {
   std::string out;
   char line[512];
   const json& run = result["run"];
-  std::snprintf(line, sizeof line, "ferry bench memory: %s (%s parameters), %s, dp %d, batch %s x seq %s x grad-accum %s, checkpointing %s; "
+  std::snprintf(line, sizeof line, "ferry bench memory: %s (%s parameters), %s, dp %d, batch %s x seq %s x grad-accum %s, checkpointing %s%s; "
                 "every rank dry-run on meta\n\n", result["model"]["name"].get<std::string>().c_str(),
                 std::to_string(result["model"]["parameters"].get<std::int64_t>()).c_str(), run["precision"].get<std::string>().c_str(),
                 run["dp"].get<int>(), run["micro_batch"].dump().c_str(), run["seq"].dump().c_str(), run["grad_accum"].dump().c_str(),
-                run["checkpointing"].get<std::string>().c_str());
+                run["checkpointing"].get<std::string>().c_str(), run["offload_optimizer"] == "none" ? "" : ", optimizer offloaded per rank");
   out += line;
   std::snprintf(line, sizeof line, "  %-5s %11s %11s %10s %10s %10s %10s %10s | %11s %11s %11s %11s\n", "ZeRO", "peak alloc", "peak resvd", "params",
                 "grads", "optimizer", "activ.", "comm.", "model st.", "ferry form.", "ZeRO paper", "DeepSpeed");
   out += line;
-  auto bytes = [](const json& value) { return value.is_null() ? std::string("-") : format_bytes(static_cast<std::size_t>(value.get<double>())); };
+  auto bytes = [](const json& value) {
+    return value.is_null() || std::isnan(value.get<double>()) ? std::string("-") : format_bytes(static_cast<std::size_t>(value.get<double>()));
+  };
   for (const json& row : result["rows"]) {
     const json& peaks = row["max_by_category"];
     std::snprintf(line, sizeof line, "  %-5d %11s %11s %10s %10s %10s %10s %10s | %11s %11s %11s %11s\n", row["zero_stage"].get<int>(),
