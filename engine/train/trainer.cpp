@@ -189,7 +189,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
     check_vocabulary(*eval_data, config);
     DataLoader(*eval_data, o.batch, sequence, false, 0);  // refuses data shorter than one micro-batch, before training
   }
-  MetricsFile metrics(o.metrics);
+  MetricsFile metrics(speaks ? o.metrics : std::string());  // rank 0's lines; the loss is the group's already
 
   const GptDropout dropout{o.dropout, o.dropout, o.dropout};
   const StepSettings settings{o.batch, sequence, o.grad_accum, o.seed, hyper.grad_clip,
@@ -225,7 +225,9 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   TrainingProfile profile(*device, profile_directory, ProfileSteps::parse(o.profile_steps),
                           {{"command", "train"}, {"model", config.name}, {"parameters", config.parameter_count()}, {"grid", plan.to_json()},
                            {"device", std::string(device_kind_name(device->kind()))}, {"precision", o.precision},
-                           {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum}, {"checkpointing", policy.name()}});
+                           {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum}, {"checkpointing", policy.name()}},
+                          plan.grid.world() == 1 ? std::string(TrainingProfile::kFailureDirectory)
+                                                 : std::string(TrainingProfile::kFailureDirectory) + "/rank-" + std::to_string(grid.rank()));
   ProgressPrinter progress(speaks ? stdout : nullptr, speaks && is_terminal(stdout), o.log_every);
   nlohmann::json steps = nlohmann::json::array();
   std::vector<double> throughputs;

@@ -68,6 +68,22 @@ assert gradients("dp4_2") < gradients("dp4_1"), (gradients("dp4_2"), gradients("
 losses_match("dp2_bf16", "one_bf16", 1e-4)
 PY
 
+# fp16 across ranks: an overflow anywhere skips the step on every rank, and the scale follows one rank's.
+fp16=(--precision fp16 --initial-scale-power 40 --steps 4)
+"$ferry" train "${model[@]}" "${fp16[@]}" --grad-accum 4 --summary "$work/one_fp16.json" > /dev/null
+launch 2 train "${model[@]}" "${fp16[@]}" --grad-accum 2 --zero-stage 2 --metrics "$work/metrics.jsonl" --summary "$work/dp2_fp16.json" \
+  > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+steps = lambda name: [(s["loss"], s["loss_scale"], s["skipped"]) for s in json.load(open(f"{work}/{name}.json"))["steps"]]
+one, dp = steps("one_fp16"), steps("dp2_fp16")
+assert any(skipped for _, _, skipped in one), one
+assert [(scale, skipped) for _, scale, skipped in dp] == [(scale, skipped) for _, scale, skipped in one], (dp, one)
+assert all(abs(a[0] - b[0]) <= 1e-6 * abs(b[0]) for a, b in zip(dp, one)), (dp, one)
+assert len(open(f"{work}/metrics.jsonl").read().splitlines()) == 4  # rank 0's lines only
+PY
+
 # ZeRO-Offload per rank: each rank's share stepped by CpuAdam in pinned memory or on NVMe (a directory
 # per rank); the same losses; no optimizer state on the device; the dry run predicts the device's part.
 for offload in cpu nvme; do
