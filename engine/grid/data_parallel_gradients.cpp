@@ -22,8 +22,13 @@ Tensor f32_buffer(Device& device, std::int64_t elements, MemoryCategory category
 }  // namespace
 
 DataParallelGradients::DataParallelGradients(Device& device, const std::vector<NamedTensor>& parameters, Communicator& dp,
-                                             int zero_stage, std::int64_t bucket_elements, bool overlap)
-    : device_(device), dp_(dp), zero_stage_(zero_stage), layout_(sizes_of(parameters), dp.size()), overlap_(overlap) {
+                                             int zero_stage, std::int64_t bucket_elements, bool overlap, bool partition_off_device)
+    : device_(device), dp_(dp), zero_stage_(zero_stage), layout_(sizes_of(parameters), dp.size()), overlap_(overlap),
+      partition_off_device_(partition_off_device) {
+  if (partition_off_device && zero_stage != 2) {
+    throw std::invalid_argument("only ZeRO stage 2 partitions gradients: its partition can leave the device, stage " +
+                                std::to_string(zero_stage) + "'s cannot");
+  }
   if (zero_stage < 0 || zero_stage > 2) {
     throw std::invalid_argument("data parallelism runs ZeRO stages 0, 1 and 2, not " + std::to_string(zero_stage));
   }
@@ -42,8 +47,13 @@ DataParallelGradients::DataParallelGradients(Device& device, const std::vector<N
   owned_ = zero_stage == 0 ? FlatRange{0, layout_.total()} : layout_.partition(dp.rank());
   if (zero_stage < 2) {
     full_ = f32_buffer(device, layout_.total(), MemoryCategory::gradients, "grad.flat");
-  } else {
+  } else if (!partition_off_device) {
     partition_ = f32_buffer(device, owned_.size(), MemoryCategory::gradients, "grad.partition");
+  }
+  std::size_t owned_count = 0;
+  for (std::size_t position = 0; position < parameters.size(); ++position) {
+    owned_index_.push_back(owned_count);
+    if (!layout_.parameter(position).intersect(owned_).empty()) ++owned_count;
   }
 }
 
@@ -58,7 +68,8 @@ std::size_t DataParallelGradients::position_of(std::size_t index) const {
 
 void DataParallelGradients::begin_step() {
   if (!in_flight_.empty()) throw std::logic_error("a data-parallel step began with reductions still in flight");
-  ops::fill_zero(zero_stage_ < 2 ? full_ : partition_);
+  if (!partition_off_device_) ops::fill_zero(zero_stage_ < 2 ? full_ : partition_);
+  if (partition_off_device_ && partition_sink_ == nullptr) throw std::logic_error("stage 2 with its partition off the device has no sink");
   wait_seconds_ = 0;
   for (Tensor& bucket : open_buckets_) bucket = Tensor();
 }
@@ -130,9 +141,19 @@ void DataParallelGradients::land(InFlight& flight) {
   const Tensor received = flight.received.narrow(0, 0, flight.piece.size());
   if (zero_stage_ == 1) {
     full_.narrow(0, flight.piece.begin, flight.piece.size()).copy_from(received);
-  } else {
+  } else if (!partition_off_device_) {
     const Tensor destination = partition_.narrow(0, flight.piece.begin - owned_.begin, flight.piece.size());
     ops::residual_forward(destination, destination, received);
+  } else {
+    // Parameter by parameter into the sink (ZeRO-Offload's host gradients), offsets within each owned part.
+    for (std::size_t position = 0; position < layout_.parameter_count(); ++position) {
+      const FlatRange parameter = layout_.parameter(position);
+      const FlatRange part = parameter.intersect(flight.piece);
+      if (part.empty()) continue;
+      const FlatRange owned_part = parameter.intersect(owned_);
+      partition_sink_->accumulate(owned_index_[position], part.begin - owned_part.begin,
+                                  received.narrow(0, part.begin - flight.piece.begin, part.size()));
+    }
   }
 }
 
@@ -154,6 +175,7 @@ void DataParallelGradients::finish_step() {
 }
 
 Tensor DataParallelGradients::owned_gradients() const {
+  if (partition_off_device_) return Tensor();
   return zero_stage_ < 2 ? full_.narrow(0, owned_.begin, owned_.size()) : partition_.narrow(0, 0, owned_.size());
 }
 
@@ -161,7 +183,8 @@ std::optional<DataParallelGradients::OwnedPiece> DataParallelGradients::owned_pi
   const FlatRange parameter = layout_.parameter(position);
   const FlatRange range = parameter.intersect(owned_);
   if (range.empty()) return std::nullopt;
-  return OwnedPiece{range, range.begin - parameter.begin, owned_gradients().narrow(0, range.begin - owned_.begin, range.size())};
+  const Tensor owned = owned_gradients();
+  return OwnedPiece{range, range.begin - parameter.begin, owned.defined() ? owned.narrow(0, range.begin - owned_.begin, range.size()) : Tensor()};
 }
 
 }  // namespace ferry

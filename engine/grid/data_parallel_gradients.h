@@ -29,8 +29,14 @@ class DataParallelGradients final : public GradientSink {
   // DeepSpeed's reduce_bucket_size (0: one bucket).
   // `overlap` false (DeepSpeed's overlap_comm off): each bucket's reduction is waited for as soon as it
   // starts, so none of it hides behind backward.
+  // `partition_off_device` (stage 2 only): the partition's averaged gradients are not kept on the
+  // device; each landed piece goes to the sink set_partition_sink() names (ZeRO-Offload's host gradients).
   DataParallelGradients(Device& device, const std::vector<NamedTensor>& parameters, Communicator& dp, int zero_stage,
-                        std::int64_t bucket_elements, bool overlap = true);
+                        std::int64_t bucket_elements, bool overlap = true, bool partition_off_device = false);
+  // Where stage 2 with the partition off the device hands each landed piece: accumulate(owned index,
+  // offset, piece), the owned index counting the parameters that have elements in owned() (in order)
+  // and the offset within that parameter's owned part. Set before the first step.
+  void set_partition_sink(GradientSink* sink) { partition_sink_ = sink; }
   ~DataParallelGradients() override;
   DataParallelGradients(const DataParallelGradients&) = delete;
   DataParallelGradients& operator=(const DataParallelGradients&) = delete;
@@ -49,7 +55,8 @@ class DataParallelGradients final : public GradientSink {
   // Seconds this step spent blocked waiting for reductions (the part of the communication backward did
   // not hide), since begin_step().
   double wait_seconds() const { return wait_seconds_; }
-  // f32 [owned().size()] on the device: the averaged gradients after finish_step().
+  // f32 [owned().size()] on the device: the averaged gradients after finish_step() (undefined when the
+  // partition is off the device).
   Tensor owned_gradients() const;
   // The averaged gradient of model parameter `index` (NamedTensor::index) restricted to owned(): its
   // elements [range.begin - parameter start, ...) as a flat f32 view, with the range in flat elements.
@@ -94,6 +101,9 @@ class DataParallelGradients final : public GradientSink {
   std::deque<InFlight> in_flight_;
   bool reducing_ = false;
   bool overlap_ = true;
+  bool partition_off_device_ = false;
+  GradientSink* partition_sink_ = nullptr;
+  std::vector<std::size_t> owned_index_;  // [position] -> index among the parameters with owned elements
   double wait_seconds_ = 0;
 };
 

@@ -15,10 +15,11 @@ namespace {
 // What both variants share: the gradient sink on the model, the checks, the description.
 class DataParallelBase : public TrainingOptimizer {
  public:
-  DataParallelBase(GptModel& model, Communicator& dp, const DataParallelSettings& settings)
+  // `partition_off_device`: stage 2's averaged partition goes to a sink (set by the subclass), not the device.
+  DataParallelBase(GptModel& model, Communicator& dp, const DataParallelSettings& settings, bool partition_off_device = false)
       : model_(model), dp_(dp), settings_(settings),
         gradients_(model.device(), model.parameters().named(), dp, settings.zero_stage, settings.reduce_bucket_elements,
-                   settings.overlap_comm) {
+                   settings.overlap_comm, partition_off_device) {
     if (model.gradient_storage() != GradientStorage::streamed) {
       throw std::logic_error("data parallelism needs a model whose gradients stream to its sink (GradientStorage::streamed)");
     }
@@ -95,8 +96,12 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
  public:
   OffloadedDataParallelAdamW(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters, Communicator& dp,
                              const DataParallelSettings& settings, const offload::ZeroOffloadSettings& offload)
-      : DataParallelBase(model, dp, settings), views_(owned_views(model, gradients_)),
-        optimizer_(model.device(), offloaded_views(model), hyperparameters, offload) {}
+      : DataParallelBase(model, dp, settings, settings.zero_stage == 2), views_(owned_views(model, gradients_)),
+        optimizer_(model.device(), offloaded_views(model), hyperparameters, offload) {
+    // Stage 2: each reduced piece of the partition goes straight to the host gradients, as ZeRO-Offload's
+    // do; the device never holds the partition.
+    if (settings.zero_stage == 2) gradients_.set_partition_sink(&optimizer_.gradients());
+  }
 
   std::string mode() const override { return optimizer_.tier_name(); }
   void begin_step() override {
@@ -105,6 +110,7 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
   }
   void end_backward() override {
     gradients_.finish_step();
+    if (settings_.zero_stage == 2) return;  // the pieces went to the host as they landed
     std::size_t index = 0;
     for (std::size_t position = 0; position < gradients_.layout().parameter_count(); ++position) {
       if (const auto piece = gradients_.owned_piece(position)) optimizer_.gradients().accumulate(index++, 0, piece->gradient);
@@ -189,7 +195,10 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
 // the parameters' all-gather); the host state is not simulated.
 class DryRunOffloadedDataParallel final : public DataParallelBase {
  public:
-  using DataParallelBase::DataParallelBase;
+  DryRunOffloadedDataParallel(GptModel& model, Communicator& dp, const DataParallelSettings& settings)
+      : DataParallelBase(model, dp, settings, settings.zero_stage == 2) {
+    if (settings.zero_stage == 2) gradients_.set_partition_sink(&dropped_);
+  }
   std::string mode() const override { return "dry run"; }
   void begin_step() override { gradients_.begin_step(); }
   void end_backward() override { gradients_.finish_step(); }
@@ -216,6 +225,13 @@ class DryRunOffloadedDataParallel final : public DataParallelBase {
   }
 
  private:
+  // The host gradients a real run would fill: nothing to keep in a dry run.
+  class DroppedGradients final : public GradientSink {
+   public:
+    void accumulate(std::size_t, std::int64_t, const Tensor&) override {}
+    void accumulate_rows(std::size_t, const Tensor&, const Tensor&) override {}
+  };
+  DroppedGradients dropped_;
   std::int64_t steps_ = 0;
 };
 
