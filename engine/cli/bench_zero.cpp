@@ -74,9 +74,10 @@ json bench_zero(const BenchMemoryOptions& options) {
                                       peaks["optimizer_states"].get<std::int64_t>();
     ModelStateFormulas f = formulas(stage, psi, options.dp, static_cast<double>(dtype_size(dtype)));
     if (setup.offload_optimizer) {
-      // Offload: the optimizer state leaves the device; ferry keeps the rank's f32 gradient share there.
+      // Offload: the optimizer state leaves the device; stage 1 keeps whole f32 gradients there, stage 2
+      // streams the rank's reduced partition to the host (only the buckets in flight stay).
       const double parameter_bytes = static_cast<double>(dtype_size(dtype));
-      f = {std::nan(""), parameter_bytes * psi + 4 * (stage >= 2 ? psi / options.dp : psi), 2 * psi};
+      f = {std::nan(""), parameter_bytes * psi + (stage >= 2 ? 0.0 : 4 * psi), 2 * psi};
     }
     rows.push_back({{"zero_stage", stage}, {"fullest_rank", fullest["rank"]}, {"peak_allocated", fullest["peak_allocated"]},
                     {"peak_reserved", fullest["peak_reserved"]}, {"max_by_category", peaks}, {"model_states_measured", model_states},
