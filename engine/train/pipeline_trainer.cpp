@@ -172,7 +172,7 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator,
   const std::int32_t ranks = o.pipeline_stages;
   if (world > 1 && world != ranks) {
     throw std::invalid_argument("launched as " + std::to_string(world) + " ranks for --pp " + std::to_string(ranks) +
-                                ": launch `mpirun -np " + std::to_string(ranks) + "` (one rank per stage; data parallelism is not built yet)");
+                                ": launch `mpirun -np " + std::to_string(ranks) + "` (one rank per stage; data parallelism with pipelines is not built yet)");
   }
   const bool in_process = world == 1;
   const int threads = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world);
