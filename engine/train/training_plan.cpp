@@ -63,10 +63,19 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
     }
   } else {
     plan.grid.dp = o.dp.value_or(1);
-    if (plan.grid.world() > 1 && !plan.dry_run && o.pipeline_stages == 1) {
-      throw std::invalid_argument("--dp " + number(plan.grid.dp) + " needs " + number(plan.grid.world()) + " ranks: launch with `mpirun -np " +
-                                  number(plan.grid.world()) + " ferry train ...`, or add --device meta for a dry run of every rank");
-    }
+  }
+  if (plan.data_parallel() && o.device == "cuda") {
+    throw std::invalid_argument("--device cuda with data parallelism (dp " + number(plan.grid.dp) +
+                                ") is not built yet: the trainer's gradient reductions run over MPI on host buffers, and the NCCL "
+                                "backend is not wired into it; train dp ranks on --device cpu, or one GPU with dp 1");
+  }
+  if (plan.simulated_ranks() && plan.grid.world() > kMaxSimulatedRanks) {
+    throw std::invalid_argument("a dry run of " + number(plan.grid.world()) + " ranks in one process: at most " + number(kMaxSimulatedRanks) +
+                                " are simulated (ranks of a dp group differ only in their partition: a smaller --dp shows the same shape)");
+  }
+  if (plan.world == 1 && plan.grid.world() > 1 && !plan.dry_run && o.pipeline_stages == 1) {
+    throw std::invalid_argument("--dp " + number(plan.grid.dp) + " needs " + number(plan.grid.world()) + " ranks: launch with `mpirun -np " +
+                                number(plan.grid.world()) + " ferry train ...`, or add --device meta for a dry run of every rank");
   }
   if (o.zero_stage < 0 || o.zero_stage > 3) throw std::invalid_argument("--zero-stage must be 0, 1, 2 or 3, got " + number(o.zero_stage));
   if (o.zero_stage == 3) {

@@ -41,6 +41,9 @@ struct TrainingPlan {
   nlohmann::json to_json() const;
 };
 
+// The most ranks one process dry-runs (each runs a whole training step on meta).
+inline constexpr int kMaxSimulatedRanks = 4096;
+
 // DeepSpeed's defaults for reduce_bucket_size and allgather_bucket_size (elements).
 inline constexpr std::int64_t kDefaultBucketElements = 500'000'000;
 

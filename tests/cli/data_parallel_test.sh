@@ -137,6 +137,7 @@ expect_error "micro_batches_per_step" "$ferry" train "${model[@]}" --grad-accum 
 expect_error "needs 2 ranks: launch with \`mpirun -np 2" "$ferry" train "${model[@]}" --dp 2
 expect_error "tensor parallelism is not built yet" "$ferry" train "${model[@]}" --tp 2
 expect_error "zero-stage 3 (partitioned parameters) is not built yet" "$ferry" train "${model[@]}" --zero-stage 3
+expect_error "device cuda with data parallelism (dp 4) is not built yet" "$ferry" train "${model[@]}" --device cuda --dp 4
 echo '{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2}' > "$work/batch.json"
 expect_error "train_batch_size 16 != .* 2 x 2 data-parallel ranks = 8" "$ferry" train --config "$work/batch.json" "${model[@]}" --device meta --dp 2
 echo '{"zero_optimization": {"stage": 2, "reduce_bucket": 5}}' > "$work/zero.json"
