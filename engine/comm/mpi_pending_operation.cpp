@@ -5,22 +5,12 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/comm/mpi_check.h"
+#include "engine/comm/poll_pause.h"
 
 namespace ferry {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Most messages complete within microseconds: spin for the first millisecond, then give the core to
-// the other ranks (more ranks than cores is common in tests), then sleep: a long wait costs no CPU.
-void pause_between_polls(Clock::duration waited) {
-  if (waited < std::chrono::milliseconds(1)) return;
-  if (waited < std::chrono::milliseconds(20)) {
-    std::this_thread::yield();
-    return;
-  }
-  std::this_thread::sleep_for(std::chrono::microseconds(100));
-}
 
 }  // namespace
 

@@ -11,21 +11,12 @@
 
 #include "engine/comm/nccl_check.h"
 #include "engine/comm/nccl_communicator_impl.h"
+#include "engine/comm/poll_pause.h"
 
 namespace ferry {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// As the MPI backend: spin for the first millisecond, then yield the core, then sleep between polls.
-void pause_between_polls(Clock::duration waited) {
-  if (waited < std::chrono::milliseconds(1)) return;
-  if (waited < std::chrono::milliseconds(20)) {
-    std::this_thread::yield();
-    return;
-  }
-  std::this_thread::sleep_for(std::chrono::microseconds(100));
-}
 
 // The device this rank uses: `device_ordinal`, or local_rank modulo the visible devices.
 int choose_device(int local_rank, int device_ordinal) {
