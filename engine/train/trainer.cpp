@@ -20,6 +20,7 @@
 #include "engine/report/model_state_report.h"
 #include "engine/train/pipeline_trainer.h"
 #include "engine/train/progress.h"
+#include "engine/train/resume_checks.h"
 #include "engine/report/summary_file.h"
 #include "engine/train/token_data.h"
 #include "engine/train/training_profile.h"
@@ -34,98 +35,6 @@ namespace ferry {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-void require_positive(std::int64_t value, const char* flag) {
-  if (value <= 0) throw std::invalid_argument(std::string(flag) + " must be positive, got " + std::to_string(value));
-}
-
-void validate(const TrainOptions& o) {
-  require_positive(o.batch, "--batch");
-  require_positive(o.grad_accum, "--grad-accum");
-  if (o.steps < 0) throw std::invalid_argument("--steps must be >= 0");
-  if (o.save_every < 0) throw std::invalid_argument("--save-every must be >= 0");
-  if (o.save_every > 0 && o.save.empty()) throw std::invalid_argument("--save-every needs --save DIR");
-  if (o.reduce_bucket_size && *o.reduce_bucket_size < 0) {
-    throw std::invalid_argument("--reduce-bucket-size must be >= 0 elements (0: one whole parameter per bucket), got " +
-                                std::to_string(*o.reduce_bucket_size));
-  }
-  if (o.weight_copy_elements < 0) {
-    throw std::invalid_argument("--weight-copy-elements must be >= 0 (0: whole weights), got " + std::to_string(o.weight_copy_elements));
-  }
-  if (o.eval_every < 0) throw std::invalid_argument("--eval-every must be >= 0 steps (0: at the last step only)");
-  if (o.eval_batches < 0) throw std::invalid_argument("--eval-batches must be >= 0 (0: all of --eval-data)");
-  if (o.eval_every > 0 && o.eval_data.empty()) throw std::invalid_argument("--eval-every needs --eval-data FILE (the validation data)");
-  if (o.exit_interval && *o.exit_interval < 1) {
-    throw std::invalid_argument("--exit-interval must be >= 1 step, got " + std::to_string(*o.exit_interval));
-  }
-  if (o.loss_chunk < 0) throw std::invalid_argument("--loss-chunk must be >= 0 tokens (0: automatic)");
-  if (o.offload_optimizer != "none") {
-    offload::parse_offload_device(o.offload_optimizer);  // names the choices when wrong
-    if (o.device == "meta" && o.offload_optimizer == "nvme") {
-      throw std::invalid_argument("--device meta is a dry run: it offloads nothing; use --offload-optimizer cpu to predict the device's peak");
-    }
-  }
-  if (o.offload_optimizer == "nvme" && o.nvme_path.empty()) {
-    throw std::invalid_argument("--offload-optimizer nvme needs --nvme-path DIR (a directory on an NVMe drive with room for 12 bytes per parameter)");
-  }
-  if (o.offload_optimizer != "nvme" && !o.nvme_path.empty()) {
-    throw std::invalid_argument("--nvme-path is for --offload-optimizer nvme (this run has " + o.offload_optimizer + ")");
-  }
-  if (o.offload_buffer_count < 2) throw std::invalid_argument("--offload-buffer-count must be >= 2 (4 lets reads, updates and writes overlap)");
-  if (o.offload_sub_group < 0) throw std::invalid_argument("--offload-sub-group must be >= 0 elements (0: automatic)");
-  if (o.offload_queue_depth < 1) throw std::invalid_argument("--offload-queue-depth must be >= 1");
-  if (o.offload_chunk_bytes < 4096 || o.offload_chunk_bytes % 4096 != 0) {
-    throw std::invalid_argument("aio.block_size must be a positive multiple of 4096 bytes, got " + std::to_string(o.offload_chunk_bytes));
-  }
-}
-
-// Settings a resumed run must share with the run that saved, for the resume to be exact. The data is
-// known by its content, not its path.
-// A resume may change the grid: what must match is the global batch in micro-batches, not grad-accum.
-nlohmann::json resume_contract(const TrainOptions& o, const TrainingPlan& plan, std::int64_t sequence, const TokenDataset& data) {
-  const TokenDataset::Identity identity = data.identity();
-  char hash[17];
-  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(identity.xxh64));
-  return {{"batch", o.batch}, {"seq", sequence}, {"micro_batches_per_step", plan.micro_batches * plan.grid.dp}, {"precision", o.precision},
-          {"data", {{"tokens", identity.tokens}, {"xxh64", hash}}}, {"shuffle", o.shuffle}, {"seed", o.seed}};
-}
-
-// A resume takes the model's shape from the checkpoint; shape flags may repeat it, not change it.
-void check_shape_flags_against_checkpoint(const TrainOptions& o, const GptConfig& config) {
-  const std::pair<const char*, std::optional<std::int64_t>> requested[] = {
-      {"--layers", o.layers}, {"--hidden", o.hidden}, {"--heads", o.heads}, {"--vocab", o.vocab}};
-  const std::int64_t saved[] = {config.layers, config.hidden, config.heads, config.vocab};
-  for (std::size_t i = 0; i < std::size(saved); ++i) {
-    const auto& [flag, value] = requested[i];
-    if (value && *value != saved[i]) {
-      throw std::invalid_argument(std::string(flag) + " " + std::to_string(*value) + " contradicts the checkpoint '" + o.resume +
-                                  "', whose model has " + flag + " " + std::to_string(saved[i]) + ": drop the flag to resume it");
-    }
-  }
-  if (!o.init_from.empty()) {
-    std::printf("  note: --init-from %s is not read: --resume continues from the checkpoint's weights\n", o.init_from.c_str());
-  }
-}
-
-// The last step this run takes: --steps, or earlier at the first multiple of --exit-interval after
-// the step it starts from.
-std::int64_t stopping_step(const TrainOptions& o, std::int64_t first_step) {
-  if (!o.exit_interval) return o.steps;
-  const std::int64_t interval = *o.exit_interval;
-  return std::min(o.steps, (first_step / interval + 1) * interval);
-}
-
-void check_resume_contract(nlohmann::json saved, const nlohmann::json& current, const std::string& directory) {
-  // Checkpoints from one-rank runs before grids recorded grad_accum: the same micro-batches per step.
-  if (!saved.contains("micro_batches_per_step") && saved.contains("grad_accum")) saved["micro_batches_per_step"] = saved["grad_accum"];
-  for (const auto& [key, value] : current.items()) {
-    if (!saved.contains(key) || saved[key] != value) {
-      throw std::invalid_argument("--resume '" + directory + "': the checkpoint was trained with " + key + " = " +
-                                  (saved.contains(key) ? saved[key].dump() : "unknown") + ", this run asks for " + value.dump() +
-                                  "; resume with the same setting");
-    }
-  }
-}
 
 }  // namespace
 
@@ -437,7 +346,6 @@ void print_rank_lines(const nlohmann::json& ranks) {
 }  // namespace
 
 nlohmann::json run_training(const TrainOptions& o) {
-  validate(o);
   const TrainingPlan plan = make_training_plan(o, detect_rank_environment());
   if (plan.grid.pp > 1) return run_pipeline_training(o);
   if (plan.simulated_ranks()) {

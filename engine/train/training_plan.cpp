@@ -4,11 +4,53 @@
 #include <string>
 
 #include "engine/train/training_setup.h"
+#include "offload/zero_offload_optimizer.h"
 
 namespace ferry {
 namespace {
 
 std::string number(std::int64_t value) { return std::to_string(value); }
+
+// The flags' own ranges and the pairs that need each other (before the grid is looked at).
+void validate_options(const TrainOptions& o) {
+  require_positive(o.batch, "--batch");
+  require_positive(o.grad_accum, "--grad-accum");
+  if (o.steps < 0) throw std::invalid_argument("--steps must be >= 0");
+  if (o.save_every < 0) throw std::invalid_argument("--save-every must be >= 0");
+  if (o.save_every > 0 && o.save.empty()) throw std::invalid_argument("--save-every needs --save DIR");
+  if (o.reduce_bucket_size && *o.reduce_bucket_size < 0) {
+    throw std::invalid_argument("--reduce-bucket-size must be >= 0 elements (0: one whole parameter per bucket), got " +
+                                std::to_string(*o.reduce_bucket_size));
+  }
+  if (o.weight_copy_elements < 0) {
+    throw std::invalid_argument("--weight-copy-elements must be >= 0 (0: whole weights), got " + std::to_string(o.weight_copy_elements));
+  }
+  if (o.eval_every < 0) throw std::invalid_argument("--eval-every must be >= 0 steps (0: at the last step only)");
+  if (o.eval_batches < 0) throw std::invalid_argument("--eval-batches must be >= 0 (0: all of --eval-data)");
+  if (o.eval_every > 0 && o.eval_data.empty()) throw std::invalid_argument("--eval-every needs --eval-data FILE (the validation data)");
+  if (o.exit_interval && *o.exit_interval < 1) {
+    throw std::invalid_argument("--exit-interval must be >= 1 step, got " + std::to_string(*o.exit_interval));
+  }
+  if (o.loss_chunk < 0) throw std::invalid_argument("--loss-chunk must be >= 0 tokens (0: automatic)");
+  if (o.offload_optimizer != "none") {
+    offload::parse_offload_device(o.offload_optimizer);  // names the choices when wrong
+    if (o.device == "meta" && o.offload_optimizer == "nvme") {
+      throw std::invalid_argument("--device meta is a dry run: it offloads nothing; use --offload-optimizer cpu to predict the device's peak");
+    }
+  }
+  if (o.offload_optimizer == "nvme" && o.nvme_path.empty()) {
+    throw std::invalid_argument("--offload-optimizer nvme needs --nvme-path DIR (a directory on an NVMe drive with room for 12 bytes per parameter)");
+  }
+  if (o.offload_optimizer != "nvme" && !o.nvme_path.empty()) {
+    throw std::invalid_argument("--nvme-path is for --offload-optimizer nvme (this run has " + o.offload_optimizer + ")");
+  }
+  if (o.offload_buffer_count < 2) throw std::invalid_argument("--offload-buffer-count must be >= 2 (4 lets reads, updates and writes overlap)");
+  if (o.offload_sub_group < 0) throw std::invalid_argument("--offload-sub-group must be >= 0 elements (0: automatic)");
+  if (o.offload_queue_depth < 1) throw std::invalid_argument("--offload-queue-depth must be >= 1");
+  if (o.offload_chunk_bytes < 4096 || o.offload_chunk_bytes % 4096 != 0) {
+    throw std::invalid_argument("aio.block_size must be a positive multiple of 4096 bytes, got " + std::to_string(o.offload_chunk_bytes));
+  }
+}
 
 }  // namespace
 
@@ -29,7 +71,12 @@ nlohmann::json TrainingPlan::to_json() const {
           {"dry_run", dry_run}};
 }
 
+void require_positive(std::int64_t value, const char* flag) {
+  if (value <= 0) throw std::invalid_argument(std::string(flag) + " must be positive, got " + std::to_string(value));
+}
+
 TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& environment) {
+  validate_options(o);
   TrainingPlan plan;
   plan.dry_run = o.device == "meta";
   plan.world = environment.world_size;

@@ -50,6 +50,10 @@ inline constexpr std::int64_t kDefaultBucketElements = 500'000'000;
 // The plan of `options` for a job of `environment`'s world size. Throws std::invalid_argument naming
 // the settings that contradict each other (world size against --tp x --pp x --dp, train_batch_size
 // against its factors, ZeRO stage 3, the parts not built yet) and how to fix it.
+// The flags' own checks (ranges, flags that need each other) come first.
 TrainingPlan make_training_plan(const TrainOptions& options, const RankEnvironment& environment);
+
+// Throws std::invalid_argument "FLAG must be positive, got V" unless value > 0.
+void require_positive(std::int64_t value, const char* flag);
 
 }  // namespace ferry

@@ -1,0 +1,58 @@
+#include "engine/train/resume_checks.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <stdexcept>
+
+namespace ferry {
+
+// Settings a resumed run must share with the run that saved, for the resume to be exact. The data is
+// known by its content, not its path.
+// A resume may change the grid: what must match is the global batch in micro-batches, not grad-accum.
+nlohmann::json resume_contract(const TrainOptions& o, const TrainingPlan& plan, std::int64_t sequence, const TokenDataset& data) {
+  const TokenDataset::Identity identity = data.identity();
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(identity.xxh64));
+  return {{"batch", o.batch}, {"seq", sequence}, {"micro_batches_per_step", plan.micro_batches * plan.grid.dp}, {"precision", o.precision},
+          {"data", {{"tokens", identity.tokens}, {"xxh64", hash}}}, {"shuffle", o.shuffle}, {"seed", o.seed}};
+}
+
+// A resume takes the model's shape from the checkpoint; shape flags may repeat it, not change it.
+void check_shape_flags_against_checkpoint(const TrainOptions& o, const GptConfig& config) {
+  const std::pair<const char*, std::optional<std::int64_t>> requested[] = {
+      {"--layers", o.layers}, {"--hidden", o.hidden}, {"--heads", o.heads}, {"--vocab", o.vocab}};
+  const std::int64_t saved[] = {config.layers, config.hidden, config.heads, config.vocab};
+  for (std::size_t i = 0; i < std::size(saved); ++i) {
+    const auto& [flag, value] = requested[i];
+    if (value && *value != saved[i]) {
+      throw std::invalid_argument(std::string(flag) + " " + std::to_string(*value) + " contradicts the checkpoint '" + o.resume +
+                                  "', whose model has " + flag + " " + std::to_string(saved[i]) + ": drop the flag to resume it");
+    }
+  }
+  if (!o.init_from.empty()) {
+    std::printf("  note: --init-from %s is not read: --resume continues from the checkpoint's weights\n", o.init_from.c_str());
+  }
+}
+
+// The last step this run takes: --steps, or earlier at the first multiple of --exit-interval after
+// the step it starts from.
+std::int64_t stopping_step(const TrainOptions& o, std::int64_t first_step) {
+  if (!o.exit_interval) return o.steps;
+  const std::int64_t interval = *o.exit_interval;
+  return std::min(o.steps, (first_step / interval + 1) * interval);
+}
+
+void check_resume_contract(nlohmann::json saved, const nlohmann::json& current, const std::string& directory) {
+  // Checkpoints from one-rank runs before grids recorded grad_accum: the same micro-batches per step.
+  if (!saved.contains("micro_batches_per_step") && saved.contains("grad_accum")) saved["micro_batches_per_step"] = saved["grad_accum"];
+  for (const auto& [key, value] : current.items()) {
+    if (!saved.contains(key) || saved[key] != value) {
+      throw std::invalid_argument("--resume '" + directory + "': the checkpoint was trained with " + key + " = " +
+                                  (saved.contains(key) ? saved[key].dump() : "unknown") + ", this run asks for " + value.dump() +
+                                  "; resume with the same setting");
+    }
+  }
+}
+
+}  // namespace ferry
