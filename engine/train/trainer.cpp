@@ -331,6 +331,18 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   return summary;
 }
 
+// The contract's memory peaks are those of the fullest rank (the one that needs the largest device), as
+// a pipeline's are; its rank is named.
+void take_fullest_rank_peaks(nlohmann::json& summary) {
+  const nlohmann::json& ranks = summary["ranks"];
+  const auto fullest = std::max_element(ranks.begin(), ranks.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+    return a["peak_reserved"].get<std::int64_t>() < b["peak_reserved"].get<std::int64_t>();
+  });
+  nlohmann::json& memory = summary["memory"];
+  for (const char* key : {"peak_allocated", "peak_reserved", "at_peak", "max_by_category"}) memory[key] = (*fullest)[key];
+  memory["rank"] = (*fullest)["rank"];
+}
+
 // Prints every rank's line of a data-parallel run (rank 0's summary holds them all).
 void print_rank_lines(const nlohmann::json& ranks) {
   for (const nlohmann::json& entry : ranks) {
@@ -358,6 +370,7 @@ nlohmann::json run_training(const TrainOptions& o) {
       if (rank == 0) summary = std::move(rank_summary);
     }
     summary["ranks"] = ranks;
+    take_fullest_rank_peaks(summary);
     print_rank_lines(ranks);
     return summary;
   }
@@ -378,6 +391,7 @@ nlohmann::json run_training(const TrainOptions& o) {
   if (world->rank() != 0) return nullptr;  // rank 0 writes the summary
   summary["ranks"] = nlohmann::json::array();
   for (const std::string& entry : gathered) summary["ranks"].push_back(nlohmann::json::parse(entry));
+  take_fullest_rank_peaks(summary);
   print_rank_lines(summary["ranks"]);
   return summary;
 }

@@ -56,6 +56,10 @@ for stage in (0, 1, 2):
     theory = 2 * 4 * load("dp4_0")["model"]["parameters"] * 3 / 4
     for r in load(f"dp4_{stage}")["ranks"]:
         assert 0 <= r["bytes_sent_per_step"] - theory <= 64, (stage, r["bytes_sent_per_step"], theory)
+    # The contract's memory section is the fullest rank's.
+    run = load(f"dp4_{stage}")
+    fullest = max(run["ranks"], key=lambda r: r["peak_reserved"])
+    assert run["memory"]["peak_reserved"] == fullest["peak_reserved"] and run["memory"]["rank"] == fullest["rank"], run["memory"]
     # The dry run of every rank in one process predicts every rank's memory and traffic byte for byte.
     for predicted, measured in zip(load(f"meta4_{stage}")["ranks"], load(f"dp4_{stage}")["ranks"]):
         for key in ("peak_allocated", "peak_reserved", "max_by_category", "at_peak", "bytes_sent"):
