@@ -261,7 +261,7 @@ nlohmann::json train_pipeline(const TrainOptions& o, Communicator& communicator,
                     static_cast<long long>(config.layers), plan.schedule.stages, o.schedule.c_str(), micro_batches,
                     static_cast<long long>(o.batch), static_cast<long long>(sequence),
                     in_process ? ("one process (" + std::to_string(ranks) + " devices)").c_str() : (std::to_string(world) + " ranks").c_str());
-        for (const std::string& note : run_notes(o)) std::printf("  note: %s\n", note.c_str());
+        for (const std::string& note : run_notes(o, 1)) std::printf("  note: %s\n", note.c_str());  // pipelines run dp 1
         for (std::int32_t stage = 0; stage < plan.schedule.stages; ++stage) {
           const StageBlocks& blocks = plan.stage_blocks[static_cast<std::size_t>(stage)];
           std::printf("  stage %d on rank %d: blocks %lld..%lld%s%s\n", stage, plan.schedule.rank_of_stage(stage),

@@ -110,7 +110,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
                             plan.reduce_bucket_elements, o.weight_copy_elements,
                             {grid.dp().rank(), grid.dp().size(), plan.zero_stage, plan.allgather_bucket_elements, plan.overlap_comm}};
   if (speaks) {
-    for (const std::string& note : run_notes(o)) std::printf("  note: %s\n", note.c_str());
+    for (const std::string& note : run_notes(o, plan.grid.dp)) std::printf("  note: %s\n", note.c_str());
     for (const std::string& note : plan.notes) std::printf("  note: %s\n", note.c_str());
   }
   if (policy.kind == RecomputeKind::automatic) {

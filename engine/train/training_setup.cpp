@@ -47,10 +47,13 @@ nlohmann::json model_summary(const GptConfig& config) {
           {"heads", config.heads}, {"vocab", config.vocab}, {"max_sequence", config.max_sequence}};
 }
 
-std::vector<std::string> run_notes(const TrainOptions& o) {
+std::vector<std::string> run_notes(const TrainOptions& o, int data_parallel_ranks) {
   std::vector<std::string> notes = o.notes;
-  if (o.reduce_bucket_size && o.offload_optimizer == "none") {
-    notes.push_back("reduce_bucket_size has no effect: without --offload-optimizer the gradients stay whole on the device");
+  if (o.reduce_bucket_size && o.offload_optimizer == "none" && data_parallel_ranks == 1) {
+    notes.push_back("reduce_bucket_size has no effect: without --offload-optimizer or data parallelism the gradients stay whole on the device");
+  }
+  if (o.allgather_bucket_size && data_parallel_ranks == 1) {
+    notes.push_back("allgather_bucket_size has no effect on one data-parallel rank: no parameters are gathered");
   }
   if (o.weight_copy_elements > 0 && o.precision == "fp32") {
     notes.push_back("--weight-copy-elements has no effect: fp32 weights are used as they are, without f32 copies");

@@ -26,7 +26,7 @@ double median(std::vector<double> values);
 nlohmann::json model_summary(const GptConfig& config);
 // What the run says once at its start: the config keys accepted without effect, and the settings this
 // configuration leaves without effect (a bucket bound without offload, f32 copies of f32 weights).
-std::vector<std::string> run_notes(const TrainOptions& options);
+std::vector<std::string> run_notes(const TrainOptions& options, int data_parallel_ranks);
 // ZeRO-Offload's settings from --offload-optimizer, --nvme-path, --offload-* and --threads.
 offload::ZeroOffloadSettings offload_settings(const TrainOptions& options);
 

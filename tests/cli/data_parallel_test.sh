@@ -18,7 +18,9 @@ for stage in 0 1 2; do
   launch 2 train "${model[@]}" --grad-accum 2 --zero-stage "$stage" --summary "$work/dp2_$stage.json" > "$work/out.txt" 2>&1 ||
     { cat "$work/out.txt"; exit 1; }
   launch 4 train "${model[@]}" --grad-accum 1 --zero-stage "$stage" --reduce-bucket-size 100000 --summary "$work/dp4_$stage.json" \
-    > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+    > "$work/dp4.txt" 2>&1 || { cat "$work/dp4.txt"; exit 1; }
+  # The bucket bound acts on dp ranks: no note says otherwise.
+  if grep -q "reduce_bucket_size has no effect" "$work/dp4.txt"; then echo "dp 4 called its reduce buckets without effect"; exit 1; fi
   "$ferry" train "${model[@]}" --grad-accum 1 --zero-stage "$stage" --reduce-bucket-size 100000 --device meta --dp 4 \
     --summary "$work/meta4_$stage.json" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
 done
@@ -136,6 +138,10 @@ for name in ("r2", "r1"):
 PY
 # Resuming with a different global batch is refused.
 expect_error "micro_batches_per_step" "$ferry" train "${model[@]}" --grad-accum 2 --resume "$work/ck"
+
+# One rank gathers nothing: its all-gather bucket is said to have no effect.
+"$ferry" train "${model[@]}" --steps 1 --allgather-bucket-size 1000 > "$work/one_rank.txt"
+grep -q "note: allgather_bucket_size has no effect on one data-parallel rank" "$work/one_rank.txt"
 
 # Bad grids: each error names the settings and the fix.
 expect_error "needs 2 ranks: launch with \`mpirun -np 2" "$ferry" train "${model[@]}" --dp 2

@@ -301,8 +301,8 @@ def compare_parameters(ferry, params32, params64, initial):
 def compare_bf16_gradients(ferry, loss, grads, grads_f32):
     """ferry's bf16 loss and gradients against autocast's; returns failure messages. `grads_f32`: torch's
     float32 gradients on the same rounded weights. autocast's own bf16 kernels differ between CPUs
-    (measured: its loss moved from 4.604153 on an AVX-512 Xeon to 4.604335 on an AMD EPYC without it, while
-    ferry's stayed 4.604086), so a tensor's limit is BF16_GRAD_TOL or twice autocast's own distance from
+    (its loss here was 4.604153 on the Intel Xeon of an earlier session and 4.604335 on an AMD EPYC without
+    AVX-512, while ferry's stayed 4.604086), so a tensor's limit is BF16_GRAD_TOL or twice autocast's own distance from
     float32 on that tensor, whichever is larger."""
     failures = []
     ferry_loss = float(ferry["loss"].reshape(-1)[0])
