@@ -48,12 +48,13 @@ PipelineRankExecutor::PipelineRankExecutor(GptModel& model, PipelineTransport& t
   }
 }
 
-void PipelineRankExecutor::begin_step(std::int64_t step, const std::vector<MicroBatchTokens>& micro_batches) {
+void PipelineRankExecutor::begin_step(std::int64_t step, const std::vector<MicroBatchTokens>& micro_batches, double loss_scale) {
   if (static_cast<std::int32_t>(micro_batches.size()) != setup_.schedule->micro_batches) {
     throw std::invalid_argument(std::to_string(micro_batches.size()) + " micro-batches given to a schedule of " +
                                 std::to_string(setup_.schedule->micro_batches));
   }
   step_ = step;
+  loss_scale_ = loss_scale;
   micro_batches_ = &micro_batches;
   next_ = 0;
   loss_sum_ = 0;
@@ -121,7 +122,7 @@ PipelineRankExecutor::MicroBatchState& PipelineRankExecutor::state(std::int32_t 
 }
 
 cpu::RandomKey PipelineRankExecutor::key(std::int32_t micro_batch) const {
-  return MicroBatchKey{setup_.seed, static_cast<std::uint64_t>(step_), static_cast<std::uint64_t>(micro_batch)}.key();
+  return MicroBatchKey{setup_.seed, static_cast<std::uint64_t>(step_), static_cast<std::uint64_t>(setup_.first_micro_batch + micro_batch)}.key();
 }
 
 Tensor PipelineRankExecutor::device_tokens(const std::vector<std::int32_t>& values, const char* tag) const {
@@ -180,7 +181,7 @@ void PipelineRankExecutor::backward(std::int32_t stage, std::int32_t micro_batch
     const Tensor targets = device_tokens((*micro_batches_)[static_cast<std::size_t>(micro_batch)].targets, "targets");
     gradient = Tensor::empty(model_.device(), s.output.shape(), model_.parameter_dtype(), MemoryCategory::activation_gradients, "residual.grad");
     const auto tokens = static_cast<double>(setup_.batch * setup_.sequence);
-    const float dloss = 1.0f / static_cast<float>(schedule.micro_batches);
+    const auto dloss = static_cast<float>(loss_scale_ / static_cast<double>(schedule.micro_batches));
     loss_sum_ += model_.head_forward(s.output, targets, dloss / static_cast<float>(tokens), gradient) / tokens;
     s.output = Tensor();
   } else {

@@ -50,6 +50,9 @@ struct PipelineRankSetup {
   std::int64_t sequence = 1;
   std::uint64_t seed = 0;
   std::vector<ActivationKeep> keeps;           // [layer]; empty: keep all
+  // The index of the step's first micro-batch in the global batch (a data-parallel rank's share starts
+  // past the others'): dropout's random keys are those of one rank with the whole batch.
+  std::int64_t first_micro_batch = 0;
 };
 
 // What one micro-batch keeps on one of the rank's stages, measured on the stage's first F and first W
@@ -77,8 +80,9 @@ class PipelineRankExecutor {
  public:
   PipelineRankExecutor(GptModel& model, PipelineTransport& transport, PipelineRankSetup setup);
 
-  // Before a step: every micro-batch's tokens (the schedule's m of them; stages take what they need).
-  void begin_step(std::int64_t step, const std::vector<MicroBatchTokens>& micro_batches);
+  // Before a step: every micro-batch's tokens (the schedule's m of them; stages take what they need);
+  // the backward starts from the mean loss times `loss_scale` (fp16's loss scaling).
+  void begin_step(std::int64_t step, const std::vector<MicroBatchTokens>& micro_batches, double loss_scale = 1.0);
   // Runs actions in order until the list ends (true) or a receive has not arrived (false: call again).
   bool run();
   // Waits for the last sends; checks that every stash was consumed.
@@ -128,6 +132,7 @@ class PipelineRankExecutor {
   std::vector<PipelineAction> actions_;  // this rank's, bubbles dropped
   std::size_t next_ = 0;
   std::int64_t step_ = 0;
+  double loss_scale_ = 1.0;
   const std::vector<MicroBatchTokens>* micro_batches_ = nullptr;
   std::map<Key, MicroBatchState> states_;
   double loss_sum_ = 0;

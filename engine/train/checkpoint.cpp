@@ -52,10 +52,13 @@ void load_f32(const SafetensorsFile& file, const std::string& name, const Shape&
 }  // namespace
 
 void save_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer, const TrainerState& state) {
+  save_checkpoint(directory, model.config(), optimizer.snapshot(), state);
+}
+
+void save_checkpoint(const std::string& directory, const GptConfig& config, const OptimizerSnapshot& snapshot, const TrainerState& state) {
   std::error_code error;
   fs::create_directories(directory, error);
   if (error) throw CheckpointError("cannot create checkpoint directory '" + directory + "': " + error.message());
-  const OptimizerSnapshot snapshot = optimizer.snapshot();
   SafetensorsWriter masters, moments;
   masters.set_metadata("format", "pt");
   moments.set_metadata("optimizer", "AdamW");
@@ -72,7 +75,7 @@ void save_checkpoint(const std::string& directory, const GptModel& model, Traini
   AtomicFileWriter model_file(in(directory, kModelFile));
   masters.write(model_file);
   AtomicFileWriter config_file(in(directory, kConfigFile));
-  config_file.write(hf_gpt_config_json(model.config()));
+  config_file.write(hf_gpt_config_json(config));
   AtomicFileWriter optimizer_file(in(directory, kOptimizerFile));
   moments.write(optimizer_file);
   nlohmann::json trainer = {{"format_version", kFormatVersion}, {"step", state.step}, {"data_position", state.data_position},

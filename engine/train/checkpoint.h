@@ -36,6 +36,8 @@ struct TrainerState {
 // The optimizer's state is saved the same way wherever it lives (device, host memory or NVMe), so a
 // checkpoint resumes under any --offload-optimizer mode.
 void save_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer, const TrainerState& state);
+// The same from a snapshot of the whole model's state (a pipeline's stages gathered in one).
+void save_checkpoint(const std::string& directory, const GptConfig& config, const OptimizerSnapshot& snapshot, const TrainerState& state);
 
 // The trainer state of a complete checkpoint (trainer_state.json), without its tensors.
 TrainerState read_trainer_state(const std::string& directory);

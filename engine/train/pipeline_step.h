@@ -1,12 +1,13 @@
-// One optimizer step of a pipeline: every rank runs its schedule's actions; then the tied token table's
+// One optimizer step of a pipeline rank: it runs its schedule's actions; then the tied token table's
 // gradient is summed between the first and the last stage (both hold the table), the gradient norm and
-// the loss are reduced over the ranks, and each rank steps its optimizer over its own parameters.
+// the loss are reduced over the pipeline's ranks, and the rank steps its optimizer over its parameters.
 #pragma once
 
 #include <vector>
 
 #include "engine/comm/communicator.h"
 #include "engine/pipeline/pipeline_executor.h"
+#include "engine/train/training_step.h"
 #include "engine/train/training_optimizer.h"
 
 namespace ferry {
@@ -17,11 +18,6 @@ struct PipelineStepSettings {
   double grad_clip = 0;
 };
 
-struct PipelineStepResult {
-  double loss = 0;  // mean over micro-batches (NaN when the device holds no values)
-  double gradient_norm = 0;
-};
-
 // This process is one rank of the pipeline; the others are reached through `communicator`.
 // A step's messages are tagged one per (micro-batch, receiving stage, direction), then one more for the
 // tied table's gradient: tags 0 .. 2 * micro_batches * stages. Throws std::invalid_argument, before
@@ -29,15 +25,10 @@ struct PipelineStepResult {
 void check_pipeline_tags(std::int64_t stages, std::int64_t micro_batches, int max_tag);
 int tied_gradient_tag(std::int64_t stages, std::int64_t micro_batches);
 
-PipelineStepResult run_pipeline_step(PipelineRankExecutor& executor, TrainingOptimizer& optimizer, Communicator& communicator,
-                                     const std::vector<MicroBatchTokens>& micro_batches, const PipelineStepSettings& settings);
-
-// Every rank in this process: executors take turns until each has run its list.
-struct InProcessRank {
-  PipelineRankExecutor* executor = nullptr;
-  TrainingOptimizer* optimizer = nullptr;
-};
-PipelineStepResult run_pipeline_step_in_process(const std::vector<InProcessRank>& ranks, const std::vector<MicroBatchTokens>& micro_batches,
-                                                const PipelineStepSettings& settings);
+// With a loss scaler (fp16) the backward runs on the scaled loss; every rank sees the same overflow (the
+// sum of squares is reduced over the stages) and skips the same steps.
+StepResult run_pipeline_step(PipelineRankExecutor& executor, TrainingOptimizer& optimizer, Communicator& communicator,
+                             const std::vector<MicroBatchTokens>& micro_batches, const PipelineStepSettings& settings,
+                             LossScaler* scaler = nullptr);
 
 }  // namespace ferry

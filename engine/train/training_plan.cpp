@@ -61,6 +61,7 @@ nlohmann::json TrainingPlan::to_json() const {
           {"world", world},
           {"micro_batch", micro_batch},
           {"micro_batches", micro_batches},
+          {"pipeline_schedule", grid.pp > 1 ? nlohmann::json(pipeline_schedule) : nlohmann::json(nullptr)},
           {"global_batch", global_batch()},
           {"precision", std::string(dtype_name(precision))},
           {"zero_stage", zero_stage},
@@ -81,7 +82,13 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   plan.dry_run = o.device == "meta";
   plan.world = environment.world_size;
   plan.micro_batch = o.batch;
-  plan.micro_batches = o.grad_accum;
+  if (o.micro_batches && o.grad_accum != 1 && *o.micro_batches != o.grad_accum) {
+    throw std::invalid_argument("--micro-batches " + number(*o.micro_batches) + " and --grad-accum " + number(o.grad_accum) +
+                                " disagree: both are the micro-batches of a step (give one of the two)");
+  }
+  plan.micro_batches = o.micro_batches.value_or(o.grad_accum);
+  require_positive(plan.micro_batches, "--micro-batches");
+  plan.pipeline_schedule = o.schedule;
   plan.precision = parse_precision(o.precision);
   plan.zero_stage = o.zero_stage;
   plan.overlap_comm = o.overlap_comm.value_or(true);
@@ -94,6 +101,14 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   if (o.tp > 1) {
     throw std::invalid_argument("--tp " + number(o.tp) + ": tensor parallelism is not built yet; train with --tp 1 (data and pipeline "
                                 "parallelism are: --dp, --pp)");
+  }
+  if (plan.grid.pp > 1 && o.device == "cuda") {
+    throw std::invalid_argument("--pp " + number(plan.grid.pp) + " with --device cuda is not built yet: the stages exchange activations "
+                                "through host memory (MPI); train pipelines on --device cpu, or one GPU without --pp");
+  }
+  if (plan.grid.pp > 1 && !o.eval_data.empty()) {
+    throw std::invalid_argument("--eval-data with --pp " + number(plan.grid.pp) + " is not built yet (a validation pass through the "
+                                "stages): evaluate the saved checkpoint with `ferry eval --init-from DIR/model.safetensors`");
   }
   const int model_parallel = o.tp * o.pipeline_stages;
   if (plan.world > 1) {
@@ -120,9 +135,14 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
     throw std::invalid_argument("a dry run of " + number(plan.grid.world()) + " ranks in one process: at most " + number(kMaxSimulatedRanks) +
                                 " are simulated (ranks of a dp group differ only in their partition: a smaller --dp shows the same shape)");
   }
-  if (plan.world == 1 && plan.grid.world() > 1 && !plan.dry_run && o.pipeline_stages == 1) {
-    throw std::invalid_argument("--dp " + number(plan.grid.dp) + " needs " + number(plan.grid.world()) + " ranks: launch with `mpirun -np " +
-                                number(plan.grid.world()) + " ferry train ...`, or add --device meta for a dry run of every rank");
+  if (plan.world == 1 && plan.grid.world() > 1 && !plan.dry_run) {
+    throw std::invalid_argument("the grid " + plan.grid.text() + " (--dp " + number(plan.grid.dp) + ", --pp " + number(plan.grid.pp) + ") needs " +
+                                number(plan.grid.world()) + " ranks, one process each: launch with `mpirun -np " + number(plan.grid.world()) +
+                                " ferry train ...`, or add --device meta for a dry run of every rank in this process");
+  }
+  if (plan.dry_run && plan.world > 1) {
+    throw std::invalid_argument("--device meta under a launcher of " + number(plan.world) + " ranks: a dry run of every rank of a grid runs "
+                                "in one process; drop mpirun and give the grid (--dp, --pp)");
   }
   if (o.zero_stage < 0 || o.zero_stage > 3) throw std::invalid_argument("--zero-stage must be 0, 1, 2 or 3, got " + number(o.zero_stage));
   if (o.zero_stage == 3) {

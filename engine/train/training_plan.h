@@ -21,7 +21,8 @@ struct TrainingPlan {
   GridShape grid;          // tp x dp x pp
   int world = 1;           // ranks launched: grid.world(), or 1 for a dry run of every rank in one process
   std::int64_t micro_batch = 1;     // sequences per micro-batch
-  std::int64_t micro_batches = 1;   // per step on each dp rank (gradient accumulation)
+  std::int64_t micro_batches = 1;   // per step on each dp rank (gradient accumulation; a pipeline's micro-batches)
+  std::string pipeline_schedule = "1f1b";  // pp > 1: the schedule's name (schedule/pipeline_generator.h)
   DType precision = DType::f32;
   int zero_stage = 0;
   std::string offload_optimizer = "none";  // none | cpu | nvme

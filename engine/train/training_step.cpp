@@ -59,18 +59,28 @@ StepResult run_training_step(Device& device, GptModel& model, TrainingOptimizer&
   result.loss /= static_cast<double>(settings.grad_accum);
   if (settings.data_parallel != nullptr) settings.data_parallel->all_reduce(&result.loss, 1, CommDataType::f64, ReduceOperation::average);
   if (!device.has_storage()) result.loss = std::nan("");  // a dry run computes no values
-  if (device.has_storage() && !std::isfinite(result.loss) && scaler == nullptr) {
+  check_loss(result, device.has_storage(), scaler, step);
+  const double sum_of_squares = scaler != nullptr ? optimizer.unchecked_gradient_sum_of_squares(std::nullopt)
+                                                  : optimizer.gradient_sum_of_squares(std::nullopt);
+  return apply_optimizer_update(optimizer, result, sum_of_squares, scaler, step, learning_rate, settings.grad_clip);
+}
+
+void check_loss(const StepResult& result, bool values, const LossScaler* scaler, std::int64_t step) {
+  if (values && !std::isfinite(result.loss) && scaler == nullptr) {
     throw std::runtime_error("the loss became " + std::to_string(result.loss) + " at step " + std::to_string(step + 1) +
                              "; lower --lr or enable --grad-clip (nothing was saved from this step)");
   }
+}
+
+StepResult apply_optimizer_update(TrainingOptimizer& optimizer, StepResult result, double sum_of_squares, LossScaler* scaler,
+                                  std::int64_t step, double learning_rate, double grad_clip) {
   if (scaler == nullptr) {
-    result.gradient_norm = optimizer.gradient_norm();
-    optimizer.step(static_cast<float>(learning_rate), clip_scale(result.gradient_norm, settings.grad_clip));
+    result.gradient_norm = std::sqrt(sum_of_squares);
+    optimizer.step(static_cast<float>(learning_rate), clip_scale(result.gradient_norm, grad_clip));
     return result;
   }
-  const double scaled_sum = optimizer.unchecked_gradient_sum_of_squares(std::nullopt);
-  result.gradient_norm = std::sqrt(scaled_sum) / result.loss_scale;
-  const bool overflow = !std::isfinite(scaled_sum) || !std::isfinite(result.loss);
+  result.gradient_norm = std::sqrt(sum_of_squares) / result.loss_scale;
+  const bool overflow = !std::isfinite(sum_of_squares) || !std::isfinite(result.loss);
   if (overflow && scaler->at_minimum()) {
     throw std::runtime_error("fp16: step " + std::to_string(step + 1) + " overflowed (loss " + std::to_string(result.loss) +
                              ") at the minimum loss scale " + std::to_string(scaler->scale()) +
@@ -81,7 +91,7 @@ StepResult run_training_step(Device& device, GptModel& model, TrainingOptimizer&
     return result;
   }
   const double unscale = 1.0 / result.loss_scale;
-  optimizer.step(static_cast<float>(learning_rate), static_cast<float>(clip_scale(result.gradient_norm, settings.grad_clip) * unscale));
+  optimizer.step(static_cast<float>(learning_rate), static_cast<float>(clip_scale(result.gradient_norm, grad_clip) * unscale));
   return result;
 }
 

@@ -49,6 +49,15 @@ StepResult run_training_step(Device& device, GptModel& model, TrainingOptimizer&
                              const StepSettings& settings, std::int64_t step, double learning_rate,
                              const std::vector<ActivationKeep>& keeps, LossScaler* scaler = nullptr);
 
+// Throws, naming the step, when a step without loss scaling computed a loss that is not finite.
+void check_loss(const StepResult& result, bool values, const LossScaler* scaler, std::int64_t step);
+
+// The end of a step whose gradients are complete, given their (scaled) global sum of squares: without a
+// scaler, clipping and the update; with one (fp16), an overflow lowers the scale and skips the update.
+// `result` carries the loss and the scale the backward ran with.
+StepResult apply_optimizer_update(TrainingOptimizer& optimizer, StepResult result, double sum_of_squares, LossScaler* scaler,
+                                  std::int64_t step, double learning_rate, double grad_clip);
+
 struct DryRun {
   std::int64_t peak_allocated = 0;
   std::int64_t peak_reserved = 0;

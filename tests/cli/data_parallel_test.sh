@@ -144,7 +144,7 @@ expect_error "micro_batches_per_step" "$ferry" train "${model[@]}" --grad-accum 
 grep -q "note: allgather_bucket_size has no effect on one data-parallel rank" "$work/one_rank.txt"
 
 # Bad grids: each error names the settings and the fix.
-expect_error "needs 2 ranks: launch with \`mpirun -np 2" "$ferry" train "${model[@]}" --dp 2
+expect_error "needs 2 ranks, one process each: launch with \`mpirun -np 2" "$ferry" train "${model[@]}" --dp 2
 expect_error "tensor parallelism is not built yet" "$ferry" train "${model[@]}" --tp 2
 expect_error "zero-stage 3 (partitioned parameters) is not built yet" "$ferry" train "${model[@]}" --zero-stage 3
 expect_error "device cuda with data parallelism (dp 4) is not built yet" "$ferry" train "${model[@]}" --device cuda --dp 4

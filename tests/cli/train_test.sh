@@ -198,7 +198,7 @@ PY
 # Settings this configuration leaves without effect are said, in one process and in a pipeline.
 "$ferry" train "${tiny[@]}" --steps 1 --weight-copy-elements 100 --reduce-bucket-size 10 > "$work/notes.txt"
 grep -q "note: --weight-copy-elements has no effect" "$work/notes.txt" && grep -q "note: reduce_bucket_size has no effect" "$work/notes.txt"
-"$ferry" train "${tiny[@]}" --steps 1 --pp 2 --weight-copy-elements 100 > "$work/notes.txt"
+"$ferry" train "${tiny[@]}" --steps 1 --pp 2 --device meta --weight-copy-elements 100 > "$work/notes.txt"
 grep -q "note: --weight-copy-elements has no effect" "$work/notes.txt"
 expect_error "--eval-every needs --eval-data" "$ferry" train "${tiny[@]}" --steps 1 --eval-every 2
 expect_error "cannot open the --metrics file" "$ferry" train "${tiny[@]}" --steps 1 --metrics "$work/missing/dir/m.jsonl"

@@ -228,14 +228,6 @@ TEST(Fp16Config, AmbiguousOrUnknownSettingsAreRefused) {
   EXPECT_THROW(apply_config_file(write_config("both", R"({"bf16": {"enabled": true}, "fp16": {"enabled": true}})"), o),
                std::invalid_argument);
   EXPECT_THROW(apply_config_file(write_config("unknown", R"({"fp16": {"enabled": true, "auto_cast": true}})"), o), std::invalid_argument);
-  TrainOptions pipeline = tiny_run("fp16");
-  pipeline.pipeline_stages = 2;
-  try {
-    run_training(pipeline);
-    FAIL() << "fp16 with --pp was accepted";
-  } catch (const std::invalid_argument& error) {
-    EXPECT_NE(std::string(error.what()).find("--precision fp16"), std::string::npos) << error.what();
-  }
 }
 
 }  // namespace

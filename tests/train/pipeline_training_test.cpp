@@ -1,8 +1,8 @@
-// Pipeline training in one process (every rank an executor with its own device, taking turns): each
-// schedule gives the per-step losses of one rank with the same global batch; every rank's measured
-// activation stash equals the simulator's prediction byte for byte; the split moves blocks when the
-// cost-balanced one does not fit --device-memory; ZeRO-Offload works on every rank; --checkpointing auto
-// and --init-from work per stage; bad setups fail with the fix.
+// Pipelines dry-run in one process (every rank of the grid on meta, one after the other, over groups that
+// move nothing): every rank's measured activation stash equals the simulator's prediction byte for byte;
+// the split moves blocks when the cost-balanced one does not fit --device-memory; --checkpointing auto
+// fits every stage; out of memory names the fix; bad setups fail with the fix. Losses with values (every
+// schedule, dropout, recompute, offload, --init-from, checkpoints) run under mpirun: cli/pipeline_test.sh.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -27,22 +27,9 @@ namespace {
 
 TrainOptions tiny_run(std::int64_t layers) { return testing::tiny_training(layers); }
 
-std::vector<double> losses(const nlohmann::json& summary) { return testing::step_losses(summary); }
-
-void expect_same_losses(const std::vector<double>& expected, const std::vector<double>& actual, double relative, const std::string& what) {
-  ASSERT_EQ(expected.size(), actual.size()) << what;
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_NEAR(actual[i], expected[i], relative * std::abs(expected[i])) << what << ", step " << i + 1;
-  }
-}
-
-// One rank, grad-accum m: the reference a pipeline of m micro-batches must match.
-std::vector<double> single_rank_losses(TrainOptions o, std::int64_t micro_batches) {
-  o.grad_accum = micro_batches;
-  return losses(run_training(o));
-}
-
+// A dry run of every rank of the pipeline on meta.
 nlohmann::json pipeline_run(TrainOptions o, std::int32_t stages, std::int64_t micro_batches, const std::string& schedule) {
+  o.device = "meta";
   o.pipeline_stages = stages;
   o.micro_batches = micro_batches;
   o.schedule = schedule;
@@ -68,29 +55,6 @@ TEST(PipelineTags, AreCheckedAgainstTheCommunicatorsLargestTag) {
   o.micro_batches = 600000000;
   o.device = "meta";
   EXPECT_THROW(run_training(o), std::invalid_argument);
-}
-
-TEST(PipelineTraining, EverySchedulesLossesEqualOneRank) {
-  const TrainOptions base = tiny_run(8);
-  for (const std::int32_t stages : {2, 4}) {
-    const std::int64_t micro_batches = 4;
-    const std::vector<double> expected = single_rank_losses(base, micro_batches);
-    for (const std::string schedule : {"gpipe", "1f1b", "1f1b-deep", "interleaved:2", "zb-h1"}) {
-      const nlohmann::json summary = pipeline_run(base, stages, micro_batches, schedule);
-      expect_same_losses(expected, losses(summary), 1e-5, schedule + " with --pp " + std::to_string(stages));
-      EXPECT_EQ(summary["ranks"].size(), static_cast<std::size_t>(stages));
-    }
-  }
-}
-
-TEST(PipelineTraining, DropoutAndRecomputeGiveTheSameLossesAsOneRank) {
-  TrainOptions o = tiny_run(4);
-  o.dropout = 0.1f;
-  o.checkpointing = "full";
-  const std::vector<double> expected = single_rank_losses(o, 3);
-  expect_same_losses(expected, losses(pipeline_run(o, 2, 3, "1f1b")), 1e-5, "1f1b with dropout and full recompute");
-  o.checkpointing = "selective";
-  expect_same_losses(expected, losses(pipeline_run(o, 4, 3, "gpipe")), 1e-5, "gpipe with dropout and selective recompute");
 }
 
 // GPipe keeps every micro-batch on every stage; early backward keeps min(m, p - s) on stage s
@@ -138,57 +102,23 @@ TEST(PipelineTraining, EveryRanksPredictedStashEqualsTheMeasuredOne) {
   }
 }
 
-TEST(PipelineTraining, DryRunOnMetaMeasuresTheSameStash) {
+// ZeRO-Offload on every rank: no gradient lives whole on the device, only a block's bucket at a time.
+TEST(PipelineTraining, OffloadedOptimizerKeepsNoWholeGradientOnAnyRank) {
   TrainOptions o = tiny_run(4);
-  o.steps = 1;
-  const nlohmann::json real = pipeline_run(o, 2, 4, "1f1b");
-  o.device = "meta";
-  const nlohmann::json dry = pipeline_run(o, 2, 4, "1f1b");
-  EXPECT_TRUE(std::isnan(dry["steps"][0]["loss"].get<double>()));
-  for (std::size_t rank = 0; rank < 2; ++rank) {
-    EXPECT_EQ(dry["ranks"][rank]["activation_stash"], real["ranks"][rank]["activation_stash"]);
-    EXPECT_EQ(dry["ranks"][rank]["peak_allocated"], real["ranks"][rank]["peak_allocated"]);
-  }
-}
-
-// ZeRO-Offload on every rank: each stage's gradients stream to its own host copy, the tied table's are
-// summed between host copies, and the losses stay one rank's (with or without offload).
-TEST(PipelineTraining, OffloadedOptimizerGivesTheSameLossesAsOneRank) {
-  TrainOptions o = tiny_run(4);
-  o.optimizer.grad_clip = 0.05;  // the clip scale depends on the global norm: every rank must see the same one
-  const std::vector<double> expected = single_rank_losses(o, 4);
   o.offload_optimizer = "cpu";
-  expect_same_losses(expected, single_rank_losses(o, 4), 1e-5, "one rank with offload");
   for (const std::string schedule : {"1f1b", "zb-h1", "interleaved:2"}) {
     const nlohmann::json summary = pipeline_run(o, 2, 4, schedule);
-    expect_same_losses(expected, losses(summary), 1e-5, schedule + " with --offload-optimizer cpu");
     for (const nlohmann::json& rank : summary["ranks"]) {
-      EXPECT_EQ(rank["optimizer"]["mode"], "cpu");
-      EXPECT_GT(rank["optimizer"]["gradient_bytes_to_host"].get<std::int64_t>(), 0);
-      // No gradient lives whole on the device: only one block's bucket at a time.
-      EXPECT_LT(rank["max_by_category"]["gradients"].get<std::int64_t>(), rank["max_by_category"]["parameters"].get<std::int64_t>());
+      EXPECT_LT(rank["max_by_category"]["gradients"].get<std::int64_t>(), rank["max_by_category"]["parameters"].get<std::int64_t>())
+          << schedule << " rank " << rank["rank"];
+      EXPECT_EQ(rank["max_by_category"]["optimizer_states"].get<std::int64_t>(), 0) << schedule << " rank " << rank["rank"];
     }
   }
-  o.offload_optimizer = "nvme";
-  o.nvme_path = ::testing::TempDir() + "/pipeline_nvme." + std::to_string(::getpid());
-  std::filesystem::remove_all(o.nvme_path);
-  const nlohmann::json summary = pipeline_run(o, 2, 4, "1f1b");
-  expect_same_losses(expected, losses(summary), 1e-5, "1f1b with --offload-optimizer nvme");
-  // Each rank keeps its state in its own directory (the state file goes when the run ends).
-  for (const std::string rank : {"rank-0", "rank-1"}) EXPECT_TRUE(std::filesystem::is_directory(std::filesystem::path(o.nvme_path) / rank)) << rank;
-  std::int64_t nvme_bytes = 0;
-  for (const nlohmann::json& rank : summary["ranks"]) {
-    EXPECT_GT(rank["nvme_bytes"].get<std::int64_t>(), 0);
-    nvme_bytes += rank["nvme_bytes"].get<std::int64_t>();
-  }
-  EXPECT_EQ(summary["memory"]["nvme_bytes"].get<std::int64_t>(), nvme_bytes);
-  EXPECT_GT(nvme_bytes, 0);
-  std::filesystem::remove_all(o.nvme_path);
 }
 
-// A stage that runs out of device memory mid-schedule, with activations still in the mailbox between
-// the in-process ranks: the error names the allocation, and every tensor goes back to its allocator
-// before the devices do (the sanitizer build catches a free into a destroyed allocator).
+// A stage that runs out of device memory mid-schedule: the error names the allocation and the rank, and
+// every tensor goes back to its allocator before the device does (the sanitizer build catches a free
+// into a destroyed allocator).
 TEST(PipelineTraining, OutOfMemoryMidScheduleIsReportedAndCleanedUp) {
   TrainOptions o = tiny_run(4);
   o.steps = 1;
@@ -200,6 +130,7 @@ TEST(PipelineTraining, OutOfMemoryMidScheduleIsReportedAndCleanedUp) {
     const std::string message = error.what();
     EXPECT_NE(message.find("out of memory"), std::string::npos) << message;
     EXPECT_NE(message.find("activations 'h."), std::string::npos) << message;
+    EXPECT_NE(message.find("out of device memory on rank 1 in step 1"), std::string::npos) << message;  // ranks dry-run last to first
   }
 }
 
@@ -208,7 +139,6 @@ TEST(PipelineTraining, OutOfMemoryMidScheduleIsReportedAndCleanedUp) {
 TEST(PipelineTraining, AutomaticRecomputeFitsEveryStage) {
   TrainOptions o = tiny_run(4);
   o.steps = 2;
-  const std::vector<double> expected = single_rank_losses(o, 16);
   o.checkpointing = "auto";
   o.device_memory = "2MiB";  // GPipe's 16 micro-batches need 4 MiB without recompute
   o.metrics = ::testing::TempDir() + "/pipeline_auto_metrics." + std::to_string(::getpid()) + ".jsonl";
@@ -224,7 +154,6 @@ TEST(PipelineTraining, AutomaticRecomputeFitsEveryStage) {
   EXPECT_NE(chosen, "auto");
   EXPECT_EQ(summary["run"]["checkpointing_requested"], "auto");
   for (const nlohmann::json& rank : summary["ranks"]) EXPECT_LE(rank["peak_reserved"].get<std::int64_t>(), std::int64_t{2} << 20);
-  expect_same_losses(expected, losses(summary), 1e-5, "gpipe with --checkpointing auto (" + chosen + ")");
   o.device_memory = "1MiB";
   try {
     pipeline_run(o, 2, 16, "gpipe");
@@ -234,40 +163,18 @@ TEST(PipelineTraining, AutomaticRecomputeFitsEveryStage) {
   }
 }
 
-// --init-from: each stage loads its own tensors from the whole model's file.
-TEST(PipelineTraining, InitFromLoadsEachStagesShareOfTheWeights) {
-  TrainOptions o = tiny_run(4);
-  const std::string path = ::testing::TempDir() + "/pipeline_init." + std::to_string(::getpid()) + ".safetensors";
-  {
-    auto device = create_device(DeviceOptions{});
-    const GptConfig config = resolve_model_config(o);
-    GptModel model(*device, config, DType::f32);
-    initialize_gpt_parameters(model.parameters(), config, 1234);  // not the run's --seed
-    save_gpt_parameters(path, model.parameters());
-  }
-  o.init_from = path;  // the shape comes from the file (and --heads)
-  o.layers.reset();
-  o.hidden.reset();
-  o.vocab.reset();
-  const std::vector<double> expected = single_rank_losses(o, 4);
-  expect_same_losses(expected, losses(pipeline_run(o, 4, 4, "1f1b")), 1e-5, "1f1b with --init-from");
-  EXPECT_NE(single_rank_losses(tiny_run(4), 4).front(), expected.front()) << "the file's weights were not used";
-  std::filesystem::remove(path);
-}
-
 // A large vocabulary: the LM head costs about ten blocks, so the cost-balanced split of 4 blocks is 3 + 1
-// and stage 0 stashes 16 micro-batches of 3 blocks (GPipe): 8 MiB reserved, over --device-memory 6MiB.
-// 2 + 2 fits both ranks in 6 MiB; the run takes it, trains as one rank does, and stays in the limit.
+// and stage 0 stashes 32 micro-batches of 3 blocks (GPipe): 10 MiB reserved, over --device-memory 8MiB.
+// 2 + 2 fits both ranks in 8 MiB; the run takes it and stays in the limit (its losses: cli.pipeline).
 TEST(PipelineTraining, ThePartitionMovesBlocksWhenTheCostBalancedSplitDoesNotFit) {
   TrainOptions o = tiny_run(4);
   o.vocab = 4096;
   o.steps = 2;
-  const std::vector<double> expected = single_rank_losses(o, 16);
-  o.device_memory = "6MiB";
+  o.device_memory = "8MiB";
   ::testing::internal::CaptureStdout();
-  const nlohmann::json summary = pipeline_run(o, 2, 16, "gpipe");
+  const nlohmann::json summary = pipeline_run(o, 2, 32, "gpipe");
   const std::string printed = ::testing::internal::GetCapturedStdout();
-  EXPECT_NE(printed.find("the cost-balanced split does not fit --device-memory 6.00 MiB; blocks moved for memory"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("the cost-balanced split does not fit --device-memory 8.00 MiB; blocks moved for memory"), std::string::npos) << printed;
   const nlohmann::json& choice = summary["pipeline"]["partition_choice"];
   EXPECT_EQ(choice["cost_balanced"], nlohmann::json::parse("[[0, 3], [3, 4]]"));
   EXPECT_EQ(summary["pipeline"]["partition"][0]["blocks"], nlohmann::json::parse("[0, 2]"));
@@ -275,36 +182,36 @@ TEST(PipelineTraining, ThePartitionMovesBlocksWhenTheCostBalancedSplitDoesNotFit
   EXPECT_EQ(choice["moved_for_memory"], true);
   EXPECT_EQ(choice["fits"], true);
   EXPECT_EQ(choice["splits_dry_run"], 2);
-  EXPECT_EQ(choice["rank_peak_reserved"], nlohmann::json::parse("[6291456, 6291456]"));
+  EXPECT_EQ(choice["rank_peak_reserved"], nlohmann::json::parse("[8388608, 8388608]"));
   for (const nlohmann::json& rank : summary["ranks"]) {
-    EXPECT_EQ(rank["peak_reserved"].get<std::int64_t>(), std::int64_t{6} << 20) << rank["rank"];  // the dry run's, exactly
+    EXPECT_EQ(rank["peak_reserved"].get<std::int64_t>(), std::int64_t{8} << 20) << rank["rank"];  // the dry run's, exactly
     EXPECT_EQ(rank["num_ooms"], 0);
   }
-  expect_same_losses(expected, losses(summary), 1e-5, "gpipe with blocks moved for memory");
 
   // Without --device-memory the split is by cost alone (no dry run); with room, the dry run keeps it.
   o.device_memory.clear();
-  const nlohmann::json by_cost = pipeline_run(o, 2, 16, "gpipe");
+  const nlohmann::json by_cost = pipeline_run(o, 2, 32, "gpipe");
   EXPECT_EQ(by_cost["pipeline"]["partition_choice"]["by"], "cost");
   EXPECT_EQ(by_cost["pipeline"]["partition"][0]["blocks"], nlohmann::json::parse("[0, 3]"));
-  o.device_memory = "8MiB";
-  const nlohmann::json roomy = pipeline_run(o, 2, 16, "gpipe");
+  o.device_memory = "10MiB";
+  const nlohmann::json roomy = pipeline_run(o, 2, 32, "gpipe");
   EXPECT_EQ(roomy["pipeline"]["partition_choice"]["moved_for_memory"], false);
   EXPECT_EQ(roomy["pipeline"]["partition_choice"]["splits_dry_run"], 1);
   EXPECT_EQ(roomy["pipeline"]["partition"][0]["blocks"], nlohmann::json::parse("[0, 3]"));
   EXPECT_EQ(roomy["pipeline"]["partition"][1]["blocks"], nlohmann::json::parse("[3, 4]"));
 
-  // 5 MiB: no split fits (3 + 1 and 2 + 2 need 6 MiB; 1 + 3 gives rank 1 more than 2 + 2 did): said, and
+  // 7 MiB: no split fits (3 + 1 and 2 + 2 need 8 MiB or more; 1 + 3 is ruled out by cost): said, and
   // the split whose fullest rank needs least runs out of memory.
-  o.device_memory = "5MiB";
+  o.device_memory = "7MiB";
   ::testing::internal::CaptureStdout();
-  EXPECT_THROW(pipeline_run(o, 2, 8, "gpipe"), std::exception);
+  EXPECT_THROW(pipeline_run(o, 2, 32, "gpipe"), std::exception);
   const std::string none = ::testing::internal::GetCapturedStdout();
-  EXPECT_NE(none.find("partition: no split fits --device-memory 5.00 MiB (2 dry-run, 1 ruled out)"), std::string::npos) << none;
+  EXPECT_NE(none.find("partition: no split fits --device-memory 7.00 MiB (2 dry-run, 1 ruled out)"), std::string::npos) << none;
 }
 
 TEST(PipelineTraining, BadSetupsNameTheFix) {
-  const TrainOptions o = tiny_run(2);
+  TrainOptions o = tiny_run(2);
+  o.device = "meta";
   auto message = [&](TrainOptions options) {
     try {
       run_training(options);

@@ -1,0 +1,77 @@
+#include <algorithm>
+
+#include "engine/train/checkpoint.h"
+#include "engine/train/pipeline_advice.h"
+#include "engine/train/rank_training.h"
+#include "engine/train/run_summary.h"
+#include "schedule/pipeline_schedule.h"
+
+namespace ferry {
+namespace {
+
+// The options of a dry run of `o` on meta: one step (past a resumed checkpoint's), no output, nothing
+// written, no limit.
+TrainOptions dry_run_options(const TrainOptions& o, const TrainingPlan& plan) {
+  TrainOptions dry = o;
+  dry.device = "meta";
+  dry.device_memory = "1024TiB";  // a dry run measures; it does not enforce a limit
+  dry.steps = o.resume.empty() ? 1 : read_trainer_state(o.resume).step + 1;
+  dry.exit_interval.reset();
+  dry.quiet = true;
+  dry.profile.clear();
+  dry.metrics.clear();
+  dry.save.clear();
+  dry.save_every = 0;
+  dry.eval_data.clear();
+  dry.eval_every = 0;
+  dry.dp = plan.grid.dp;
+  if (dry.offload_optimizer == "nvme") dry.offload_optimizer = "cpu";  // the same device memory, nothing written
+  dry.nvme_path.clear();
+  return dry;
+}
+
+}  // namespace
+
+nlohmann::json simulate_every_rank(const TrainOptions& o, const TrainingPlan& plan, const PipelineLayoutChoice* layout) {
+  nlohmann::json summary;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int rank = plan.grid.world() - 1; rank >= 0; --rank) {  // rank 0 last: its lines close the output
+    nlohmann::json rank_summary = train_on_grid(o, plan, ProcessGrid::dry_run(plan.grid, rank), layout);
+    ranks.insert(ranks.begin(), rank_summary["ranks"][0]);
+    if (rank == 0) summary = std::move(rank_summary);
+  }
+  merge_rank_entries(summary, std::move(ranks));
+  return summary;
+}
+
+namespace {
+
+// Each rank's peak reserved bytes in a dry run of `o` with `layout` (every rank computes the same).
+std::vector<std::int64_t> dry_run_rank_peaks(const TrainOptions& o, const TrainingPlan& plan, const PipelineLayout& layout) {
+  TrainOptions dry = dry_run_options(o, plan);
+  dry.checkpointing = layout.policy.name();
+  const TrainingPlan dry_plan = make_training_plan(dry, RankEnvironment{});
+  const PipelineLayoutChoice given{layout, nullptr};
+  const nlohmann::json summary = simulate_every_rank(dry, dry_plan, &given);
+  std::vector<std::int64_t> peaks;
+  for (const nlohmann::json& rank : summary["ranks"]) peaks.push_back(rank["peak_reserved"].get<std::int64_t>());
+  return peaks;
+}
+
+}  // namespace
+
+PipelineLayoutChoice choose_grid_layout(const TrainOptions& o, const TrainingPlan& plan, const RunShape& shape, bool prints) {
+  const std::int32_t stages = plan.grid.pp * pipeline_stages_per_rank(plan.pipeline_schedule);
+  return choose_pipeline_layout(o, PipelineShape{shape.config, shape.sequence, stages, plan.grid.pp}, prints,
+                                [&](const PipelineLayout& candidate) { return dry_run_rank_peaks(o, plan, candidate); });
+}
+
+MemoryAdvice advise_grid_memory(const TrainOptions& o, const TrainingPlan& plan, const RunShape& shape, std::size_t limit) {
+  return advise_pipeline_memory(o, shape.config.layers, limit, [&](const TrainOptions& variant) {
+    const PipelineLayoutChoice choice = choose_grid_layout(variant, plan, shape, false);
+    const std::vector<std::int64_t> peaks = dry_run_rank_peaks(variant, plan, choice.layout);
+    return *std::max_element(peaks.begin(), peaks.end());
+  });
+}
+
+}  // namespace ferry

@@ -1,0 +1,330 @@
+#include "engine/train/rank_training.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "allocator/allocator_errors.h"
+#include "allocator/byte_size.h"
+#include "engine/core/safetensors.h"
+#include "engine/report/model_state_report.h"
+#include "engine/train/checkpoint.h"
+#include "engine/train/data_parallel_optimizer.h"
+#include "engine/train/evaluation.h"
+#include "engine/train/learning_rate.h"
+#include "engine/train/memory_advice.h"
+#include "engine/train/metrics_file.h"
+#include "engine/train/model_config.h"
+#include "engine/train/pipeline_advice.h"
+#include "engine/train/pipeline_layout.h"
+#include "engine/train/pipeline_stage.h"
+#include "engine/train/progress.h"
+#include "engine/train/resume_checks.h"
+#include "engine/train/run_summary.h"
+#include "engine/train/stage_snapshots.h"
+#include "engine/train/token_data.h"
+#include "engine/train/training_plan.h"
+#include "engine/train/training_profile.h"
+#include "engine/train/training_setup.h"
+#include "engine/train/training_step.h"
+#include "models/gpt_model.h"
+#include "models/gpt_weights.h"
+#include "models/kernels/cpu/compute_threads.h"
+
+namespace ferry {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ZeRO-Offload's settings for this rank: with several ranks each keeps its NVMe state in a directory of
+// its own (nvme_path/rank-R), as DeepSpeed's ranks do.
+offload::ZeroOffloadSettings rank_offload_settings(const TrainOptions& o, const ProcessGrid& grid) {
+  offload::ZeroOffloadSettings settings = offload_settings(o);
+  if (grid.shape().world() > 1 && !settings.nvme_path.empty()) settings.nvme_path += "/rank-" + std::to_string(grid.rank());
+  if (o.threads == 0) settings.adam.threads = cpu::compute_threads();
+  return settings;
+}
+
+nlohmann::json step_entry(std::int64_t step, const StepResult& result, double throughput, double learning_rate, double seconds, bool scaled) {
+  nlohmann::json entry = {{"step", step}, {"loss", result.loss}, {"tokens_per_second", throughput}, {"lr", learning_rate},
+                          {"grad_norm", std::isfinite(result.gradient_norm) ? nlohmann::json(result.gradient_norm) : nlohmann::json(nullptr)},
+                          {"seconds", seconds}};
+  if (scaled) {
+    entry["loss_scale"] = result.loss_scale;
+    entry["skipped"] = result.skipped;
+  }
+  return entry;
+}
+
+}  // namespace
+
+RunShape run_shape(const TrainOptions& o) {
+  RunShape shape{o.resume.empty() ? resolve_model_config(o) : read_checkpoint_config(o.resume), 0};
+  if (!o.resume.empty()) check_shape_flags_against_checkpoint(o, shape.config);
+  shape.sequence = o.seq.value_or(shape.config.max_sequence);
+  if (shape.sequence > shape.config.max_sequence) {
+    throw std::invalid_argument("--seq " + std::to_string(shape.sequence) + " exceeds the model's " + std::to_string(shape.config.max_sequence) +
+                                " positions");
+  }
+  return shape;
+}
+
+// One rank of the grid trains: every rank of every grid runs this same loop (one rank, dp ranks,
+// pipeline ranks, each simulated on meta). `layout`: a pipeline's, chosen once for a dry run of every
+// rank (null: chosen here).
+nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, const ProcessGrid& grid, const PipelineLayoutChoice* layout) {
+  const bool speaks = grid.rank() == 0 && !o.quiet;  // rank 0 prints
+  const bool pipelined = plan.grid.pp > 1;
+  cpu::set_compute_threads(o.threads > 0 || plan.world == 1 ? o.threads
+                                                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / plan.world));
+  const DType dtype = plan.precision;
+  const RunShape shape = run_shape(o);
+  const GptConfig& config = shape.config;
+  const std::int64_t sequence = shape.sequence;
+  const std::optional<TrainerState> saved = o.resume.empty() ? std::nullopt : std::optional(read_trainer_state(o.resume));
+  const OptimizerSettings hyper = saved ? resolve_resumed_settings(o.optimizer, saved->optimizer, o.resume)
+                                        : resolve_new_run_settings(o.optimizer, o.steps);
+
+  const std::unique_ptr<Device> device = make_training_device(o.device, o.device_memory);
+  if (!device->has_storage() && !o.save.empty()) {
+    throw std::invalid_argument("--device meta is a dry run without values: it cannot --save (--init-from and --resume give it the shape)");
+  }
+  const TokenDataset data = open_training_data(o.data);
+  check_vocabulary(data, config);
+  DataLoader loader(data, o.batch, sequence, o.shuffle, o.seed);
+  const std::optional<TokenDataset> eval_data = o.eval_data.empty() ? std::nullopt : std::optional(TokenDataset::open(o.eval_data));
+  if (eval_data) {
+    check_vocabulary(*eval_data, config);
+    DataLoader(*eval_data, o.batch, sequence, false, 0);  // refuses data shorter than one micro-batch, before training
+  }
+  MetricsFile metrics(grid.rank() == 0 ? o.metrics : std::string());  // rank 0's lines; the loss is the job's already
+
+  const GptDropout dropout{o.dropout, o.dropout, o.dropout};
+  const StepSettings settings{o.batch, sequence, plan.micro_batches, o.seed, hyper.grad_clip, plan.data_parallel() ? &grid.dp() : nullptr};
+  RecomputePolicy policy = RecomputePolicy::parse(o.checkpointing);
+  const bool offloaded = plan.offload_optimizer != "none";
+  DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, AllocatorConfig::from_environment(),
+                            offloaded, device->kind() == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu,
+                            plan.reduce_bucket_elements, o.weight_copy_elements,
+                            {grid.dp().rank(), grid.dp().size(), plan.zero_stage, plan.allgather_bucket_elements, plan.overlap_comm}};
+  if (speaks) {
+    for (const std::string& note : run_notes(o, plan.grid.dp)) std::printf("  note: %s\n", note.c_str());
+    for (const std::string& note : plan.notes) std::printf("  note: %s\n", note.c_str());
+  }
+  // A pipeline: the schedule, and the split of the blocks with the recompute policy (by dry runs of
+  // every rank when a memory limit or --checkpointing auto asks for them).
+  std::optional<PipelineSchedulePlan> schedule;
+  std::optional<PipelineLayoutChoice> chosen;
+  if (pipelined) {
+    schedule = plan_pipeline_schedule(plan.pipeline_schedule, plan.grid.pp, static_cast<std::int32_t>(plan.micro_batches), grid.pp().max_tag());
+    chosen = layout != nullptr ? *layout : choose_grid_layout(o, plan, shape, speaks);
+    policy = chosen->layout.policy;
+  } else if (policy.kind == RecomputeKind::automatic) {
+    const PolicyChoice choice = choose_recompute_policy(dry_run_setup, device->memory_limit());
+    if (!choice.fits) {
+      throw std::invalid_argument("--checkpointing auto: no recompute policy fits --device-memory " + format_bytes(device->memory_limit()) +
+                                  "; the smallest, " + choice.policy.name() + ", needs " +
+                                  format_bytes(static_cast<std::size_t>(choice.dry_run.peak_reserved)) +
+                                  " (raise --device-memory, lower --batch or --seq)");
+    }
+    policy = choice.policy;
+    if (speaks) std::printf("  checkpointing auto: %s (dry run: peak reserved %s of %s)\n", policy.name().c_str(),
+                format_bytes(static_cast<std::size_t>(choice.dry_run.peak_reserved)).c_str(), format_bytes(device->memory_limit()).c_str());
+  }
+  dry_run_setup.policy = policy;
+  const std::vector<ActivationKeep> keeps = activation_keeps(policy, config.layers);
+  std::optional<LossScaler> scaler;  // fp16: the backward runs on the scaled loss
+  if (dtype == DType::f16) scaler.emplace(hyper.loss_scaling);
+  // Each rank of a grid profiles into a directory of its own.
+  const std::string rank_directory = plan.grid.world() == 1 ? std::string() : "/rank-" + std::to_string(grid.rank());
+  TrainingProfile profile(*device, o.profile.empty() ? o.profile : o.profile + rank_directory, ProfileSteps::parse(o.profile_steps),
+                          {{"command", "train"}, {"model", config.name}, {"parameters", config.parameter_count()}, {"grid", plan.to_json()},
+                           {"rank", grid.rank()}, {"device", std::string(device_kind_name(device->kind()))}, {"precision", o.precision},
+                           {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", plan.micro_batches}, {"checkpointing", policy.name()}},
+                          std::string(TrainingProfile::kFailureDirectory) + rank_directory);
+  ProgressPrinter progress(speaks ? stdout : nullptr, speaks && plan.world == 1 && is_terminal(stdout), o.log_every);
+  nlohmann::json steps = nlohmann::json::array();
+  std::vector<double> throughputs;
+  std::vector<double> step_seconds;
+  const double tokens_per_step = static_cast<double>(plan.global_batch() * sequence);  // over every dp rank
+  double last_loss = std::nan("");
+  std::optional<double> last_eval_loss;
+  nlohmann::json optimizer_description = nlohmann::json::object();
+  nlohmann::json stage_description = nlohmann::json::object();
+  std::int64_t first_step = 0;
+  std::int64_t last_step = o.steps;
+  std::int64_t current_step = 0;  // 0 while the model is built
+  std::int64_t held_parameters = config.parameter_count();  // a pipeline rank holds its stages' share
+  try {
+    GptModel model(*device, config, dtype, dropout, offloaded || plan.data_parallel() ? GradientStorage::streamed : GradientStorage::whole,
+                   pipelined ? pipeline_rank_part(schedule->schedule, grid.pp().rank(), chosen->layout.stage_blocks, config.layers) : GptModelPart{});
+    held_parameters = 0;
+    for (const NamedTensor& parameter : model.parameters().named()) held_parameters += parameter.tensor->numel();
+    model.set_loss_chunk(o.loss_chunk);
+    model.set_gradient_bucket_elements(dry_run_setup.gradient_bucket_elements);
+    model.set_weight_copy_elements(dry_run_setup.weight_copy_elements);
+    if (!o.init_from.empty() && o.resume.empty()) {
+      if (device->has_storage()) load_gpt_parameters(SafetensorsFile(o.init_from), model.parameters());  // meta: the shape only
+    } else {
+      initialize_gpt_parameters(model.parameters(), config, o.seed);
+    }
+    const std::unique_ptr<TrainingOptimizer> optimizer =
+        plan.data_parallel()       ? make_data_parallel_optimizer(model, hyper.adamw(), grid.dp(),
+                                                                  {plan.zero_stage, plan.reduce_bucket_elements, plan.allgather_bucket_elements,
+                                                                   plan.overlap_comm},
+                                                                  offloaded ? std::optional(rank_offload_settings(o, grid)) : std::nullopt)
+        : !offloaded               ? make_device_optimizer(model, hyper.adamw())
+        : device->has_storage()    ? make_offload_optimizer(model, hyper.adamw(), rank_offload_settings(o, grid))
+                                   : make_discarding_optimizer(model);
+    std::optional<PipelineStage> stage;
+    if (pipelined) stage.emplace(model, grid.pp(), *schedule, chosen->layout.stage_blocks, settings, keeps);
+
+    const nlohmann::json contract = resume_contract(o, plan, sequence, data);
+    if (saved) {
+      check_resume_contract(saved->run, contract, o.resume);
+      if (saved->step > o.steps) {
+        throw std::invalid_argument("--resume '" + o.resume + "' is at step " + std::to_string(saved->step) + ", beyond --steps " +
+                                    std::to_string(o.steps) + " (--steps counts total steps)");
+      }
+      if (device->has_storage()) load_checkpoint(o.resume, model, *optimizer);  // meta: the shape and the state only
+      first_step = saved->step;
+      loader.set_position(saved->data_position);
+      if (scaler) {
+        if (!saved->loss_scaler) throw CheckpointError("checkpoint '" + o.resume + "' of an fp16 run has no loss_scaler state");
+        scaler->restore(*saved->loss_scaler);
+      }
+    }
+    last_step = stopping_step(o, first_step);
+    // Every dp rank gives its share of the optimizer state to its replica's dp rank 0, every pipeline
+    // stage its snapshot to rank 0, which writes the one checkpoint.
+    auto save = [&](std::int64_t steps_done) {
+      TrainerState state;
+      state.step = steps_done;
+      state.data_position = loader.position();
+      state.seed = o.seed;
+      state.run = contract;
+      state.run["data_name"] = data.name();  // for people; the data's identity is what a resume checks
+      state.optimizer = hyper;
+      if (scaler) state.loss_scaler = scaler->state();
+      state.run["grid"] = plan.to_json();  // for people: a checkpoint resumes at any grid
+      OptimizerSnapshot snapshot = optimizer->snapshot();
+      if (grid.dp().rank() == 0) {
+        if (pipelined) snapshot = gather_stage_snapshots(grid.pp(), std::move(snapshot));
+        if (grid.rank() == 0) save_checkpoint(o.save, config, snapshot, state);
+        grid.pp().barrier();
+      }
+      grid.dp().barrier();
+    };
+
+    if (speaks) {
+      std::printf("ferry train: %s (%lld layers, hidden %lld, %lld heads, vocab %lld), %s parameters, %s on %s, grid %s\n", config.name.c_str(),
+                  static_cast<long long>(config.layers), static_cast<long long>(config.hidden), static_cast<long long>(config.heads),
+                  static_cast<long long>(config.vocab), std::to_string(config.parameter_count()).c_str(), o.precision.c_str(),
+                  device->name().c_str(), plan.grid.text().c_str());
+      std::printf("  data %s (%s, %lld tokens), batch %lld x seq %lld x grad-accum %lld, steps %lld..%lld, %d threads, BLAS kernels %s\n",
+                  data.name().c_str(), data.format().c_str(), static_cast<long long>(data.size()), static_cast<long long>(o.batch),
+                  static_cast<long long>(sequence), static_cast<long long>(plan.micro_batches), static_cast<long long>(first_step + 1),
+                  static_cast<long long>(last_step), cpu::compute_threads(), cpu::blas_core_name().c_str());
+      if (pipelined) {
+        std::printf("  pipeline: %s schedule, %d stages on %d ranks\n", schedule->name.c_str(), schedule->schedule.stages, plan.grid.pp);
+        print_pipeline_stages(*schedule, chosen->layout.stage_blocks);
+      }
+      std::fflush(stdout);
+    }
+
+    for (std::int64_t step = first_step; step < last_step; ++step) {
+      const auto start = Clock::now();
+      const double learning_rate = hyper.schedule.at(step);
+      current_step = step + 1;
+      profile.begin_step(step + 1);
+      StepResult result;
+      {
+        const OpScope op(*device, "step", "step " + std::to_string(step + 1));
+        result = stage ? stage->run_step(*optimizer, loader, step, learning_rate, scaler ? &*scaler : nullptr)
+                       : run_training_step(*device, model, *optimizer, loader, settings, step, learning_rate, keeps, scaler ? &*scaler : nullptr);
+      }
+      profile.end_step(step + 1);
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      const double throughput = tokens_per_step / seconds;
+      step_seconds.push_back(seconds);
+      if (step > first_step) throughputs.push_back(throughput);
+      last_loss = result.loss;
+      steps.push_back(step_entry(step + 1, result, throughput, learning_rate, seconds, scaler.has_value()));
+      std::optional<double> eval_loss;
+      if (eval_data && ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || step + 1 == last_step)) {
+        const OpScope op(*device, "eval", "eval after step " + std::to_string(step + 1));
+        eval_loss = evaluate_loss(*device, model, *eval_data, o.batch, sequence, o.eval_batches).loss;
+        steps.back()["eval_loss"] = *eval_loss;
+        last_eval_loss = *eval_loss;
+      }
+      metrics.append(steps.back(), *device);
+      const double typical = median(step_seconds);
+      progress.update(StepProgress{step + 1, last_step, result.loss, throughput, learning_rate, result.gradient_norm,
+                                   device->allocator().statistics().allocated_bytes.all().peak,
+                                   typical * static_cast<double>(last_step - step - 1), !device->has_storage(), eval_loss});
+      if (o.save_every > 0 && (step + 1) % o.save_every == 0 && step + 1 < last_step) save(step + 1);
+    }
+    progress.finish();
+    profile.finish();
+    optimizer_description = optimizer->describe();
+    if (stage) stage_description = stage->describe();
+    if (speaks && last_step < o.steps) std::printf("  stopped after step %lld (--exit-interval %lld)\n", static_cast<long long>(last_step),
+                                         static_cast<long long>(*o.exit_interval));
+    if (!o.save.empty()) {
+      save(std::max(first_step, last_step));
+      if (speaks) std::printf("  saved checkpoint %s\n", o.save.c_str());
+    }
+  } catch (const OutOfMemoryError& error) {
+    progress.finish();
+    const std::string directory = profile.save_failure(error.what());
+    const std::size_t limit = device->memory_limit();
+    TrainOptions current = o;
+    current.checkpointing = policy.name();  // alternatives against the configuration that ran
+    const MemoryAdvice advice = pipelined ? advise_grid_memory(current, plan, shape, limit) : advise_memory(dry_run_setup, limit);
+    throw std::runtime_error("out of device memory" + (plan.grid.world() > 1 ? " on rank " + std::to_string(grid.rank()) : std::string()) +
+                             (current_step == 0 ? std::string(" while building the model and optimizer")
+                                                : " in step " + std::to_string(current_step)) +
+                             ": " + error.what() + "\n" + describe_memory_advice(advice, limit) +
+                             "\nthe memory profile up to the failure is in " + directory + ": run `ferry report " + directory + "`");
+  }
+
+  nlohmann::json summary = {
+      {"command", "train"},
+      {"model", model_summary(config)},
+      {"run", {{"device", std::string(device_kind_name(device->kind()))}, {"device_memory_limit", device->memory_limit()},
+               {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", plan.micro_batches},
+               {"steps", o.steps}, {"first_step", first_step + 1}, {"checkpointing", policy.name()}, {"checkpointing_requested", o.checkpointing},
+               {"loss_chunk", o.loss_chunk},
+               {"offload_optimizer", plan.offload_optimizer}, {"data", data.name()}, {"shuffle", o.shuffle}, {"seed", o.seed},
+               {"last_step", last_step}, {"lr", hyper.schedule.peak}, {"lr_schedule", learning_rate_kind_name(hyper.schedule.kind)},
+               {"optimizer_settings", hyper.to_json()}, {"threads", cpu::compute_threads()}, {"blas_kernels", cpu::blas_core_name()},
+               {"dry_run", !device->has_storage()}}},
+      {"steps", steps},
+      {"final_loss", steps.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_loss)},
+      {"tokens_per_second", median(throughputs)},
+      {"memory", memory_summary(*device, optimizer_description)},
+      {"optimizer", optimizer_description},
+      {"model_states", model_state_report(device->allocator().statistics(), held_parameters, dtype, offloaded,
+                                             plan.zero_stage, plan.grid.dp)},
+  };
+  if (scaler) summary["loss_scaling"] = scaler->describe();
+  if (eval_data) {
+    summary["eval"] = {{"data", eval_data->name()}, {"every", o.eval_every}, {"batches", o.eval_batches}};
+    summary["final_eval_loss"] = last_eval_loss ? nlohmann::json(*last_eval_loss) : nlohmann::json(nullptr);
+  }
+  if (throughputs.empty() && !step_seconds.empty()) summary["tokens_per_second"] = tokens_per_step / step_seconds.front();
+  if (!device->has_storage()) summary["tokens_per_second"] = nullptr;  // a dry run computes nothing: no rate to report
+  summary["grid"] = plan.to_json();
+  if (pipelined) summary["pipeline"] = pipeline_summary(*schedule, chosen->layout.stage_blocks, chosen->partition, plan.world);
+  nlohmann::json entry = rank_entry(grid, *device, optimizer_description, last_step - first_step);
+  entry.update(stage_description);
+  summary["ranks"] = nlohmann::json::array({entry});
+  if (!o.profile.empty()) summary["profile"] = plan.grid.world() == 1 ? profile.written() : o.profile;
+  return summary;
+}
+
+}  // namespace ferry

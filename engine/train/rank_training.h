@@ -1,0 +1,42 @@
+// One rank of a training grid: the loop every rank of every grid runs (one rank, dp ranks, pipeline
+// ranks, each also simulated on meta), and the dry runs of a whole grid in one process that choose a
+// pipeline's split and advise what would fit after an out-of-memory error.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/grid/process_grid.h"
+#include "engine/train/memory_advice.h"
+#include "engine/train/pipeline_layout.h"
+#include "engine/train/train_options.h"
+#include "engine/train/training_plan.h"
+#include "models/gpt_config.h"
+
+namespace ferry {
+
+// The model's shape (from the checkpoint when resuming) and the sequence length the run trains at.
+struct RunShape {
+  GptConfig config;
+  std::int64_t sequence = 0;
+};
+RunShape run_shape(const TrainOptions& o);
+
+// Trains this rank of `grid`; returns its summary with `ranks` holding its own entry. `layout`: a
+// pipeline's, chosen once for a dry run of every rank (null: chosen here, the same on every rank).
+nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, const ProcessGrid& grid, const PipelineLayoutChoice* layout);
+
+// Every rank of `plan`'s grid, one after the other in this process on meta (their groups move
+// nothing): rank 0's summary with every rank's entry, the memory the fullest rank's.
+nlohmann::json simulate_every_rank(const TrainOptions& o, const TrainingPlan& plan, const PipelineLayoutChoice* layout);
+
+// A pipeline's recompute policy and split of the blocks into stages (pipeline_layout.h), by dry runs of
+// every rank when --device-memory or --checkpointing auto asks for them.
+PipelineLayoutChoice choose_grid_layout(const TrainOptions& o, const TrainingPlan& plan, const RunShape& shape, bool prints);
+
+// What would let a pipeline that ran out of memory fit: each alternative measured by its fullest rank.
+MemoryAdvice advise_grid_memory(const TrainOptions& o, const TrainingPlan& plan, const RunShape& shape, std::size_t limit);
+
+}  // namespace ferry
