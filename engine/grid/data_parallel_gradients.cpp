@@ -79,6 +79,28 @@ void DataParallelGradients::begin_micro_batch(bool last) {
   for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) pending_[bucket] = buckets_[bucket].last - buckets_[bucket].first + 1;
 }
 
+void DataParallelGradients::accumulate_whole_step() {
+  if (zero_stage_ == 2) {
+    throw std::logic_error("ZeRO stage 2 reduces every micro-batch's buckets as backward fills them; it cannot hold a whole step's");
+  }
+  begin_micro_batch(false);
+}
+
+void DataParallelGradients::reduce_accumulated() {
+  if (zero_stage_ == 2 || reducing_) throw std::logic_error("reduce_accumulated() without accumulate_whole_step()");
+  reducing_ = true;
+  for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
+    pending_[bucket] = 0;
+    launch(bucket);
+  }
+}
+
+Tensor DataParallelGradients::accumulated_gradient(std::size_t index) const {
+  if (zero_stage_ == 2 || reducing_) throw std::logic_error("a parameter's accumulated gradient is kept only while a whole step accumulates");
+  const FlatRange parameter = layout_.parameter(position_of(index));
+  return full_.narrow(0, parameter.begin, parameter.size());
+}
+
 Tensor DataParallelGradients::target(std::size_t position, std::int64_t offset, std::int64_t count) {
   const FlatRange parameter = layout_.parameter(position);
   if (offset < 0 || count < 0 || offset + count > parameter.size()) {

@@ -50,6 +50,14 @@ class DataParallelGradients final : public GradientSink {
   void begin_step();
   // Before each micro-batch's backward: stages 0 and 1 reduce during the step's last one only.
   void begin_micro_batch(bool last);
+  // Stages 0 and 1 in a pipeline, after begin_step(): the step's micro-batches only accumulate (a
+  // schedule interleaves their backwards, so none is "the last"); reduce_accumulated() then starts every
+  // bucket's reduction at once, after the pipeline has summed the tied table into the accumulated sums.
+  void accumulate_whole_step();
+  void reduce_accumulated();
+  // The accumulated, not yet reduced, f32 gradient of model parameter `index` (accumulate_whole_step()
+  // only, before reduce_accumulated()).
+  Tensor accumulated_gradient(std::size_t index) const;
   // Waits for every reduction; then owned_gradients() holds the dp-averaged gradients of owned().
   void finish_step();
   // Seconds this step spent blocked waiting for reductions (the part of the communication backward did

@@ -50,14 +50,17 @@ Tensor PartitionedAdamW::parameter_view(const Segment& segment) const {
   return flat_view(*parameters_[segment.position].tensor, segment.offset, segment.range.size());
 }
 
-double PartitionedAdamW::gradient_sum_of_squares() {
+double PartitionedAdamW::gradient_sum_of_squares(std::optional<std::size_t> excluded) {
   Device& device = gradients_.owned_gradients().device();
   double sum = 0;
   if (device.has_storage()) {
     const OpScope op(device, "optimizer", "gradient_norm");
-    const Tensor owned = gradients_.owned_gradients();
-    const ops::DeviceValues values{owned.data_as<float>(), owned.numel()};
-    sum = ops::kernel_backend(device).sum_of_squares({&values, 1});
+    std::vector<ops::DeviceValues> values;  // the owned piece of every parameter but `excluded`
+    for (std::size_t position = 0; position < parameters_.size(); ++position) {
+      if (excluded && parameters_[position].index == *excluded) continue;
+      if (const auto piece = gradients_.owned_piece(position)) values.push_back({piece->gradient.data_as<float>(), piece->gradient.numel()});
+    }
+    sum = ops::kernel_backend(device).sum_of_squares(values);
   }
   // Stage 0: every rank holds every averaged gradient; stages 1 and 2 add their partitions' sums.
   if (gradients_.zero_stage() > 0) dp_.all_reduce(&sum, 1, CommDataType::f64, ReduceOperation::sum);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "engine/comm/communicator.h"
@@ -23,8 +24,9 @@ class PartitionedAdamW {
                    const AdamWHyperparameters& hyperparameters, std::int64_t allgather_bucket_elements);
 
   // The sum of squares of the averaged gradients over the whole model (every rank gets the same; inf or
-  // NaN when any rank's share overflowed). Call after gradients.finish_step().
-  double gradient_sum_of_squares();
+  // NaN when any rank's share overflowed), leaving out model parameter `excluded` (NamedTensor::index: a
+  // pipeline stage's duplicate of the tied table) when given. Call after gradients.finish_step().
+  double gradient_sum_of_squares(std::optional<std::size_t> excluded = std::nullopt);
   // One AdamW update of this rank's share, then the parameters gathered from every rank.
   void step(float learning_rate, float gradient_scale);
   std::int64_t steps_taken() const { return steps_; }

@@ -30,8 +30,15 @@ class DataParallelBase : public TrainingOptimizer {
   DataParallelBase& operator=(const DataParallelBase&) = delete;
 
   void begin_micro_batch(bool last) override { gradients_.begin_micro_batch(last); }
-  std::span<float> host_gradient(std::size_t) override {
-    throw std::logic_error("data parallelism with pipeline stages is not built yet: no whole host gradients");
+  void accumulate_whole_step() override {
+    gradients_.accumulate_whole_step();
+    whole_step_ = true;
+  }
+  // A pipeline stage's accumulated gradient, before the step's reductions (the tied table's sum).
+  std::span<float> host_gradient(std::size_t index) override {
+    if (!whole_step_) throw std::logic_error("a data-parallel rank's gradient is host-addressable only while a pipeline step accumulates");
+    const Tensor gradient = gradients_.accumulated_gradient(index);
+    return {gradient.data_as<float>(), static_cast<std::size_t>(gradient.numel())};
   }
   nlohmann::json describe() const override {
     nlohmann::json description = {{"zero_stage", settings_.zero_stage}, {"dp", dp_.size()},
@@ -42,12 +49,19 @@ class DataParallelBase : public TrainingOptimizer {
 
  protected:
   void reject_excluded(std::optional<std::size_t> excluded) const {
-    if (excluded) throw std::logic_error("data parallelism with pipeline stages is not built yet");
+    if (excluded) throw std::logic_error("ZeRO-Offload on a data-parallel pipeline stage is not built yet");
+  }
+  // The step's reductions: those a pipeline step held back start now; then every one is waited for.
+  void finish_reductions() {
+    if (whole_step_) gradients_.reduce_accumulated();
+    whole_step_ = false;
+    gradients_.finish_step();
   }
   GptModel& model_;
   Communicator& dp_;
   DataParallelSettings settings_;
   DataParallelGradients gradients_;
+  bool whole_step_ = false;  // a pipeline step: the micro-batches accumulate, reductions wait for end_backward
 };
 
 // AdamW on the device over the rank's share (PartitionedAdamW).
@@ -59,10 +73,9 @@ class DataParallelAdamW final : public DataParallelBase {
 
   std::string mode() const override { return "none"; }
   void begin_step() override { gradients_.begin_step(); }
-  void end_backward() override { gradients_.finish_step(); }
+  void end_backward() override { finish_reductions(); }
   double unchecked_gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
-    reject_excluded(excluded);
-    return adam_.gradient_sum_of_squares();
+    return adam_.gradient_sum_of_squares(excluded);
   }
   void step(float learning_rate, float gradient_scale) override { adam_.step(learning_rate, gradient_scale); }
   std::int64_t steps_taken() const override { return adam_.steps_taken(); }
@@ -109,7 +122,7 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
     optimizer_.begin_step();
   }
   void end_backward() override {
-    gradients_.finish_step();
+    finish_reductions();
     if (settings_.zero_stage == 2) return;  // the pieces went to the host as they landed
     std::size_t index = 0;
     for (std::size_t position = 0; position < gradients_.layout().parameter_count(); ++position) {
@@ -201,7 +214,7 @@ class DryRunOffloadedDataParallel final : public DataParallelBase {
   }
   std::string mode() const override { return "dry run"; }
   void begin_step() override { gradients_.begin_step(); }
-  void end_backward() override { gradients_.finish_step(); }
+  void end_backward() override { finish_reductions(); }
   double unchecked_gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
     reject_excluded(excluded);
     double sum = 0;

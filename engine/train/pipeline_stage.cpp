@@ -56,7 +56,7 @@ StepResult PipelineStage::run_step(TrainingOptimizer& optimizer, DataLoader& loa
     MicroBatchTokens& into = global / settings_.grad_accum == rank ? tokens_[static_cast<std::size_t>(global % settings_.grad_accum)] : skipped;
     loader.next(into.inputs, into.targets);
   }
-  return run_pipeline_step(executor_, optimizer, pipeline_, tokens_, PipelineStepSettings{step, learning_rate, settings_.grad_clip}, scaler);
+  return run_pipeline_step(executor_, optimizer, pipeline_, tokens_, PipelineStepSettings{step, learning_rate, settings_.grad_clip, settings_.data_parallel}, scaler);
 }
 
 nlohmann::json PipelineStage::describe() const {

@@ -79,16 +79,22 @@ StepResult run_pipeline_step(PipelineRankExecutor& executor, TrainingOptimizer& 
   StepResult result;
   result.loss_scale = scaler != nullptr ? scaler->scale() : 1.0;
   optimizer.begin_step();
+  optimizer.accumulate_whole_step();
   executor.begin_step(settings.step, micro_batches, result.loss_scale);
   if (!executor.run()) throw std::logic_error("a pipeline rank stopped before the end of its actions at " + executor.waiting_at());
   executor.finish_step();
   const PipelineSchedule& schedule = *executor.setup().schedule;
   const bool values = has_values(executor);
+  // Within each data-parallel replica, the first and last stages' tied-table gradients are summed; then
+  // each stage's dp group reduces its own (DeepSpeed's order: tied gradients, then data parallelism).
   sum_tied_gradient(executor, optimizer, communicator, tied_gradient_tag(schedule.stages, schedule.micro_batches));
+  optimizer.end_backward();
   // Every rank learns the loss (held by the last stage) and whether any gradient overflowed (fp16).
   double sums[2] = {gradient_sum_of_squares(executor, optimizer, scaler != nullptr), executor.loss_sum()};
   communicator.all_reduce(sums, 2, CommDataType::f64, ReduceOperation::sum);
-  result.loss = values ? sums[1] / static_cast<double>(schedule.micro_batches) : std::nan("");
+  result.loss = sums[1] / static_cast<double>(schedule.micro_batches);
+  if (settings.data_parallel != nullptr) settings.data_parallel->all_reduce(&result.loss, 1, CommDataType::f64, ReduceOperation::average);
+  if (!values) result.loss = std::nan("");  // a dry run computes no values
   check_loss(result, values, scaler, settings.step);
   return apply_optimizer_update(optimizer, result, sums[0], scaler, settings.step, settings.learning_rate, settings.grad_clip);
 }

@@ -16,6 +16,8 @@ struct PipelineStepSettings {
   std::int64_t step = 0;
   double learning_rate = 0;
   double grad_clip = 0;
+  // A dp x pp grid: this stage's data-parallel group (the loss is averaged over it); null: dp 1.
+  Communicator* data_parallel = nullptr;
 };
 
 // This process is one rank of the pipeline; the others are reached through `communicator`.

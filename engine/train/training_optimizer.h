@@ -59,6 +59,9 @@ class TrainingOptimizer {
   // after the step's last backward (waits for the gradients' reductions).
   virtual void begin_micro_batch(bool last) { (void)last; }
   virtual void end_backward() {}
+  // A pipeline step (instead of begin_micro_batch): its schedule interleaves the micro-batches'
+  // backwards, so gradients accumulate for the whole step and end_backward() reduces them.
+  virtual void accumulate_whole_step() {}
   // The sum of squares (f64) of the step's gradients, leaving out the model's parameter `excluded`
   // (NamedTensor::index; a pipeline stage's duplicate of the tied token table) when given; inf or NaN
   // when a gradient is (an fp16 overflow, which loss scaling skips).

@@ -157,9 +157,14 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   if (o.overlap_comm && plan.grid.dp == 1) {
     plan.notes.push_back("zero_optimization.overlap_comm has no effect on one data-parallel rank: there are no gradient reductions to overlap");
   }
-  if (plan.data_parallel() && o.pipeline_stages > 1) {
-    throw std::invalid_argument("--pp " + number(o.pipeline_stages) + " with data parallelism (dp " + number(plan.grid.dp) +
-                                ") is not built yet: run the pipeline with dp 1");
+  if (plan.data_parallel() && plan.grid.pp > 1 && o.zero_stage == 2) {
+    throw std::invalid_argument("--zero-stage 2 with --pp " + number(plan.grid.pp) + " (dp " + number(plan.grid.dp) + "): stage 2 reduces each "
+                                "micro-batch's gradients as its backward completes, and a pipeline schedule interleaves the micro-batches' "
+                                "backwards (DeepSpeed refuses it too); use --zero-stage 1 with pipelines");
+  }
+  if (plan.data_parallel() && plan.grid.pp > 1 && o.offload_optimizer != "none") {
+    throw std::invalid_argument("--offload-optimizer " + o.offload_optimizer + " on a dp x pp grid (dp " + number(plan.grid.dp) + ", --pp " +
+                                number(plan.grid.pp) + ") is not built yet: offload with dp 1 pipelines or with data parallelism alone");
   }
   if (o.train_batch_size && *o.train_batch_size != plan.global_batch()) {
     throw std::invalid_argument("train_batch_size " + number(*o.train_batch_size) + " != train_micro_batch_size_per_gpu (--batch) " +

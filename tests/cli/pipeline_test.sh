@@ -128,6 +128,49 @@ PY
   echo "pp 2 $schedule: the dry run's stash and bytes sent equal mpirun's, its peaks within a message, every rank"
 done
 
+# dp 2 x pp 2 (ranks in Megatron's order: dp fastest after tp, then pp): each stage's dp group averages
+# its gradients (ZeRO 0: all-reduce; 1: reduce-scatter, each rank stepping its share) after the tied
+# table is summed between the first and last stage of each replica; with dropout the losses are one
+# rank's with the whole global batch (1e-6 in fp32, bf16 within 1e-4). Saved at dp 2 x pp 2, resumed at
+# one rank. The dry run of all four ranks in one process gives mpirun's peaks within a message.
+grid=(--model gpt2-tiny --layers 4 --hidden 32 --heads 2 --vocab 256 --seq 16 --batch 2 --lr 3e-3 --threads 1 --dropout 0.1)
+"$ferry" train "${grid[@]}" --steps 4 --grad-accum 8 --summary "$work/grid_one.json" > /dev/null
+"$ferry" train "${grid[@]}" --steps 3 --grad-accum 8 --precision bf16 --summary "$work/grid_one_bf16.json" > /dev/null
+for stage in 0 1; do
+  launch 4 train "${grid[@]}" --steps 4 --pp 2 --micro-batches 4 --zero-stage "$stage" --exit-interval 2 --save "$work/grid_ck$stage" \
+    --summary "$work/grid_$stage.json" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+  "$ferry" train "${grid[@]}" --steps 4 --grad-accum 8 --resume "$work/grid_ck$stage" --summary "$work/grid_resumed_$stage.json" > /dev/null
+done
+launch 4 train "${grid[@]}" --steps 3 --pp 2 --micro-batches 4 --zero-stage 1 --precision bf16 --summary "$work/grid_bf16.json" > "$work/out.txt" 2>&1 \
+  || { cat "$work/out.txt"; exit 1; }
+"$ferry" train "${grid[@]}" --steps 2 --pp 2 --dp 2 --micro-batches 4 --zero-stage 1 --device meta --summary "$work/grid_dry.json" > /dev/null
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+load = lambda name: json.load(open(f"{sys.argv[1]}/{name}.json"))
+losses = lambda s: [step["loss"] for step in s["steps"]]
+def same(actual, expected, relative, what):
+    assert len(actual) == len(expected) > 0 and all(abs(a - e) <= relative * abs(e) for a, e in zip(actual, expected)), (what, actual, expected)
+one = losses(load("grid_one"))
+for stage in (0, 1):
+    run = load(f"grid_{stage}")
+    same(losses(run), one[:2], 1e-6, f"dp 2 x pp 2 zero {stage}")
+    same(losses(load(f"grid_resumed_{stage}")), one[2:], 1e-6, f"resumed from dp 2 x pp 2 zero {stage} at one rank")
+    assert [(r["dp"], r["pp"]) for r in run["ranks"]] == [(0, 0), (1, 0), (0, 1), (1, 1)], run["ranks"]
+    assert run["grid"]["dp"] == 2 and run["grid"]["pp"] == 2 and run["grid"]["global_batch"] == 16, run["grid"]
+same(losses(load("grid_bf16")), losses(load("grid_one_bf16")), 1e-4, "dp 2 x pp 2 bf16")
+# ZeRO 1: each rank's optimizer state is its half of its stage's (within 64-element alignment).
+for r in load("grid_1")["ranks"]:
+    stage_states = [x for x in load("grid_0")["ranks"] if x["pp"] == r["pp"]][0]["max_by_category"]["optimizer_states"]
+    assert abs(r["max_by_category"]["optimizer_states"] - stage_states / 2) <= 2 * 64 * 4 * 2, (r["rank"], r["max_by_category"], stage_states)
+message = 2 * 16 * 32 * 4
+for d, m in zip(load("grid_dry")["ranks"], load("grid_1")["ranks"]):
+    assert (d["dp"], d["pp"]) == (m["dp"], m["pp"]) and d["activation_stash"] == m["activation_stash"], (d["rank"],)
+    assert d["peak_reserved"] == m["peak_reserved"] and abs(d["peak_allocated"] - m["peak_allocated"]) <= message, (d["rank"], d["peak_allocated"], m["peak_allocated"])
+PY
+echo "dp 2 x pp 2, ZeRO 0 and 1, fp32 and bf16: one rank's losses; saved there, resumed at one rank; the dry run's peaks"
+expect_error "--zero-stage 2 with --pp 2 (dp 2)" "$ferry" train "${grid[@]}" --pp 2 --dp 2 --zero-stage 2 --device meta
+expect_error "on a dp x pp grid (dp 2, --pp 2) is not built yet" "$ferry" train "${grid[@]}" --pp 2 --dp 2 --offload-optimizer cpu --device meta
+
 # Not built yet, said before anything runs: validation through the stages, pipelines of GPUs.
 expect_error "--eval-data with --pp 2 is not built yet" "$ferry" train "${model[@]}" --pp 2 --device meta --eval-data "$work/x.bin"
 expect_error "--pp 2 with --device cuda is not built yet" "$ferry" train "${model[@]}" --pp 2 --device cuda
