@@ -36,10 +36,9 @@ std::size_t parse_unsigned(std::string_view key, std::string_view value, std::st
 }
 
 std::size_t parse_divisions(std::string_view key, std::string_view value) {
-  const std::size_t divisions = parse_unsigned(key, value, "a power of two such as 1, 2, 4 or 8");
-  if (divisions != 0 && !std::has_single_bit(divisions)) {
-    bad_value(key, value, "a power of two such as 1, 2, 4 or 8");
-  }
+  const std::string expected = "a power of two from 1 to " + std::to_string(kMaxRoundupDivisions) + ", such as 1, 2, 4 or 8";
+  const std::size_t divisions = parse_unsigned(key, value, expected);
+  if ((divisions != 0 && !std::has_single_bit(divisions)) || divisions > kMaxRoundupDivisions) bad_value(key, value, expected);
   return divisions;
 }
 
@@ -133,8 +132,9 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text) {
     if (key == "expandable_segments") {
       config.expandable_segments = parse_bool(key, value);
     } else if (key == "max_split_size_mb") {
-      const std::size_t megabytes = parse_unsigned(key, value, "a size in MiB greater than 20");
-      if (megabytes <= 20) bad_value(key, value, "a size in MiB greater than 20 (the large-segment size)");
+      const std::string expected = "a size in MiB greater than 20 (the large-segment size) and at most " + std::to_string(kMaxManagedBytes >> 20);
+      const std::size_t megabytes = parse_unsigned(key, value, expected);
+      if (megabytes <= 20 || megabytes > (kMaxManagedBytes >> 20)) bad_value(key, value, expected);
       config.max_split_size = megabytes << 20;
     } else if (key == "garbage_collection_threshold") {
       const std::string value_text(trim(value));
@@ -148,7 +148,9 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text) {
     } else if (key == "roundup_power2_divisions") {
       parse_roundup_power2_divisions(key, value, config);
     } else if (key == "trace_entries") {
-      config.trace_entries = parse_unsigned(key, value, "a number of trace entries");
+      const std::string expected = "a number of trace entries from 0 to " + std::to_string(kMaxTraceEntries);
+      config.trace_entries = parse_unsigned(key, value, expected);
+      if (config.trace_entries > kMaxTraceEntries) bad_value(key, value, expected);
     } else {
       throw AllocatorConfigError("FERRY_ALLOC_CONF: unknown key '" + std::string(key) +
                                  "' (known: expandable_segments, max_split_size_mb, garbage_collection_threshold, "

@@ -13,6 +13,12 @@ namespace ferry {
 // roundup_power2_divisions is set per power-of-two band of the request size: band k holds
 // [2^k MiB, 2^(k+1) MiB), band 0 also everything below 1 MiB, the last band everything from 32 GiB up.
 inline constexpr std::size_t kRoundupPowerOfTwoBands = 16;
+// The most bytes one device (and so one allocation) managed by ferry may hold: 64 PiB, far past any
+// device, and far enough below 2^64 that sizes rounded up or multiplied by the range reserve never wrap.
+inline constexpr std::size_t kMaxManagedBytes = std::size_t{1} << 56;
+// Bounds of FERRY_ALLOC_CONF's values (each named in its error).
+inline constexpr std::size_t kMaxRoundupDivisions = 1024;
+inline constexpr std::size_t kMaxTraceEntries = 1'000'000;
 
 struct AllocatorConfig {
   bool expandable_segments = false;

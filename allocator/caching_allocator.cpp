@@ -98,6 +98,13 @@ Allocation CachingAllocator::malloc(std::size_t bytes, StreamId stream, MemoryCa
   if (bytes == 0) return {};
   std::lock_guard lock(mutex_);
   if (!pending_events_.empty()) process_events();
+  if (bytes > kMaxManagedBytes) {  // no device holds it; rounding it up would wrap
+    ++stats_.num_ooms;
+    throw OutOfMemoryError("out of memory: tried to allocate " + std::to_string(bytes) + " bytes for " +
+                               std::string(category_name(category)) + ", more than any device ferry manages (" +
+                               std::to_string(kMaxManagedBytes) + " bytes)",
+                           bytes, bytes, category);
+  }
 
   const std::size_t rounded = round_size(bytes, config_);
   BlockPool& pool = pool_for(is_small_request(rounded));

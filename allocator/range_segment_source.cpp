@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "allocator/allocator_config.h"
 #include "allocator/allocator_errors.h"
 
 namespace ferry {
@@ -13,6 +14,10 @@ namespace ferry {
 namespace {
 
 std::size_t span_bytes_for(std::size_t capacity, std::size_t factor, std::size_t alignment) {
+  if (capacity > kMaxManagedBytes) {
+    throw AllocatorConfigError("a device capacity of " + std::to_string(capacity) + " bytes is more than ferry manages (" +
+                               std::to_string(kMaxManagedBytes) + " bytes, 64 PiB)");
+  }
   const std::size_t rounded = (capacity + alignment - 1) / alignment * alignment;
   return rounded * factor + alignment;
 }

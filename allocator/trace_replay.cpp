@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <stdexcept>
+#include <string>
 #include <unordered_map>
 
 #include "allocator/caching_allocator.h"
@@ -102,6 +104,11 @@ ReplayResult replay_trace(const std::vector<RmmTraceRecord>& records, std::size_
 std::size_t find_min_capacity(const std::vector<RmmTraceRecord>& records, const AllocatorConfig& config) {
   constexpr std::size_t kMiB = std::size_t{1} << 20;
   const ReplayResult unlimited = replay_trace(records, kUnlimitedReplayCapacity, config);
+  if (!unlimited.completed()) {
+    throw std::invalid_argument("the trace does not fit even " + std::to_string(kUnlimitedReplayCapacity) + " bytes (" +
+                                (unlimited.problems.empty() ? std::string("an allocation fails") : unlimited.problems.front()) +
+                                "): no capacity is the minimum");
+  }
   std::size_t high = (unlimited.peak_reserved + kMiB - 1) / kMiB * kMiB;
   if (high == 0) return 0;
   // Invariant: the trace completes at `high` and fails at `low` (or low is below any possible need).
@@ -109,7 +116,8 @@ std::size_t find_min_capacity(const std::vector<RmmTraceRecord>& records, const 
   if (low > 0) low -= kMiB;
   if (!replay_trace(records, high, config).completed()) {
     // Caching is not monotonic in capacity; widen until it completes.
-    while (!replay_trace(records, high, config).completed()) high *= 2;
+    while (high < kUnlimitedReplayCapacity && !replay_trace(records, high, config).completed()) high *= 2;
+    high = std::min(high, kUnlimitedReplayCapacity);
   }
   while (high - low > kMiB) {
     const std::size_t middle = low + (high - low) / 2 / kMiB * kMiB;

@@ -1,4 +1,5 @@
 #include "models/gpt_weights.h"
+#include "engine/core/bounded_json.h"
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -25,7 +26,7 @@ std::string strip_prefix(std::string_view name) {
 GptConfig read_hf_gpt_config(const std::string& path) {
   nlohmann::json json;
   try {
-    json = nlohmann::json::parse(read_text_file(path));
+    json = parse_bounded_json(read_text_file(path));
   } catch (const nlohmann::json::exception& error) {
     throw std::invalid_argument("'" + path + "' is not valid JSON: " + error.what());
   }

@@ -222,9 +222,14 @@ PipelineSchedule parse_pipeline_schedule(std::string_view text) {
   }
   schedule.name = declared.name.value_or("custom");
   schedule.ranks = lists;
-  // Inferred stages: the highest stage named, rounded up to whole model chunks per rank.
-  schedule.stages = declared.stages.value_or((last_stage / lists + 1) * lists);
-  schedule.micro_batches = declared.micro_batches.value_or(last_micro_batch + 1);
+  // Inferred stages: the highest stage named, rounded up to whole model chunks per rank (in 64 bits: an
+  // action may name stage 2^31 - 1).
+  // (optional<int32_t>::value_or would narrow the inferred values back to 32 bits.)
+  const std::int64_t stages = declared.stages ? *declared.stages : (std::int64_t{last_stage} / lists + 1) * lists;
+  const std::int64_t micro_batches = declared.micro_batches ? *declared.micro_batches : std::int64_t{last_micro_batch} + 1;
+  if (const std::string size = schedule_size_problem(lists, stages, micro_batches); !size.empty()) throw ScheduleFormatError(size);
+  schedule.stages = static_cast<std::int32_t>(stages);  // within the bound, so within 32 bits
+  schedule.micro_batches = static_cast<std::int32_t>(micro_batches);
   return schedule;
 }
 

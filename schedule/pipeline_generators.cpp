@@ -129,11 +129,23 @@ std::vector<std::string> pipeline_schedule_names() { return {"gpipe", "1f1b", "1
 
 std::int32_t pipeline_stages_per_rank(std::string_view name) { return name.starts_with("interleaved") ? interleaved_chunks(name) : 1; }
 
+std::string schedule_size_problem(std::int64_t ranks, std::int64_t stages, std::int64_t micro_batches) {
+  if (ranks < 1 || stages < 1 || micro_batches < 1) return {};  // the shape checks name these
+  // Each size at most the bound first, so the products below cannot overflow.
+  const bool each_bounded = ranks <= kMaxScheduleCells && stages <= kMaxScheduleCells && micro_batches <= kMaxScheduleCells;
+  if (each_bounded && 3 * stages * micro_batches + ranks * ranks <= kMaxScheduleCells) return {};
+  return "a schedule of " + std::to_string(ranks) + " ranks, " + std::to_string(stages) + " stages and " + std::to_string(micro_batches) +
+         " micro-batches is past ferry's bound of " + std::to_string(kMaxScheduleCells) +
+         " cells (3 x stages x micro-batches + ranks^2): use fewer micro-batches or stages";
+}
+
 PipelineSchedule generate_pipeline_schedule(std::string_view name, std::int32_t ranks, std::int32_t micro_batches) {
   if (ranks < 1) throw std::invalid_argument("a pipeline needs at least 1 rank (--pp), got " + std::to_string(ranks));
   if (micro_batches < 1) {
     throw std::invalid_argument("a pipeline needs at least 1 micro-batch (--micro-batches), got " + std::to_string(micro_batches));
   }
+  const std::int64_t stages = std::int64_t{ranks} * pipeline_stages_per_rank(name);
+  if (const std::string size = schedule_size_problem(ranks, stages, micro_batches); !size.empty()) throw std::invalid_argument(size);
   PipelineSchedule schedule{std::string(name), ranks, ranks, micro_batches, {}};
   if (name == "gpipe") {
     return place_in_time_slots(schedule, early_backward_order(ranks, micro_batches, [&](std::int32_t) { return micro_batches; }));

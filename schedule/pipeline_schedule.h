@@ -61,6 +61,12 @@ struct PipelineSchedule {
   bool has_communication() const;
 };
 
+// The largest schedule ferry builds or reads: stages x micro-batches actions of each kind plus a time
+// slot per rank pair, about 16 million cells (a schedule of that size takes ~1 GB to validate).
+inline constexpr std::int64_t kMaxScheduleCells = std::int64_t{1} << 24;
+// Empty when a schedule of this shape is within kMaxScheduleCells; else the problem, naming the sizes.
+std::string schedule_size_problem(std::int64_t ranks, std::int64_t stages, std::int64_t micro_batches);
+
 // The generators' names, for help texts and errors.
 std::vector<std::string> pipeline_schedule_names();  // gpipe, 1f1b, 1f1b-deep, interleaved:V, zb-h1
 // Stages each rank holds under the named schedule: V for interleaved:V, else 1.

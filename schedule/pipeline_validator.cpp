@@ -18,6 +18,10 @@ std::string on_rank(std::int32_t rank, const PipelineAction& action) {
 }
 
 bool check_shape(const PipelineSchedule& schedule, std::vector<std::string>& problems) {
+  if (const std::string size = schedule_size_problem(schedule.ranks, schedule.stages, schedule.micro_batches); !size.empty()) {
+    problems.push_back(size);
+    return false;
+  }
   if (schedule.ranks < 1) problems.push_back("the schedule has " + std::to_string(schedule.ranks) + " ranks: it needs at least 1");
   if (schedule.micro_batches < 1) {
     problems.push_back("the schedule has " + std::to_string(schedule.micro_batches) + " micro-batches: it needs at least 1");

@@ -2,21 +2,53 @@
 // and the keys known at that place. Shared by the sections of `ferry train --config`.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace ferry::config {
 
 using nlohmann::json;
 
+// Integers must be whole JSON numbers within T's range (2.7, 1e30 and 4294967297 for an int are errors
+// naming the range, never truncated or wrapped); floating-point values must be finite.
 template <typename T>
 T value_of(const json& node, const std::string& key) {
-  try {
-    return node.get<T>();
-  } catch (const json::exception&) {
-    throw std::invalid_argument("config key '" + key + "' has the wrong type: " + node.dump());
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const std::string range = "a whole number from " + std::to_string(std::numeric_limits<T>::min()) + " to " +
+                              std::to_string(std::numeric_limits<T>::max());
+    if (node.is_number_unsigned()) {
+      const auto value = node.get<std::uint64_t>();
+      if (value > static_cast<std::uint64_t>(std::numeric_limits<T>::max())) {
+        throw std::invalid_argument("config key '" + key + "' is " + node.dump() + ", out of range: it must be " + range);
+      }
+      return static_cast<T>(value);
+    }
+    if (node.is_number_integer()) {
+      const auto value = node.get<std::int64_t>();
+      if (value < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
+          (value > 0 && static_cast<std::uint64_t>(value) > static_cast<std::uint64_t>(std::numeric_limits<T>::max()))) {
+        throw std::invalid_argument("config key '" + key + "' is " + node.dump() + ", out of range: it must be " + range);
+      }
+      return static_cast<T>(value);
+    }
+    throw std::invalid_argument("config key '" + key + "' is " + node.dump() + ": it must be " + range);
+  } else {
+    T value;
+    try {
+      value = node.get<T>();
+    } catch (const json::exception&) {
+      throw std::invalid_argument("config key '" + key + "' has the wrong type: " + node.dump());
+    }
+    if constexpr (std::is_floating_point_v<T>) {
+      if (!std::isfinite(value)) throw std::invalid_argument("config key '" + key + "' is " + node.dump() + ": it must be a finite number");
+    }
+    return value;
   }
 }
 

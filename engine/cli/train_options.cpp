@@ -1,4 +1,5 @@
 #include "engine/cli/train_options.h"
+#include "engine/core/bounded_json.h"
 
 #include <algorithm>
 #include <fstream>
@@ -260,7 +261,7 @@ std::optional<std::string> find_config_path(int argc, char** argv) {
 std::vector<std::string> apply_config_file(const std::string& path, TrainOptions& options) {
   json config;
   try {
-    config = json::parse(read_text_file(path));
+    config = parse_bounded_json(read_text_file(path));
   } catch (const json::exception& error) {
     throw std::invalid_argument("config '" + path + "' is not valid JSON: " + error.what());
   }

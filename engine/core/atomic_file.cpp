@@ -1,6 +1,7 @@
 #include "engine/core/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -82,7 +83,20 @@ void write_file_atomically(const std::string& path, std::string_view contents) {
   writer.commit();
 }
 
+std::uint64_t regular_file_size(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) throw FileError(path, 0, "cannot open: " + describe_errno(errno));
+  if (S_ISDIR(info.st_mode)) throw FileError(path, 0, "is a directory, not a file");
+  if (!S_ISREG(info.st_mode)) throw FileError(path, 0, "is not a regular file (a device, pipe or socket): ferry reads files");
+  return static_cast<std::uint64_t>(info.st_size);
+}
+
 std::string read_text_file(const std::string& path) {
+  const std::uint64_t size = regular_file_size(path);
+  if (size > kMaxTextFileBytes) {
+    throw FileError(path, 0, "is " + std::to_string(size) + " bytes, more than the " + std::to_string(kMaxTextFileBytes) +
+                                 " ferry reads from a text or JSON file");
+  }
   std::ifstream stream(path, std::ios::binary);
   if (!stream) throw FileError(path, 0, std::string("cannot open: ") + std::strerror(errno));
   std::ostringstream text;

@@ -46,7 +46,13 @@ class AtomicFileWriter {
 };
 
 void write_file_atomically(const std::string& path, std::string_view contents);
-// Reads a whole (small) file; throws FileError naming it when it cannot.
+// The size of `path`, which must be a regular file: a directory, a device such as /dev/zero (endless)
+// or a pipe throws FileError naming it, before anything is read. Symbolic links are followed.
+std::uint64_t regular_file_size(const std::string& path);
+// The most bytes read_text_file reads: configs, trainer states and profiles are far smaller.
+inline constexpr std::uint64_t kMaxTextFileBytes = std::uint64_t{1} << 30;
+// Reads a whole (small) regular file; throws FileError naming it when it cannot, or when it is larger
+// than kMaxTextFileBytes.
 std::string read_text_file(const std::string& path);
 // fsyncs a directory so renames and removals inside it are durable.
 void sync_directory(const std::string& directory);

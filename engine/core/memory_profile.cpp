@@ -1,4 +1,5 @@
 #include "engine/core/memory_profile.h"
+#include "engine/core/bounded_json.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -133,7 +134,7 @@ MemoryProfile read_memory_profile(const std::string& directory) {
   }
   nlohmann::json document;
   try {
-    document = nlohmann::json::parse(read_text_file(file));
+    document = parse_bounded_json(read_text_file(file));
   } catch (const nlohmann::json::exception& error) {
     throw ProfileError(file + " is not valid JSON (" + error.what() + "); record the profile again");
   }

@@ -1,4 +1,5 @@
 #include "engine/core/safetensors.h"
+#include "engine/core/bounded_json.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -73,7 +74,7 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
     const std::uint64_t data_bytes = file_size - data_offset_;
     nlohmann::json json;
     try {
-      json = nlohmann::json::parse(header);
+      json = parse_bounded_json(header);
     } catch (const nlohmann::json::exception& error) {
       throw SafetensorsError("'" + path_ + "': the header is not valid JSON: " + error.what());
     }

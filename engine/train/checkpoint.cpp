@@ -1,4 +1,5 @@
 #include "engine/train/checkpoint.h"
+#include "engine/core/bounded_json.h"
 
 #include <array>
 #include <cerrno>
@@ -108,7 +109,7 @@ TrainerState read_trainer_state(const std::string& directory) {
   require_complete(directory);
   TrainerState state;
   try {
-    const nlohmann::json trainer = nlohmann::json::parse(read_text_file(in(directory, kStateFile)));
+    const nlohmann::json trainer = parse_bounded_json(read_text_file(in(directory, kStateFile)));
     if (trainer.at("format_version").get<int>() != kFormatVersion) {
       throw CheckpointError("checkpoint '" + directory + "' has format version " + trainer.at("format_version").dump() +
                             "; this ferry resumes version " + std::to_string(kFormatVersion) +

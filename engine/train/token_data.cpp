@@ -7,6 +7,7 @@
 #include <numeric>
 #include <string_view>
 
+#include "engine/core/atomic_file.h"
 #include "engine/core/xxhash64.h"
 #include "engine/train/embedded_corpus.h"
 
@@ -16,6 +17,11 @@ namespace {
 std::string read_file(const std::string& path) {
   std::ifstream stream(path, std::ios::binary);
   if (!stream) throw DataError("cannot open data file '" + path + "': " + std::strerror(errno));
+  try {
+    regular_file_size(path);  // not a directory or an endless device such as /dev/zero
+  } catch (const FileError& error) {
+    throw DataError(std::string("data file: ") + error.what());
+  }
   std::string bytes((std::istreambuf_iterator<char>(stream)), std::istreambuf_iterator<char>());
   if (stream.bad()) throw DataError("reading data file '" + path + "' failed");
   return bytes;

@@ -12,9 +12,23 @@ namespace {
 std::string number(std::int64_t value) { return std::to_string(value); }
 
 // The flags' own ranges and the pairs that need each other (before the grid is looked at).
+// Sizes past these are typos, and their products (tokens per step, micro-batches per step) would
+// overflow 64 bits: each is refused with its range.
+constexpr std::int64_t kMostSequencesPerMicroBatch = std::int64_t{1} << 24;
+constexpr std::int64_t kMostMicroBatchesPerStep = std::int64_t{1} << 24;
+constexpr std::int64_t kMostSteps = std::int64_t{1} << 40;
+
+void require_at_most(std::int64_t value, std::int64_t most, const char* flag) {
+  if (value > most) throw std::invalid_argument(std::string(flag) + " must be at most " + std::to_string(most) + ", got " + std::to_string(value));
+}
+
 void validate_options(const TrainOptions& o) {
   require_positive(o.batch, "--batch");
   require_positive(o.grad_accum, "--grad-accum");
+  require_at_most(o.batch, kMostSequencesPerMicroBatch, "--batch");
+  require_at_most(o.grad_accum, kMostMicroBatchesPerStep, "--grad-accum");
+  if (o.micro_batches) require_at_most(*o.micro_batches, kMostMicroBatchesPerStep, "--micro-batches");
+  require_at_most(o.steps, kMostSteps, "--steps");
   if (o.steps < 0) throw std::invalid_argument("--steps must be >= 0");
   if (o.save_every < 0) throw std::invalid_argument("--save-every must be >= 0");
   if (o.save_every > 0 && o.save.empty()) throw std::invalid_argument("--save-every needs --save DIR");

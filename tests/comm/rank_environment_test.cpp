@@ -98,6 +98,9 @@ constexpr FakeVariable kTimeoutZero[] = {{"FERRY_COMM_TIMEOUT_SECONDS", "0"}};
 constexpr FakeVariable kTimeoutNegative[] = {{"FERRY_COMM_TIMEOUT_SECONDS", "-3"}};
 constexpr FakeVariable kTimeoutWithUnit[] = {{"FERRY_COMM_TIMEOUT_SECONDS", "5s"}};
 constexpr FakeVariable kTimeoutHuge[] = {{"FERRY_COMM_TIMEOUT_SECONDS", "9223372036854775807"}};
+// Past ~9.2e9 s, now + timeout in the steady clock's nanoseconds overflowed: every wait timed out at once.
+constexpr FakeVariable kTimeoutPastClock[] = {{"FERRY_COMM_TIMEOUT_SECONDS", "9300000000"}};
+constexpr FakeVariable kTimeoutYear[] = {{"FERRY_COMM_TIMEOUT_SECONDS", "31536000"}};
 
 template <const auto& kVariables>
 void expect_timeout_rejected(const std::string& variable_and_value) {
@@ -113,6 +116,8 @@ TEST(CommTimeout, DefaultAndWholeSeconds) {
   expect_timeout_rejected<kTimeoutNegative>("FERRY_COMM_TIMEOUT_SECONDS='-3'");
   expect_timeout_rejected<kTimeoutWithUnit>("FERRY_COMM_TIMEOUT_SECONDS='5s'");
   expect_timeout_rejected<kTimeoutHuge>("FERRY_COMM_TIMEOUT_SECONDS='9223372036854775807'");
+  expect_timeout_rejected<kTimeoutPastClock>("from 1 to 31536000");
+  EXPECT_EQ(comm_timeout_from_environment(fake_lookup<kTimeoutYear>), std::chrono::seconds(31536000));
 }
 
 }  // namespace

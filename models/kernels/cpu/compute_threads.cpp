@@ -1,5 +1,8 @@
 #include "models/kernels/cpu/compute_threads.h"
 
+#include <algorithm>
+#include <thread>
+
 #include <cblas.h>
 #include <omp.h>
 
@@ -10,7 +13,12 @@
 namespace ferry::cpu {
 
 void set_compute_threads(int threads) {
-  if (threads < 0) throw std::invalid_argument("--threads must be >= 0 (0: all cores), got " + std::to_string(threads));
+  // More threads than 4 per core only oversubscribe (a typo such as 10000 would start that many).
+  const int most = 4 * std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (threads < 0 || threads > most) {
+    throw std::invalid_argument("--threads must be from 0 (all cores) to " + std::to_string(most) + " (4 per core here), got " +
+                                std::to_string(threads));
+  }
   if (threads == 0) return;
   omp_set_num_threads(threads);
   openblas_set_num_threads(threads);

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Hostile and careless input (issue 19): every case is a clear error naming the file, key or flag and
+# what is allowed, never a crash, a hang, an endless read or a silently wrapped number. Each command
+# runs under `timeout`, so a hang fails the test instead of stalling CI.
+source "$(dirname "$0")/common.sh"
+run=(timeout 60 "$ferry")
+tiny=(--model gpt2-tiny --layers 2 --hidden 32 --heads 2 --vocab 256 --seq 16 --batch 2 --threads 1)
+
+# JSON nested a million levels deep (it used to overflow the stack when an error dumped the value): the
+# config, a checkpoint's trainer_state.json and a profile's profile.json are refused while parsing.
+/usr/bin/python3 -c "
+import sys
+n = 1000000
+open(sys.argv[1], 'w').write('{\"train_batch_size\": ' + '[' * n + ']' * n + '}')
+" "$work/deep.json"
+expect_error "config '$work/deep.json' is not valid JSON: JSON nested deeper than 64 levels" "${run[@]}" train --config "$work/deep.json" --device meta
+"$ferry" train "${tiny[@]}" --steps 1 --save "$work/ck" > /dev/null
+cp "$work/deep.json" "$work/ck/trainer_state.json"
+expect_error "trainer_state.json: JSON nested deeper than 64 levels" "${run[@]}" train "${tiny[@]}" --steps 2 --resume "$work/ck"
+mkdir -p "$work/profile" && cp "$work/deep.json" "$work/profile/profile.json"
+expect_error "profile.json is not valid JSON (JSON nested deeper than 64 levels" "${run[@]}" report "$work/profile"
+
+# Numbers in the config are whole and in range, or refused with the range (they used to wrap or truncate).
+for pair in "train_micro_batch_size_per_gpu 1e30" "train_micro_batch_size_per_gpu 2.7" "gradient_accumulation_steps 9223372036854775808" \
+            "tensor_model_parallel_size 4294967297"; do
+  set -- $pair
+  echo "{\"$1\": $2}" > "$work/number.json"
+  expect_error "config key '$1' is .*whole number from" "${run[@]}" train --config "$work/number.json" --device meta
+done
+echo '{"ferry": {"threads": 4294967297}}' > "$work/threads.json"
+expect_error "key 'ferry.threads' = 4294967297" "${run[@]}" train --config "$work/threads.json" --device meta
+# Flags past their ranges (products of them would overflow 64 bits; 10000 threads would start).
+expect_error "--batch must be at most 16777216, got 9223372036854775807" "${run[@]}" train --batch 9223372036854775807 --device meta
+expect_error "--grad-accum must be at most 16777216" "${run[@]}" train --grad-accum 9223372036854775807 --device meta
+expect_error "--steps must be at most" "${run[@]}" train --steps 9223372036854775807 --device meta
+expect_error "--threads must be from 0 (all cores) to" "${run[@]}" train --threads 10000 --steps 1 --device meta
+expect_error "--pp must be at least 1, got 0" "${run[@]}" train --pp 0 --device meta
+expect_error "--pp must be at least 1, got -2" "${run[@]}" train --pp -2 --device meta
+
+# Files that are not files: a device that never ends, a directory.
+expect_error "data file: '/dev/zero' (offset 0): is not a regular file" "${run[@]}" train --data /dev/zero --steps 1
+expect_error "is a directory, not a file" "${run[@]}" train --config "$work" --steps 1
+ln -sf /dev/zero "$work/ck/trainer_state.json"
+expect_error "trainer_state.json' (offset 0): is not a regular file" "${run[@]}" train "${tiny[@]}" --steps 2 --resume "$work/ck"
+
+# The allocator's settings and sizes: no division by zero, no wrapped size, no capacity that wraps.
+expect_error "roundup_power2_divisions: expected a power of two from 1 to 1024" \
+  env FERRY_ALLOC_CONF=roundup_power2_divisions:36028797018963968 "${run[@]}" train --steps 1 --device meta
+expect_error "max_split_size_mb: expected a size in MiB greater than 20 (the large-segment size) and at most" \
+  env FERRY_ALLOC_CONF=max_split_size_mb:99999999999999999 "${run[@]}" train --steps 1 --device meta
+expect_error "trace_entries: expected a number of trace entries from 0 to 1000000" \
+  env FERRY_ALLOC_CONF=trace_entries:200000000 "${run[@]}" train --steps 1 --device meta
+expect_error "more than ferry manages" "${run[@]}" train --steps 1 --device meta --device-memory 2305843009213693952
+printf 'Thread,Time,Action,Pointer,Size,Stream\n1,t,allocate,0x10,18446744073709551615,0\n1,t,free,0x10,18446744073709551615,0\n' > "$work/huge.csv"
+"${run[@]}" replay "$work/huge.csv" > "$work/out.txt"
+grep -q "line 2: out of memory allocating 18446744073709551615 bytes" "$work/out.txt" || { echo "a 2^64-1 byte allocation did not fail:"; cat "$work/out.txt"; exit 1; }
+expect_error "the trace does not fit even .* no capacity is the minimum" "${run[@]}" replay "$work/huge.csv" --find-min-capacity
+
+# Schedules past a bound (they used to grow memory without end), and 32-bit stage numbers in a file.
+expect_error "is past ferry's bound of 16777216 cells" "${run[@]}" schedule --pp 100000 --micro-batches 100000 --schedule 1f1b
+printf '# ferry pipeline schedule: name=x ranks=1 stages=100000000 micro_batches=100000000\nrank 0: 0F0 0B0\n' > "$work/big.txt"
+expect_error "big.txt: a schedule of 1 ranks, 100000000 stages" "${run[@]}" schedule --from "$work/big.txt"
+printf 'rank 0: 2147483647F2147483647\n' > "$work/stage.txt"
+expect_error "stage.txt: a schedule of 1 ranks, 2147483648 stages and 2147483648 micro-batches" "${run[@]}" schedule --from "$work/stage.txt"
+expect_error "a dry run of 100000 ranks in one process: at most 4096" "${run[@]}" train --pp 100000 --device meta
+echo "hostile input: clear errors, no crash, hang or wrapped number"
