@@ -3,11 +3,13 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <vector>
 
 #include "engine/core/atomic_file.h"
+#include "engine/core/file_hash.h"
 #include "engine/core/safetensors.h"
 #include "models/gpt_weights.h"
 
@@ -22,8 +24,33 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kDoneFile = "DONE";
 constexpr int kFormatVersion = 2;  // 2: the optimizer settings and the loss scaler state
+constexpr std::array<const char*, 4> kCheckedFiles = {kModelFile, kConfigFile, kOptimizerFile, kStateFile};
+constexpr std::int64_t kMostSteps = std::int64_t{1} << 40;  // as --steps
+
+std::string hex64(std::uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
 
 std::string in(const std::string& directory, const char* file) { return (fs::path(directory) / file).string(); }
+
+// Each file's XXH64 against the one DONE recorded (checkpoints saved before checksums have none to
+// check). Throws CheckpointError naming the file, the expected and the found hash.
+void verify_checksums(const std::string& directory) {
+  const std::string done = read_text_file(in(directory, kDoneFile));
+  for (const char* file : kCheckedFiles) {
+    const std::size_t at = done.find(std::string("  ") + file + "\n");
+    if (at == std::string::npos) continue;
+    if (at < 16) throw CheckpointError("checkpoint '" + directory + "' is corrupt: its DONE marker is garbled (" + file + ")");
+    const std::string expected = done.substr(at - 16, 16);
+    const std::string found = hex64(xxhash64_of_file(in(directory, file)));
+    if (found != expected) {
+      throw CheckpointError("checkpoint is corrupt: " + in(directory, file) + " has XXH64 " + found + ", but DONE recorded " + expected +
+                            " when it was saved (a changed or damaged file); resume from another checkpoint");
+    }
+  }
+}
 
 void require_complete(const std::string& directory) {
   if (!fs::is_directory(directory)) {
@@ -93,7 +120,10 @@ void save_checkpoint(const std::string& directory, const GptConfig& config, cons
     sync_directory(directory);
   }
   for (AtomicFileWriter* file : files) file->commit();
-  write_file_atomically(in(directory, kDoneFile), "step " + std::to_string(state.step) + "\n");
+  // DONE names the step and each file's XXH64 (as `xxhsum -H1` prints it), checked on resume.
+  std::string done = "step " + std::to_string(state.step) + "\n";
+  for (const char* file : kCheckedFiles) done += hex64(xxhash64_of_file(in(directory, file))) + "  " + file + "\n";
+  write_file_atomically(in(directory, kDoneFile), done);
 }
 
 GptConfig read_checkpoint_config(const std::string& directory) {
@@ -117,12 +147,20 @@ TrainerState read_trainer_state(const std::string& directory) {
                             in(directory, kModelFile));
     }
     state.step = trainer.at("step").get<std::int64_t>();
+    if (state.step < 0 || state.step > kMostSteps) {
+      throw CheckpointError("checkpoint is corrupt: " + in(directory, kStateFile) + " says step " + std::to_string(state.step) +
+                            ", expected 0 to " + std::to_string(kMostSteps));
+    }
     state.data_position = trainer.at("data_position").get<std::uint64_t>();
     state.seed = trainer.at("seed").get<std::uint64_t>();
     state.run = trainer.at("run");
     state.optimizer = OptimizerSettings::from_json(trainer.at("optimizer"));
     if (trainer.contains("loss_scaler")) state.loss_scaler = LossScalerState::from_json(trainer.at("loss_scaler"));
     state.optimizer_steps = trainer.at("optimizer_steps").get<std::int64_t>();
+    if (state.optimizer_steps < 0 || state.optimizer_steps > state.step) {
+      throw CheckpointError("checkpoint is corrupt: " + in(directory, kStateFile) + " says the optimizer took " +
+                            std::to_string(state.optimizer_steps) + " steps, expected 0 to the run's step " + std::to_string(state.step));
+    }
   } catch (const nlohmann::json::exception& error) {
     throw CheckpointError("checkpoint '" + directory + "' is corrupt: " + kStateFile + ": " + error.what());
   } catch (const std::invalid_argument& error) {
@@ -132,6 +170,7 @@ TrainerState read_trainer_state(const std::string& directory) {
 }
 
 TrainerState load_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer) {
+  verify_checksums(directory);
   const TrainerState state = read_trainer_state(directory);
   OptimizerSnapshot snapshot = snapshot_layout(model);
   snapshot.steps = state.optimizer_steps;

@@ -63,4 +63,26 @@ expect_error "big.txt: a schedule of 1 ranks, 100000000 stages" "${run[@]}" sche
 printf 'rank 0: 2147483647F2147483647\n' > "$work/stage.txt"
 expect_error "stage.txt: a schedule of 1 ranks, 2147483648 stages and 2147483648 micro-batches" "${run[@]}" schedule --from "$work/stage.txt"
 expect_error "a dry run of 100000 ranks in one process: at most 4096" "${run[@]}" train --pp 100000 --device meta
+# Checkpoints users can trust: DONE records each file's XXH64 (as xxhsum -H1 prints it); a flipped byte
+# or an edited config.json is named on resume; an impossible step count is refused.
+"$ferry" train "${tiny[@]}" --steps 1 --save "$work/trust" > /dev/null
+grep -q "  model.safetensors$" "$work/trust/DONE" || { echo "DONE lacks the model's checksum:"; cat "$work/trust/DONE"; exit 1; }
+cp -r "$work/trust" "$work/flipped"
+/usr/bin/python3 -c "
+import sys
+path = sys.argv[1]
+data = bytearray(open(path, 'rb').read())
+data[-5] ^= 0x40
+open(path, 'wb').write(data)
+" "$work/flipped/model.safetensors"
+expect_error "checkpoint is corrupt: $work/flipped/model.safetensors has XXH64 .*, but DONE recorded" \
+  "${run[@]}" train "${tiny[@]}" --steps 2 --resume "$work/flipped"
+cp -r "$work/trust" "$work/edited"
+sed -i 's/"n_layer": 2/"n_layer": 1/' "$work/edited/config.json"
+expect_error "checkpoint is corrupt: $work/edited/config.json has XXH64" "${run[@]}" train --seq 16 --batch 2 --threads 1 --steps 2 --resume "$work/edited"
+cp -r "$work/trust" "$work/negative"
+echo "step 1" > "$work/negative/DONE"  # a checkpoint from before checksums: its values are still checked
+sed -i 's/"step": 1/"step": -5/' "$work/negative/trainer_state.json"
+expect_error "trainer_state.json says step -5, expected 0 to" "${run[@]}" train "${tiny[@]}" --steps 2 --resume "$work/negative"
+"${run[@]}" train "${tiny[@]}" --steps 2 --resume "$work/trust" > /dev/null  # the untouched one resumes
 echo "hostile input: clear errors, no crash, hang or wrapped number"
