@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  cmake ninja-build g++ pkg-config git
+  cmake ninja-build g++ clang pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwloc-dev liburing-dev fio
   libopenmpi-dev openmpi-bin

@@ -12,6 +12,7 @@
 
 #include "engine/core/atomic_file.h"
 #include "engine/core/dtype.h"
+#include "engine/core/shape.h"
 #include "engine/core/tensor.h"
 
 namespace ferry {

@@ -21,20 +21,6 @@ Shape contiguous_strides(const Shape& shape) {
 
 }  // namespace
 
-std::string shape_to_string(const Shape& shape) {
-  std::ostringstream out;
-  out << '[';
-  for (std::size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-  out << ']';
-  return out.str();
-}
-
-std::int64_t shape_numel(const Shape& shape) {
-  std::int64_t count = 1;
-  for (std::int64_t extent : shape) count *= extent;
-  return count;
-}
-
 Storage::Storage(Device& device, std::size_t bytes, MemoryCategory category, TagId tag, Stream stream)
     : device_(&device),
       allocation_(device.allocator().malloc(bytes, stream.id, category, tag)),

@@ -13,13 +13,11 @@
 #include "allocator/caching_allocator.h"
 #include "engine/core/device.h"
 #include "engine/core/dtype.h"
+#include "engine/core/shape.h"
 
 namespace ferry {
 
-using Shape = std::vector<std::int64_t>;
 
-std::string shape_to_string(const Shape& shape);
-std::int64_t shape_numel(const Shape& shape);
 
 // One allocation from a device's allocator, freed when the last tensor using it goes.
 class Storage {
