@@ -174,7 +174,8 @@ class PickleParser {
       }
       case 0x95: {  // FRAME: a length hint; the opcodes inside follow as usual
         const std::uint64_t length = unsigned_le(8);
-        if (length > data_.size() - position_) fail("a frame of " + std::to_string(length) + " bytes runs past the end of the data");
+        if (length > data_.size() - position_) fail("a frame of " + std::to_string(length) + " bytes runs past the end of the data (" + std::to_string(data_.size() - position_) +
+                                          " bytes left: truncated, or a size that is too large)");
         break;
       }
       case '(': marks_.push_back(stack_.size()); check_depth(static_cast<std::uint32_t>(marks_.size())); break;
