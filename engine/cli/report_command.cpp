@@ -8,6 +8,7 @@
 
 #include "engine/core/atomic_file.h"
 #include "engine/report/memory_report.h"
+#include "engine/report/run_comparison.h"
 #include "engine/snapshot/snapshot_profile.h"
 
 namespace ferry {
@@ -15,9 +16,11 @@ namespace ferry {
 void add_report_command(CLI::App& app, ReportOptions& options) {
   CLI::App* report = app.add_subcommand(
       "report", "Report a memory profile (ferry train --profile DIR) or a PyTorch memory snapshot: table, trace.json, report.html");
-  report->add_option("directory", options.directory, "The profile directory, or a PyTorch snapshot (torch.cuda.memory._dump_snapshot)")->required();
+  report->add_option("directory", options.directory, "The profile directory, or a PyTorch snapshot (torch.cuda.memory._dump_snapshot)");
   report->add_option("--largest", options.largest, "Live allocations at the peak to list (default 10)");
   report->add_option("--output", options.output, "Directory for trace.json and report.html (default: the profile's, or SNAPSHOT-report)");
+  report->add_option("--compare", options.compare, "Two runs side by side: each a profile directory, a PyTorch snapshot or a --summary JSON")
+      ->expected(2);
   report->add_option("--torch-snapshot", options.torch_snapshot, "Also write the profile as a PyTorch memory snapshot (opens in pytorch.org/memory_viz)");
 }
 
@@ -63,9 +66,40 @@ int report_pipeline_profiles(const ReportOptions& options, const std::vector<std
   return 0;
 }
 
+// A run to compare: a PyTorch snapshot, a summary JSON, or a profile directory.
+RunMemory load_run_memory(const std::string& path) {
+  if (std::filesystem::is_regular_file(path) && !looks_like_pickle_file(path)) {
+    nlohmann::json summary;
+    try {
+      summary = nlohmann::json::parse(read_text_file(path));
+    } catch (const nlohmann::json::exception& error) {
+      throw ProfileError(path + " is neither a PyTorch snapshot nor a summary JSON (" + error.what() + ")");
+    }
+    return run_memory_from_summary(path, summary);
+  }
+  if (!rank_profile_directories(path).empty()) {
+    throw ProfileError(path + " holds one profile per rank; compare one rank's: " + path + "/rank-R");
+  }
+  return run_memory_from_profile(path, read_profile_or_snapshot(path));
+}
+
+int compare_runs(const ReportOptions& options) {
+  const RunMemory a = load_run_memory(options.compare[0]);
+  const RunMemory b = load_run_memory(options.compare[1]);
+  std::fputs(comparison_table(a, b).c_str(), stdout);
+  const std::filesystem::path directory(options.output.empty() ? "ferry-compare" : options.output);
+  std::filesystem::create_directories(directory);
+  write_file_atomically((directory / "compare.json").string(), comparison_json(a, b).dump(1));
+  write_file_atomically((directory / "compare.html").string(), comparison_html(a, b));
+  std::printf("\n  wrote %s and %s\n", (directory / "compare.html").c_str(), (directory / "compare.json").c_str());
+  return 0;
+}
+
 }  // namespace
 
 int run_report_command(const ReportOptions& options) {
+  if (!options.compare.empty()) return compare_runs(options);
+  if (options.directory.empty()) throw ProfileError("ferry report needs a profile directory or a PyTorch snapshot (or --compare A B)");
   if (const std::vector<std::string> ranks = rank_profile_directories(options.directory); !ranks.empty()) {
     return report_pipeline_profiles(options, ranks);
   }
