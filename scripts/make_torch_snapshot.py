@@ -44,8 +44,8 @@ def round_size(size):
 
 class Allocator:
     """A small stand-in for PyTorch's caching allocator: requests up to 1 MiB are carved from 2 MiB
-    small segments (never reused once freed), larger ones take a whole segment rounded to 2 MiB, cached
-    on free and reused by a request of the same segment size."""
+    small segments (never reused once freed); a larger one takes the start of a segment of PyTorch's
+    large-pool size for it, cached on free and reused whole by a request of the same segment size."""
 
     def __init__(self):
         self.trace, self.segments, self.live, self.next_address = [], [], {}, BASE
@@ -78,7 +78,8 @@ class Allocator:
             address = self.small["address"] + self.small["used"]
             self.small["used"] += size
         else:
-            segment_size = (size + SMALL_SEGMENT - 1) // SMALL_SEGMENT * SMALL_SEGMENT
+            # PyTorch's large-pool segment sizes: 20 MiB below 10 MiB, else rounded up to 2 MiB.
+            segment_size = 20 * MIB if size < 10 * MIB else (size + SMALL_SEGMENT - 1) // SMALL_SEGMENT * SMALL_SEGMENT
             reuse = [s for s in self.cached if s["total_size"] == segment_size]
             segment = reuse[0] if reuse else self.new_segment(segment_size, False)
             if reuse:
@@ -93,6 +94,14 @@ class Allocator:
             self.peak_breakdown = {}
             for each_size, _, each_kind in self.live.values():
                 self.peak_breakdown[each_kind] = self.peak_breakdown.get(each_kind, 0) + each_size
+            self.peak_segments = {}  # per segment kind: [segments, reserved bytes, unallocated bytes]
+            for segment in self.segments:
+                start, end = segment["address"], segment["address"] + segment["total_size"]
+                used = sum(size for a, (size, _, _) in self.live.items() if start <= a < end)
+                totals = self.peak_segments.setdefault("small" if segment["small"] else "large", [0, 0, 0])
+                totals[0] += 1
+                totals[1] += segment["total_size"]
+                totals[2] += segment["total_size"] - used
         return address
 
     def free(self, address):
@@ -173,7 +182,7 @@ def main():
     with open(os.path.join(out, "training.csv"), "w") as f:
         f.write("\n".join(run.csv) + "\n")
     expected = {"peak_allocated": run.peak_allocated, "peak_reserved": run.peak_reserved, "at_peak": run.peak_breakdown,
-                "events": len(run.trace), "peak_event": run.peak_event}
+                "events": len(run.trace), "peak_event": run.peak_event, "segments_at_peak": run.peak_segments}
     with open(os.path.join(out, "training.expected.json"), "w") as f:
         json.dump(expected, f, indent=1, sort_keys=True)
     # The ring buffer kept only the newest events: the parameters' allocations are gone from the trace.

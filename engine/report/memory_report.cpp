@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "allocator/byte_size.h"
+#include "engine/report/allocator_state.h"
 
 namespace ferry {
 namespace {
@@ -87,6 +88,7 @@ std::string memory_report_table(const MemoryProfile& profile, const MemoryTimeli
                 format_bytes(static_cast<std::size_t>(timeline.peak_reserved)).c_str(),
                 format_bytes(static_cast<std::size_t>(timeline.peak().reserved)).c_str());
   out += line;
+  out += unallocated_by_segment_kind(allocator_layout_at(profile, timeline.peak_event_count));
   out += "\n  peak: " + describe_peak(timeline) + "\n";
   out += "  largest live allocations at the peak:\n";
   for (std::size_t i = 0; i < std::min(largest, timeline.live_at_peak.size()); ++i) {
@@ -144,7 +146,11 @@ nlohmann::json chrome_trace(const MemoryProfile& profile, const MemoryTimeline& 
   events.push_back({{"ph", "i"}, {"name", "peak allocated " + format_bytes(static_cast<std::size_t>(timeline.peak_allocated))},
                     {"s", "g"}, {"pid", kProcess}, {"tid", 0}, {"ts", microseconds(timeline.peak().time_ns)}});
   return {{"traceEvents", events}, {"displayTimeUnit", "ms"},
-          {"otherData", {{"generator", "ferry report"}, {"run", profile.metadata}, {"peak", describe_peak(timeline)}}}};
+          {"otherData",
+           {{"generator", "ferry report"},
+            {"run", profile.metadata},
+            {"peak", describe_peak(timeline)},
+            {"segments_at_peak", segments_by_kind(allocator_layout_at(profile, timeline.peak_event_count))}}}};
 }
 
 }  // namespace ferry

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "allocator/byte_size.h"
+#include "engine/report/allocator_state.h"
 #include "engine/report/html_page.h"
 #include "engine/report/memory_report.h"
 #include "engine/report/timeline_svg.h"
@@ -52,6 +53,9 @@ std::string report_html(const MemoryProfile& profile, const MemoryTimeline& time
   body += "<p class=\"meta\">Stacked: allocated bytes by category. Dashed: reserved bytes (segments held by the caching allocator). "
           "Lanes: steps, and the forward, backward, recompute, loss and optimizer ops inside them.</p>\n";
   body += "<h2>Breakdown</h2>\n" + breakdown_table(timeline);
+  body += "<h2>Allocator state at the peak</h2>\n<p class=\"meta\">Each segment the allocator held, largest first: allocated blocks "
+          "by category, cached blocks (reserved but unallocated: fragmentation) in grey.</p>\n" +
+          allocator_state_svg(allocator_layout_at(profile, timeline.peak_event_count));
   body += "<h2>Largest live allocations at the peak</h2>\n<table><tr><th>tag</th><th>category</th><th>size</th></tr>\n";
   for (std::size_t i = 0; i < std::min(largest, timeline.live_at_peak.size()); ++i) {
     const LiveAllocation& each = timeline.live_at_peak[i];

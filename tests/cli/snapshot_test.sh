@@ -36,6 +36,8 @@ assert peak == expected["peak_allocated"], (peak, expected["peak_allocated"])
 assert reserved == expected["peak_reserved"], (reserved, expected["peak_reserved"])
 if "at_peak" in expected:
     assert at_peak == expected["at_peak"], (at_peak, expected["at_peak"])
+if "segments_at_peak" in expected:  # per kind: segments, reserved bytes, reserved but unallocated
+    assert trace["otherData"]["segments_at_peak"] == expected["segments_at_peak"], trace["otherData"]["segments_at_peak"]
 if "parameters_at_peak" in expected:
     assert at_peak["parameters"] == expected["parameters_at_peak"], at_peak
 PY
@@ -44,6 +46,7 @@ PY
 # 2. Reading a snapshot: the table, exact peaks, the category rule, a page that renders.
 "$ferry" report "$data/training.pickle" --output "$work/training" --torch-snapshot "$work/back.pickle" > "$work/training.txt"
 for expected in "training.pickle on cuda:0" "optimizer_states" "activations" "uncategorized" "model.py:41 forward" \
+                "reserved but unallocated at the peak, by segment kind" "small                 3 segments     6.00 MiB reserved" \
                 "categories from the frames of each allocation" "wrote $work/back.pickle"; do
   grep -q -- "$expected" "$work/training.txt" || { echo "report lacks '$expected'"; cat "$work/training.txt"; exit 1; }
 done
