@@ -6,7 +6,7 @@
 #include "allocator/byte_size.h"
 #include "engine/report/html_page.h"
 #include "engine/report/run_comparison.h"
-#include "engine/report/timeline_svg.h"
+#include "engine/report/timeline_interaction.h"
 
 namespace ferry {
 namespace {
@@ -99,9 +99,10 @@ std::string comparison_html(const RunMemory& a, const RunMemory& b) {
   body += "<h2>Timelines on the same axes</h2>\n";
   for (const RunMemory* run : {&a, &b}) {
     body += "<h3>" + std::string(run == &a ? "A" : "B") + ": " + html::escape(run->label) + "</h3>\n";
-    body += run->timeline ? timeline_svg(*run->profile, *run->timeline, axes)
+    body += run->timeline ? timeline_figure(*run->profile, *run->timeline, axes, run == &a ? "timeline-a" : "timeline-b")
                           : "<p class=\"meta\">No timeline: a summary JSON holds the peaks only.</p>\n";
   }
+  body += timeline_script();
   return html::page("ferry memory comparison: " + a.label + " vs " + b.label, body);
 }
 

@@ -8,7 +8,7 @@
 #include "engine/report/allocator_state.h"
 #include "engine/report/html_page.h"
 #include "engine/report/memory_report.h"
-#include "engine/report/timeline_svg.h"
+#include "engine/report/timeline_interaction.h"
 
 namespace ferry {
 namespace {
@@ -49,13 +49,14 @@ std::string report_html(const MemoryProfile& profile, const MemoryTimeline& time
   for (MemoryCategory category : kAllMemoryCategories) {
     if (timeline.category_peak[category_index(category)] > 0) shown.push_back(category);
   }
-  body += html::category_legend(shown) + "\n" + timeline_svg(profile, timeline, timeline_axes(profile, timeline));
+  body += html::category_legend(shown) + "\n" + timeline_figure(profile, timeline, timeline_axes(profile, timeline), "timeline");
   body += "<p class=\"meta\">Stacked: allocated bytes by category. Dashed: reserved bytes (segments held by the caching allocator). "
           "Lanes: steps, and the forward, backward, recompute, loss and optimizer ops inside them.</p>\n";
   body += "<h2>Breakdown</h2>\n" + breakdown_table(timeline);
   body += "<h2>Allocator state at the peak</h2>\n<p class=\"meta\">Each segment the allocator held, largest first: allocated blocks "
           "by category, cached blocks (reserved but unallocated: fragmentation) in grey.</p>\n" +
           allocator_state_svg(allocator_layout_at(profile, timeline.peak_event_count));
+  body += timeline_script();
   body += "<h2>Largest live allocations at the peak</h2>\n<table><tr><th>tag</th><th>category</th><th>size</th></tr>\n";
   for (std::size_t i = 0; i < std::min(largest, timeline.live_at_peak.size()); ++i) {
     const LiveAllocation& each = timeline.live_at_peak[i];

@@ -36,6 +36,10 @@ grep -q "<h3>A: $data/training.pickle</h3>" "$html"
 grep -q "<h3>B: $work/profile</h3>" "$html"
 if grep -Eo '(src|href)="[^"#]' "$html" | grep -q .; then echo "compare.html loads external resources"; exit 1; fi
 render "$html" "$work/compare.png"
+# Both timelines answer a click: a moment 1 us in shows what each run held then.
+rendered_dom "$html#t=1000" > "$work/compare-dom.html"
+[[ $(grep -o 'class="moment" id="timeline-[ab]-moment" data-bytes="[0-9]*"' "$work/compare-dom.html" | wc -l) -eq 2 ]] \
+  || { echo "both timelines should show the moment clicked"; grep -o 'class="moment"[^>]*>' "$work/compare-dom.html"; exit 1; }
 
 # 2. Two profiles of the same shape (full recompute against none), and a summary (peaks only).
 "$ferry" report --compare "$work/profile" "$work/full" --output "$work/recompute" > /dev/null

@@ -52,6 +52,15 @@ for expected in "training.pickle on cuda:0" "optimizer_states" "activations" "un
 done
 check_peaks "$work/training/trace.json" "$data/training.expected.json"
 render "$work/training/report.html" "$work/training.png"
+# The page is interactive: zoomed to 0.8-1.0 ms its time axis is redrawn, and the moment of the peak
+# (trace.json's peak marker) lists exactly the peak's bytes as live.
+peak_ns=$(/usr/bin/python3 -c "import json,sys; print(round(next(e['ts'] for e in json.load(open(sys.argv[1]))['traceEvents'] if e['ph'] == 'i') * 1000))" "$work/training/trace.json")
+rendered_dom "$work/training/report.html#view=800000,1000000&t=$peak_ns" > "$work/dom.html"
+grep -q "data-bytes=\"$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['peak_allocated'])" "$data/training.expected.json")\"" "$work/dom.html" \
+  || { echo "the moment of the peak does not list the peak's bytes: $(grep -o 'class="moment"[^>]*>' "$work/dom.html")"; exit 1; }
+grep -q '<g class="time-axis"><text x="72.0" y="349" text-anchor="middle">0.8 ms</text>' "$work/dom.html" \
+  || { echo "the zoomed time axis was not redrawn: $(grep -o '<g class="time-axis">.\{0,120\}' "$work/dom.html")"; exit 1; }
+grep -q "model.py:41 forward" "$work/dom.html"
 "$ferry" report "$data/ring.pickle" --output "$work/ring" > /dev/null
 check_peaks "$work/ring/trace.json" "$data/ring.expected.json"
 # Without --output the report goes beside the snapshot, in SNAPSHOT-report/.
