@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "engine/cli/run_input.h"
 #include "engine/core/atomic_file.h"
 #include "engine/report/memory_report.h"
 #include "engine/report/run_comparison.h"
@@ -66,32 +67,9 @@ int report_pipeline_profiles(const ReportOptions& options, const std::vector<std
   return 0;
 }
 
-// A run to compare: a PyTorch snapshot, a summary JSON, or a profile directory.
-RunMemory load_run_memory(const std::string& path) {
-  if (std::filesystem::is_regular_file(path) && !looks_like_pickle_file(path)) {
-    nlohmann::json summary;
-    try {
-      summary = nlohmann::json::parse(read_text_file(path));
-    } catch (const nlohmann::json::exception& error) {
-      throw ProfileError(path + " is neither a PyTorch snapshot nor a summary JSON (" + error.what() + ")");
-    }
-    return run_memory_from_summary(path, summary);
-  }
-  if (!rank_profile_directories(path).empty()) {
-    throw ProfileError(path + " holds one profile per rank; compare one rank's: " + path + "/rank-R");
-  }
-  return run_memory_from_profile(path, read_profile_or_snapshot(path));
-}
-
 int compare_runs(const ReportOptions& options) {
-  const RunMemory a = load_run_memory(options.compare[0]);
-  const RunMemory b = load_run_memory(options.compare[1]);
-  std::fputs(comparison_table(a, b).c_str(), stdout);
-  const std::filesystem::path directory(options.output.empty() ? "ferry-compare" : options.output);
-  std::filesystem::create_directories(directory);
-  write_file_atomically((directory / "compare.json").string(), comparison_json(a, b).dump(1));
-  write_file_atomically((directory / "compare.html").string(), comparison_html(a, b));
-  std::printf("\n  wrote %s and %s\n", (directory / "compare.html").c_str(), (directory / "compare.json").c_str());
+  write_comparison(load_run_memory(options.compare[0]), load_run_memory(options.compare[1]),
+                   options.output.empty() ? "ferry-compare" : options.output);
   return 0;
 }
 

@@ -58,7 +58,21 @@ assert c['a']['description'].startswith('summary: '), c['a']" "$work/summary-cmp
 grep -q "No timeline: a summary JSON holds the peaks only" "$work/summary-cmp/compare.html"
 render "$work/summary-cmp/compare.html" "$work/summary.png"
 
-# 3. Bad inputs.
+# 3. ferry bench memory takes a baseline the same way: its no-recompute row against the run.
+"$ferry" bench memory "${shape[@]:0:10}" --output "$work/bench" --baseline "$work/summary.json" > "$work/bench.txt"
+grep -q "A  $work/summary.json" "$work/bench.txt"
+/usr/bin/python3 - "$work/bench/compare.json" "$work/bench/memory.json" "$work/summary.json" <<'PY'
+import json, sys
+compare, bench, summary = (json.load(open(path)) for path in sys.argv[1:])
+none = next(r for r in bench["rows"] if r["kind"] == "measured" and r["checkpointing"] == "none")
+assert compare["a"]["peak_allocated"] == summary["memory"]["peak_allocated"], compare["a"]
+assert compare["b"]["peak_allocated"] == none["peak_allocated"] and compare["b"]["peak_reserved"] == none["peak_reserved"], compare["b"]
+assert compare["b"]["at_peak"] == none["at_peak"], (compare["b"]["at_peak"], none["at_peak"])
+assert compare["difference"]["peak_allocated"] == none["peak_allocated"] - summary["memory"]["peak_allocated"]
+PY
+render "$work/bench/compare.html" "$work/bench.png"
+
+# 4. Bad inputs.
 echo "not json" > "$work/notes.txt"
 expect_error "notes.txt is neither a PyTorch snapshot nor a summary JSON" "$ferry" report --compare "$work/notes.txt" "$work/profile"
 echo '{"memory": {"peak_allocated": 1}}' > "$work/partial.json"
