@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Writes PyTorch memory snapshots (the format of torch.cuda.memory._dump_snapshot: a pickle of plain
 dicts and lists, `segments` with their `blocks` and `device_traces` of alloc, free_requested,
-free_completed, segment_alloc, snapshot and oom entries with frames) of a small synthetic training run
+free_completed, segment_alloc, segment_map, segment_unmap, snapshot and oom entries with frames) of a small synthetic training run
 whose peaks are known, the RMM logging CSV of the same allocations, and a few broken snapshots.
 Standard library only (pickle), so tests need nothing new.
 
   scripts/make_torch_snapshot.py OUT_DIR
 
 writes training.pickle (+ .csv, .expected.json), ring.pickle (the same run with the oldest events
-dropped, as PyTorch's ring buffer drops them; + .expected.json), double-free.pickle and huge-size.pickle.
+dropped, as PyTorch's ring buffer drops them; + .expected.json), expandable.pickle (an expandable
+segment's segment_map and segment_unmap, and an oom; + .csv, .expected.json), double-free.pickle and
+huge-size.pickle.
 """
 import json
 import os
@@ -164,6 +166,47 @@ def training_run():
     return allocator
 
 
+def expandable_run():
+    """One expandable segment growing by mapped 20 MiB pages (segment_map), an allocation that runs out
+    of memory (oom), and the pages unmapped again (segment_unmap). Returns the snapshot, the RMM CSV
+    lines and what ferry must report."""
+    base, trace, csv, clock = 0x7F8000000000, [], ["Thread,Time,Action,Pointer,Size,Stream"], [0]
+
+    def event(action, address, size, kind=None, **extra):
+        clock[0] += 10
+        entry = {"action": action, "addr": address, "size": size, "stream": 0, "time_us": 1_700_000_000_000_000 + clock[0],
+                 "frames": frames(kind) if kind else []}
+        entry.update(extra)
+        trace.append(entry)
+
+    def alloc(address, size):
+        event("alloc", address, size, "activations")
+        csv.append(f"1,{clock[0]},allocate,{hex(address)},{size},0")
+
+    def free(address, size):
+        event("free_requested", address, size, "free")
+        event("free_completed", address, size, "free")
+        csv.append(f"1,{clock[0]},free,{hex(address)},{size},0")
+
+    event("segment_map", base, 20 * MIB)
+    alloc(base, 8 * MIB)
+    alloc(base + 8 * MIB, 10 * MIB)
+    event("segment_map", base + 20 * MIB, 20 * MIB)
+    alloc(base + 18 * MIB, 15 * MIB)  # the peak: 33 MiB of 40 MiB mapped
+    free(base, 8 * MIB)
+    event("oom", 0, 64 * MIB, "activations", device_free=MIB)
+    csv.append(f"1,{clock[0]},allocate failure,0x0,{64 * MIB},0")
+    free(base + 8 * MIB, 10 * MIB)
+    free(base + 18 * MIB, 15 * MIB)
+    event("segment_unmap", base + 20 * MIB, 20 * MIB)
+    segment = {"device": 0, "address": base, "total_size": 20 * MIB, "stream": 0, "segment_type": "large", "segment_pool_id": (0, 0),
+               "allocated_size": 0, "active_size": 0, "requested_size": 0, "is_expandable": True, "frames": [],
+               "blocks": [{"address": base, "size": 20 * MIB, "requested_size": 0, "state": "inactive", "frames": []}]}
+    expected = {"peak_allocated": 33 * MIB, "peak_reserved": 40 * MIB, "at_peak": {"activations": 33 * MIB}, "ooms": 1,
+                "segments_at_peak": {"expandable": [1, 40 * MIB, 7 * MIB]}}
+    return {"segments": [segment], "device_traces": [trace]}, csv, expected
+
+
 def snapshot(allocator, first_event=0):
     return {"segments": allocator.segments_now(), "device_traces": [allocator.trace[first_event:]],
             "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": None, "max_split_size": -1}}
@@ -192,6 +235,12 @@ def main():
     with open(os.path.join(out, "ring.expected.json"), "w") as f:
         json.dump({"peak_allocated": run.peak_allocated, "peak_reserved": run.peak_reserved, "dropped": dropped,
                    "parameters_at_peak": run.peak_breakdown["parameters"]}, f, indent=1, sort_keys=True)
+    expandable, csv, expected = expandable_run()
+    write(os.path.join(out, "expandable.pickle"), expandable)
+    with open(os.path.join(out, "expandable.csv"), "w") as f:
+        f.write("\n".join(csv) + "\n")
+    with open(os.path.join(out, "expandable.expected.json"), "w") as f:
+        json.dump(expected, f, indent=1, sort_keys=True)
     # Broken ones: a second free of a freed address, and a size no device has.
     broken = snapshot(run)
     trace = broken["device_traces"][0]

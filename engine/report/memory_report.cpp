@@ -68,6 +68,9 @@ std::string memory_report_table(const MemoryProfile& profile, const MemoryTimeli
                 profile.ops.size(), format_duration_ns(profile.end_ns - profile.start_ns).c_str(), format_bytes(profile.memory_limit).c_str());
   out += line;
   if (!profile.failure.empty()) out += "  the run failed here: " + profile.failure.substr(0, profile.failure.find('\n')) + "\n";
+  if (profile.failure.empty() && timeline.out_of_memory_events > 0) {
+    out += "  " + std::to_string(timeline.out_of_memory_events) + " allocation(s) ran out of memory (oom events) and the run went on\n";
+  }
   std::snprintf(line, sizeof line, "\n  %-18s %12s %12s %12s %8s\n", "category", "current", "peak", "at peak", "share");
   out += line;
   for (MemoryCategory category : kAllMemoryCategories) {

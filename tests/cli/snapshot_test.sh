@@ -12,9 +12,9 @@ data="$root/tests/data/snapshots"
 /usr/bin/python3 "$root/scripts/make_torch_snapshot.py" "$work/gen"
 /usr/bin/python3 - "$data" "$work/gen" <<'PY'
 import pickle, sys
-for name in ["training.pickle", "ring.pickle"]:
+for name in ["training.pickle", "ring.pickle", "expandable.pickle"]:
     assert pickle.load(open(f"{sys.argv[1]}/{name}", "rb")) == pickle.load(open(f"{sys.argv[2]}/{name}", "rb")), name
-for name in ["training.csv", "training.expected.json", "ring.expected.json"]:
+for name in ["training.csv", "training.expected.json", "ring.expected.json", "expandable.csv", "expandable.expected.json"]:
     assert open(f"{sys.argv[1]}/{name}").read() == open(f"{sys.argv[2]}/{name}").read(), name
 PY
 
@@ -63,6 +63,10 @@ grep -q '<g class="time-axis"><text x="72.0" y="349" text-anchor="middle">0.8 ms
 grep -q "model.py:41 forward" "$work/dom.html"
 "$ferry" report "$data/ring.pickle" --output "$work/ring" > /dev/null
 check_peaks "$work/ring/trace.json" "$data/ring.expected.json"
+# An expandable segment (segment_map, segment_unmap) and an oom.
+"$ferry" report "$data/expandable.pickle" --output "$work/expandable" > "$work/expandable.txt"
+check_peaks "$work/expandable/trace.json" "$data/expandable.expected.json"
+grep -q "1 allocation(s) ran out of memory (oom events)" "$work/expandable.txt"
 # Without --output the report goes beside the snapshot, in SNAPSHOT-report/.
 cp "$data/training.pickle" "$work/copy.pickle"
 "$ferry" report "$work/copy.pickle" > /dev/null
@@ -107,10 +111,11 @@ assert any(e["frames"][0]["name"].startswith("h.") for e in trace if e["action"]
 PY
 
 # 4. Replay: the snapshot and the RMM CSV of the same trace give the same figures.
+for run in training expandable; do
 for conf in "expandable_segments:False" "expandable_segments:True"; do
-  "$ferry" replay "$data/training.pickle" --alloc-conf "$conf" --find-min-capacity --summary "$work/snapshot.json" > "$work/replay.txt"
-  "$ferry" replay "$data/training.csv" --alloc-conf "$conf" --find-min-capacity --summary "$work/csv.json" > /dev/null
-  /usr/bin/python3 - "$work/snapshot.json" "$work/csv.json" "$data/training.expected.json" <<'PY'
+  "$ferry" replay "$data/$run.pickle" --alloc-conf "$conf" --find-min-capacity --summary "$work/snapshot.json" > "$work/replay.txt"
+  "$ferry" replay "$data/$run.csv" --alloc-conf "$conf" --find-min-capacity --summary "$work/csv.json" > /dev/null
+  /usr/bin/python3 - "$work/snapshot.json" "$work/csv.json" "$data/$run.expected.json" <<'PY'
 import json, sys
 snapshot, csv, expected = (json.load(open(path)) for path in sys.argv[1:])
 del snapshot["trace"], csv["trace"]
@@ -118,6 +123,7 @@ assert snapshot == csv, (snapshot, csv)
 assert snapshot["peak_requested"] == expected["peak_allocated"]
 assert snapshot["completed"] and snapshot["min_capacity"] > 0
 PY
+done
 done
 grep -q "peak reserved" "$work/replay.txt"
 "$ferry" replay "$data/training.pickle" --capacity 40MiB --summary "$work/tight.json" > /dev/null

@@ -38,13 +38,13 @@ std::string mutate(std::string data, std::mt19937_64& random) {
 }
 
 TEST(SnapshotFuzz, SeedsAreAccepted) {
-  for (const char* seed : {"training.pickle", "ring.pickle"}) EXPECT_TRUE(fuzz::read_snapshot_bytes(read_seed(seed))) << seed;
+  for (const char* seed : {"training.pickle", "ring.pickle", "expandable.pickle"}) EXPECT_TRUE(fuzz::read_snapshot_bytes(read_seed(seed))) << seed;
 }
 
 TEST(SnapshotFuzz, MutationsAreAcceptedOrRefusedWithATypedError) {
   std::mt19937_64 random(20240521);
   std::size_t accepted = 0, total = 0;
-  for (const char* seed : {"training.pickle", "ring.pickle"}) {
+  for (const char* seed : {"training.pickle", "ring.pickle", "expandable.pickle"}) {
     const std::string data = read_seed(seed);
     ASSERT_FALSE(data.empty()) << seed;
     for (int i = 0; i < 3000; ++i, ++total) {

@@ -57,6 +57,17 @@ TEST(SnapshotProfile, RebuildsWhatWasLiveBeforeTheRingBufferBegan) {
   EXPECT_EQ(timeline.peak().allocated[category_index(MemoryCategory::parameters)], truth["parameters_at_peak"].get<std::int64_t>());
 }
 
+TEST(SnapshotProfile, ReadsExpandableSegmentsAndOoms) {
+  const nlohmann::json truth = expected("expandable.expected.json");
+  const MemoryProfile profile = read_profile_or_snapshot(data_file("expandable.pickle"));
+  const MemoryTimeline timeline = build_memory_timeline(profile);
+  EXPECT_EQ(timeline.peak_allocated, truth["peak_allocated"].get<std::int64_t>());
+  EXPECT_EQ(timeline.peak_reserved, truth["peak_reserved"].get<std::int64_t>());
+  EXPECT_EQ(timeline.out_of_memory_events, truth["ooms"].get<std::size_t>());
+  EXPECT_EQ(profile.initial_reserved, 0);
+  EXPECT_EQ(timeline.last().reserved, 20 << 20);  // the second 20 MiB were unmapped again
+}
+
 TEST(SnapshotProfile, CategoriesFollowTheStatedRule) {
   const auto frame = [](std::string file, std::string name) { return TorchFrame{std::move(file), 1, std::move(name)}; };
   const std::string torch = "/usr/lib/python3/dist-packages/torch/";
@@ -161,9 +172,12 @@ TEST(SnapshotProfile, DecodingNamesTheFieldThatIsWrong) {
   }
 }
 
-TEST(SnapshotReplay, EqualsTheRmmCsvOfTheSameTrace) {
-  const std::vector<RmmTraceRecord> from_snapshot = profile_allocation_records(read_profile_or_snapshot(data_file("training.pickle")));
-  const std::vector<RmmTraceRecord> from_csv = read_rmm_trace_file(data_file("training.csv"));
+class SnapshotReplay : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SnapshotReplay, EqualsTheRmmCsvOfTheSameTrace) {
+  const std::string run = GetParam();
+  const std::vector<RmmTraceRecord> from_snapshot = profile_allocation_records(read_profile_or_snapshot(data_file(run + ".pickle")));
+  const std::vector<RmmTraceRecord> from_csv = read_rmm_trace_file(data_file(run + ".csv"));
   ASSERT_EQ(from_snapshot.size(), from_csv.size());
   for (const char* conf : {"", "expandable_segments:True", "max_split_size_mb:24"}) {
     const AllocatorConfig config = AllocatorConfig::parse(conf);
@@ -181,8 +195,10 @@ TEST(SnapshotReplay, EqualsTheRmmCsvOfTheSameTrace) {
     EXPECT_EQ(find_min_capacity(from_snapshot, config), find_min_capacity(from_csv, config)) << conf;
   }
   EXPECT_EQ(replay_trace(from_snapshot, kUnlimitedReplayCapacity, AllocatorConfig::parse("")).peak_requested,
-            expected("training.expected.json")["peak_allocated"].get<std::size_t>());
+            expected(run + ".expected.json")["peak_allocated"].get<std::size_t>());
 }
+
+INSTANTIATE_TEST_SUITE_P(Snapshots, SnapshotReplay, ::testing::Values("training", "expandable"));
 
 }  // namespace
 }  // namespace ferry
