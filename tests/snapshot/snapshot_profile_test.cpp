@@ -28,12 +28,24 @@ nlohmann::json expected(const std::string& name) {
 
 std::string data_file(const std::string& name) { return testing::snapshot_data_directory() + "/" + name; }
 
+// A checked-in snapshot read as a profile, its timeline, and what the script says it must show.
+struct KnownRun {
+  nlohmann::json truth;
+  MemoryProfile profile;
+  MemoryTimeline timeline;
+};
+
+// Reads RUN.pickle and checks the peaks against RUN.expected.json.
+KnownRun read_known_run(const std::string& run) {
+  KnownRun known{expected(run + ".expected.json"), read_profile_or_snapshot(data_file(run + ".pickle")), {}};
+  known.timeline = build_memory_timeline(known.profile);
+  EXPECT_EQ(known.timeline.peak_allocated, known.truth["peak_allocated"].get<std::int64_t>()) << run;
+  EXPECT_EQ(known.timeline.peak_reserved, known.truth["peak_reserved"].get<std::int64_t>()) << run;
+  return known;
+}
+
 TEST(SnapshotProfile, ReportsTheKnownPeaksExactly) {
-  const nlohmann::json truth = expected("training.expected.json");
-  const MemoryProfile profile = read_profile_or_snapshot(data_file("training.pickle"));
-  const MemoryTimeline timeline = build_memory_timeline(profile);
-  EXPECT_EQ(timeline.peak_allocated, truth["peak_allocated"].get<std::int64_t>());
-  EXPECT_EQ(timeline.peak_reserved, truth["peak_reserved"].get<std::int64_t>());
+  const auto [truth, profile, timeline] = read_known_run("training");
   EXPECT_TRUE(profile.initial_allocations.empty());
   EXPECT_EQ(profile.initial_reserved, 0);
   for (MemoryCategory category : kAllMemoryCategories) {
@@ -46,23 +58,15 @@ TEST(SnapshotProfile, ReportsTheKnownPeaksExactly) {
 }
 
 TEST(SnapshotProfile, RebuildsWhatWasLiveBeforeTheRingBufferBegan) {
-  const nlohmann::json truth = expected("ring.expected.json");
-  const MemoryProfile profile = read_profile_or_snapshot(data_file("ring.pickle"));
-  const MemoryTimeline timeline = build_memory_timeline(profile);
+  const auto [truth, profile, timeline] = read_known_run("ring");
   EXPECT_FALSE(profile.initial_allocations.empty());
   EXPECT_GT(profile.initial_reserved, 0);
-  EXPECT_EQ(timeline.peak_allocated, truth["peak_allocated"].get<std::int64_t>());
-  EXPECT_EQ(timeline.peak_reserved, truth["peak_reserved"].get<std::int64_t>());
   // The parameters were allocated in the dropped events; their blocks' frames still say what they are.
   EXPECT_EQ(timeline.peak().allocated[category_index(MemoryCategory::parameters)], truth["parameters_at_peak"].get<std::int64_t>());
 }
 
 TEST(SnapshotProfile, ReadsExpandableSegmentsAndOoms) {
-  const nlohmann::json truth = expected("expandable.expected.json");
-  const MemoryProfile profile = read_profile_or_snapshot(data_file("expandable.pickle"));
-  const MemoryTimeline timeline = build_memory_timeline(profile);
-  EXPECT_EQ(timeline.peak_allocated, truth["peak_allocated"].get<std::int64_t>());
-  EXPECT_EQ(timeline.peak_reserved, truth["peak_reserved"].get<std::int64_t>());
+  const auto [truth, profile, timeline] = read_known_run("expandable");
   EXPECT_EQ(timeline.out_of_memory_events, truth["ooms"].get<std::size_t>());
   EXPECT_EQ(profile.initial_reserved, 0);
   EXPECT_EQ(timeline.last().reserved, 20 << 20);  // the second 20 MiB were unmapped again
