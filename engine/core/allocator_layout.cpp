@@ -10,7 +10,8 @@ namespace {
 constexpr std::size_t kSmallSegmentBytes = std::size_t{2} << 20;
 
 // Reserved address ranges [start, end) with the kind of segment each came from. Mapped pages that
-// touch join into one range, as the pages of one expandable segment do.
+// touch join into one range, as the pages of one expandable segment do, and so do the blocks seen in
+// segments from before the profile.
 class ReservedRanges {
  public:
   struct Range {
@@ -20,7 +21,7 @@ class ReservedRanges {
   void add(std::uintptr_t start, std::size_t size, SegmentKind kind) {
     std::uintptr_t end = start + size;
     remove(start, size);
-    if (kind == SegmentKind::expandable) {
+    if (kind == SegmentKind::expandable || kind == SegmentKind::before_profile) {
       if (auto before = ranges_.lower_bound(start); before != ranges_.begin() && std::prev(before)->second.end == start &&
                                                     std::prev(before)->second.kind == kind) {
         start = std::prev(before)->first;
@@ -44,6 +45,10 @@ class ReservedRanges {
       if (low < start) ranges_[low] = Range{start, range.kind};
       if (range.end > end) ranges_[end] = Range{range.end, range.kind};
     }
+  }
+  bool contains(std::uintptr_t start, std::size_t size) const {
+    auto it = ranges_.upper_bound(start);
+    return it != ranges_.begin() && std::prev(it)->second.end >= start + size;
   }
   const std::map<std::uintptr_t, Range>& ranges() const { return ranges_; }
 
@@ -85,10 +90,32 @@ std::int64_t AllocatorLayout::allocated() const {
                          [](std::int64_t sum, const LayoutSegment& segment) { return sum + static_cast<std::int64_t>(segment.allocated_bytes()); });
 }
 
+// A segment of `range` holding the live allocations that start inside it (taken out of `live`), and
+// cached blocks between them.
+LayoutSegment segment_with_blocks(std::uintptr_t start, const ReservedRanges::Range& range, std::map<std::uintptr_t, LiveAllocation>& live) {
+  LayoutSegment segment{start, range.end - start, range.kind, {}};
+  std::uintptr_t cursor = start;
+  for (auto it = live.lower_bound(start); it != live.end() && it->first < range.end;) {
+    add_cached(segment, cursor, it->first);
+    segment.blocks.push_back(block_of(it->second));
+    cursor = it->first + it->second.size;
+    it = live.erase(it);
+  }
+  add_cached(segment, cursor, range.end);
+  return segment;
+}
+
 AllocatorLayout allocator_layout_at(const MemoryProfile& profile, std::size_t events_applied) {
   std::map<std::uintptr_t, LiveAllocation> live;
-  for (const LiveAllocation& each : profile.initial_allocations) live[each.address] = each;
-  ReservedRanges reserved;
+  ReservedRanges reserved;  // segments the events allocated or mapped
+  ReservedRanges earlier;   // blocks seen outside them: in segments from before the profile
+  const auto seen = [&](std::uintptr_t address, std::size_t size) {
+    if (!reserved.contains(address, size)) earlier.add(address, size, SegmentKind::before_profile);
+  };
+  for (const LiveAllocation& each : profile.initial_allocations) {
+    live[each.address] = each;
+    seen(each.address, each.size);
+  }
   std::int64_t reserved_bytes = profile.initial_reserved;
   for (std::size_t i = 0; i < std::min(events_applied, profile.events.size()); ++i) {
     const TraceEvent& event = profile.events[i];
@@ -96,6 +123,7 @@ AllocatorLayout allocator_layout_at(const MemoryProfile& profile, std::size_t ev
       case TraceAction::alloc: {
         const auto tag = profile.tags.find(event.tag);
         live[event.address] = LiveAllocation{event.address, event.size, event.category, tag == profile.tags.end() ? "" : tag->second, event.stream};
+        seen(event.address, event.size);
         break;
       }
       case TraceAction::free_requested: live.erase(event.address); break;
@@ -110,29 +138,18 @@ AllocatorLayout allocator_layout_at(const MemoryProfile& profile, std::size_t ev
       case TraceAction::segment_free:
       case TraceAction::segment_unmap:
         reserved.remove(event.address, event.size);
+        earlier.remove(event.address, event.size);  // a segment from before the profile, released
         reserved_bytes -= static_cast<std::int64_t>(event.size);
         break;
       default: break;
     }
   }
   AllocatorLayout layout;
-  for (const auto& [start, range] : reserved.ranges()) {
-    LayoutSegment segment{start, range.end - start, range.kind, {}};
-    std::uintptr_t cursor = start;
-    for (auto it = live.lower_bound(start); it != live.end() && it->first < range.end;) {
-      add_cached(segment, cursor, it->first);
-      segment.blocks.push_back(block_of(it->second));
-      cursor = it->first + it->second.size;
-      it = live.erase(it);
+  for (const ReservedRanges* ranges : {&reserved, &earlier}) {
+    for (const auto& [start, range] : ranges->ranges()) {
+      layout.segments.push_back(segment_with_blocks(start, range, live));
+      reserved_bytes -= static_cast<std::int64_t>(layout.segments.back().size);
     }
-    add_cached(segment, cursor, range.end);
-    reserved_bytes -= static_cast<std::int64_t>(segment.size);
-    layout.segments.push_back(std::move(segment));
-  }
-  // Live blocks in segments the events never showed: each drawn as a segment of its own size.
-  for (const auto& [address, each] : live) {
-    layout.segments.push_back(LayoutSegment{address, each.size, SegmentKind::before_profile, {block_of(each)}});
-    reserved_bytes -= static_cast<std::int64_t>(each.size);
   }
   layout.unplaced_reserved = std::max<std::int64_t>(reserved_bytes, 0);
   std::sort(layout.segments.begin(), layout.segments.end(), [](const LayoutSegment& a, const LayoutSegment& b) { return a.address < b.address; });

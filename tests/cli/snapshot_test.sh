@@ -110,6 +110,16 @@ assert {"ferry/parameters", "ferry/activations", "ferry/gradients", "ferry/optim
 assert any(e["frames"][0]["name"].startswith("h.") for e in trace if e["action"] == "alloc")
 PY
 
+# memory_viz's Allocator State History can replay what ferry writes, also for a window that starts
+# after step 1 (allocations and segments from before it) and for snapshots read and written again.
+"$ferry" train "${shape[@]}" --steps 3 --profile "$work/later" --profile-steps 2-3 > /dev/null
+"$ferry" report "$work/later" --torch-snapshot "$work/later.pickle" > /dev/null
+"$ferry" report "$data/expandable.pickle" --output "$work/expandable-back" --torch-snapshot "$work/expandable-back.pickle" > /dev/null
+for written in "$work/profile.pickle" "$work/later.pickle" "$work/back.pickle" "$work/expandable-back.pickle"; do
+  /usr/bin/python3 "$root/tests/cli/memory_viz_replay.py" "$written" > /dev/null
+done
+/usr/bin/python3 "$root/tests/cli/memory_viz_replay.py" "$data/training.pickle" > /dev/null  # the checker accepts the script's own
+
 # 4. Replay: the snapshot and the RMM CSV of the same trace give the same figures.
 for run in training expandable; do
 for conf in "expandable_segments:False" "expandable_segments:True"; do

@@ -91,5 +91,31 @@ TEST(AllocatorLayout, SegmentsFromBeforeTheProfileAreDrawnApart) {
   EXPECT_EQ(layout.reserved(), 20 * kMiB);
 }
 
+// Every block ever seen in a segment from before the profile stays inside a drawn segment, also after
+// it was freed, unless its segment was released: what memory_viz needs to replay a written snapshot.
+TEST(AllocatorLayout, BlocksSeenInEarlierSegmentsStayCovered) {
+  MemoryProfile profile;
+  profile.initial_reserved = 20 * kMiB;
+  profile.initial_allocations = {{0x100000, 2 * kMiB, MemoryCategory::parameters, "wte", 0}};
+  const auto event = [](TraceAction action, std::uintptr_t address, std::size_t size) {
+    return TraceEvent{action, MemoryCategory::activations, 0, 0, address, size, 0};
+  };
+  profile.events = {event(TraceAction::alloc, 0x100000 + 2 * kMiB, 1 * kMiB),        // touches wte: one segment
+                    event(TraceAction::free_requested, 0x100000 + 2 * kMiB, 1 * kMiB),
+                    event(TraceAction::free_requested, 0x100000, 2 * kMiB),
+                    event(TraceAction::alloc, 0x900000, 4 * kMiB),                    // another earlier segment
+                    event(TraceAction::segment_free, 0x900000 - kMiB, 8 * kMiB)};      // ... released, blocks and all
+  const AllocatorLayout end = allocator_layout_at(profile, profile.events.size());
+  ASSERT_EQ(end.segments.size(), 1u);
+  EXPECT_EQ(end.segments[0].address, 0x100000u);
+  EXPECT_EQ(end.segments[0].size, static_cast<std::size_t>(3 * kMiB));
+  EXPECT_EQ(end.segments[0].allocated_bytes(), 0u);
+  EXPECT_EQ(end.unplaced_reserved, 20 * kMiB - 8 * kMiB - 3 * kMiB);
+  EXPECT_EQ(end.reserved(), 12 * kMiB);
+  const AllocatorLayout before_release = allocator_layout_at(profile, 4);
+  ASSERT_EQ(before_release.segments.size(), 2u);
+  EXPECT_EQ(before_release.allocated(), 4 * kMiB);
+}
+
 }  // namespace
 }  // namespace ferry
