@@ -31,6 +31,10 @@ std::string percent(std::int64_t part, std::int64_t whole) {
 
 }  // namespace
 
+std::string describe_memory_limit(std::size_t memory_limit) {
+  return memory_limit > 0 ? "device memory limit " + format_bytes(memory_limit) : std::string("no device memory limit recorded");
+}
+
 std::string format_duration_ns(std::uint64_t nanoseconds) {
   char text[32];
   const double seconds = static_cast<double>(nanoseconds) * 1e-9;
@@ -64,8 +68,8 @@ std::string memory_report_table(const MemoryProfile& profile, const MemoryTimeli
   char line[512];
   std::snprintf(line, sizeof line, "memory profile: %s\n", describe_run(profile.metadata).c_str());
   out += line;
-  std::snprintf(line, sizeof line, "  %zu allocator events and %zu ops over %s; device memory limit %s\n", profile.events.size(),
-                profile.ops.size(), format_duration_ns(profile.end_ns - profile.start_ns).c_str(), format_bytes(profile.memory_limit).c_str());
+  std::snprintf(line, sizeof line, "  %zu allocator events and %zu ops over %s; %s\n", profile.events.size(), profile.ops.size(),
+                format_duration_ns(profile.end_ns - profile.start_ns).c_str(), describe_memory_limit(profile.memory_limit).c_str());
   out += line;
   if (!profile.failure.empty()) out += "  the run failed here: " + profile.failure.substr(0, profile.failure.find('\n')) + "\n";
   if (profile.failure.empty() && timeline.out_of_memory_events > 0) {

@@ -42,7 +42,7 @@ std::string report_html(const MemoryProfile& profile, const MemoryTimeline& time
   std::string body = "<h1>ferry memory profile: " + html::escape(run.value("model", std::string("?"))) + "</h1>\n<p class=\"meta\">" +
                      html::escape(describe_run(run)) +
                      "<br>" + std::to_string(profile.events.size()) + " allocator events, " + std::to_string(profile.ops.size()) + " ops over " +
-                     format_duration_ns(profile.end_ns - profile.start_ns) + "; device memory limit " + format_bytes(profile.memory_limit) + "</p>\n";
+                     format_duration_ns(profile.end_ns - profile.start_ns) + "; " + describe_memory_limit(profile.memory_limit) + "</p>\n";
   if (!profile.failure.empty()) body += "<p class=\"peak\"><b>The run failed here:</b> " + html::escape(profile.failure) + "</p>\n";
   body += "<div class=\"peak\"><b>Peak:</b> " + html::escape(describe_peak(timeline)) + ".</div>\n";
   std::vector<MemoryCategory> shown;

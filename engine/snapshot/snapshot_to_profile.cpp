@@ -191,7 +191,13 @@ class ProfileBuilder {
 MemoryProfile snapshot_to_profile(const TorchSnapshot& snapshot, const std::string& file) { return ProfileBuilder(snapshot, file).build(); }
 
 MemoryProfile read_profile_or_snapshot(const std::string& path) {
-  if (std::filesystem::is_regular_file(path) && looks_like_pickle_file(path)) return snapshot_to_profile(read_torch_snapshot_file(path), path);
+  if (std::filesystem::is_regular_file(path)) {
+    if (!looks_like_pickle_file(path)) {
+      throw SnapshotError(path, "", "is a file but not a PyTorch snapshot (a pickle of protocol 2 to 5 starts with 0x80 and the protocol); "
+                                    "give a profile directory (ferry train --profile DIR) or a snapshot (torch.cuda.memory._dump_snapshot)");
+    }
+    return snapshot_to_profile(read_torch_snapshot_file(path), path);
+  }
   return read_memory_profile(path);
 }
 

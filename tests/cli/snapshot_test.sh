@@ -45,7 +45,7 @@ PY
 
 # 2. Reading a snapshot: the table, exact peaks, the category rule, a page that renders.
 "$ferry" report "$data/training.pickle" --output "$work/training" --torch-snapshot "$work/back.pickle" > "$work/training.txt"
-for expected in "training.pickle on cuda:0" "optimizer_states" "activations" "uncategorized" "model.py:41 forward" \
+for expected in "training.pickle on cuda:0" "no device memory limit recorded" "optimizer_states" "activations" "uncategorized" "model.py:41 forward" \
                 "reserved but unallocated at the peak, by segment kind" "small                 3 segments     6.00 MiB reserved" \
                 "categories from the frames of each allocation" "wrote $work/back.pickle"; do
   grep -q -- "$expected" "$work/training.txt" || { echo "report lacks '$expected'"; cat "$work/training.txt"; exit 1; }
@@ -149,6 +149,8 @@ printf '\x80\x04cos\nsystem\n.' > "$work/global.pickle"
 expect_error "opcode GLOBAL (0x63): is not in the subset ferry reads" "$ferry" report "$work/global.pickle"
 expect_error "device_traces\[0\]\[[0-9]*\].addr: free_requested of 0x[0-9a-f]*, an unknown address" "$ferry" report "$work/gen/double-free.pickle"
 expect_error "device_traces\[0\]\[5\].size: 4611686018427387904 bytes is larger than any device" "$ferry" report "$work/gen/huge-size.pickle"
+echo "not a pickle" > "$work/notes.txt"
+expect_error "notes.txt: is a file but not a PyTorch snapshot" "$ferry" report "$work/notes.txt"
 printf '\x80\x04}\x94.' > "$work/empty.pickle"
 expect_error "not a PyTorch memory snapshot" "$ferry" report "$work/empty.pickle"
 echo "cli snapshot: ok"
