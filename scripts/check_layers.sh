@@ -15,8 +15,9 @@ declare -A allowed=(
   [engine/grid]="allocator engine/core models engine/comm"
   [engine/pipeline]="allocator engine/core models schedule engine/comm"
   [engine/report]="allocator engine/core"
+  [engine/snapshot]="allocator engine/core"
   [engine/train]="allocator engine/core models schedule offload engine/comm engine/grid engine/pipeline engine/report"
-  [engine/cli]="allocator engine/core models schedule offload engine/comm engine/grid engine/pipeline engine/report engine/train"
+  [engine/cli]="allocator engine/core models schedule offload engine/comm engine/grid engine/pipeline engine/report engine/snapshot engine/train"
 )
 
 # The folder a path (a source file's or an include's) belongs to: engine/X for engine/, else its top folder.

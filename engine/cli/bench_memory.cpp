@@ -9,6 +9,7 @@
 
 #include "allocator/byte_size.h"
 #include "engine/core/atomic_file.h"
+#include "engine/cli/run_input.h"
 #include "engine/report/summary_file.h"
 #include "engine/train/model_config.h"
 #include "engine/train/token_data.h"
@@ -51,6 +52,18 @@ void write_bench_outputs(const BenchMemoryOptions& options, const json& result, 
   if (!options.summary.empty()) write_summary_file(options.summary, result);
 }
 
+// The measured row of `checkpointing` as a run to compare.
+RunMemory bench_row_run_memory(const json& result, const std::string& checkpointing) {
+  for (const json& row : result["rows"]) {
+    if (row["kind"] != "measured" || row["checkpointing"] != checkpointing) continue;
+    const json summary = {{"model", result["model"]},
+                          {"run", {{"device", "meta (ferry bench memory, checkpointing " + checkpointing + ")"}, {"precision", result["run"]["precision"]}}},
+                          {"memory", {{"peak_allocated", row["peak_allocated"]}, {"peak_reserved", row["peak_reserved"]}, {"at_peak", row["at_peak"]}}}};
+    return run_memory_from_summary("ferry bench memory", summary);
+  }
+  throw std::logic_error("ferry bench memory has no measured row with checkpointing " + checkpointing);
+}
+
 int run_bench_pipeline_command(const BenchMemoryOptions& options) {
   const json result = bench_pipeline_memory(options.run, options.pipeline);
   write_bench_outputs(options, result, "pipeline", bench_pipeline_table(result), bench_pipeline_csv(result));
@@ -80,6 +93,8 @@ void add_bench_command(CLI::App& app, BenchMemoryOptions& o) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   memory->add_option("--output", o.output, "Directory for memory.csv, memory.json and memory.html (default ferry-bench-memory)");
   memory->add_option("--summary", o.summary, "Also write the JSON here");
+  memory->add_option("--baseline", o.baseline,
+                     "Compare the no-recompute row with this run (a profile directory, a PyTorch snapshot or a --summary JSON)");
   memory->add_option("--dp", o.dp, "Data-parallel ranks: with --zero-stage, every rank's peak per ZeRO stage instead");
   memory->add_option("--zero-stage", o.zero_stages, "ZeRO stages for --dp, e.g. 0,1,2")->delimiter(',');
   memory->add_option("--checkpointing", o.run.checkpointing, "Recompute policy of the --dp table (default none)");
@@ -220,6 +235,10 @@ int run_bench_memory_command(const BenchMemoryOptions& options) {
   write_bench_outputs(options, result, "memory", bench_memory_table(result), bench_memory_csv(result));
   write_file_atomically((std::filesystem::path(options.output) / "memory.html").string(), bench_memory_html(result));
   std::printf("\n  wrote %s/memory.csv, memory.json and memory.html\n", options.output.c_str());
+  if (!options.baseline.empty()) {
+    std::printf("\n");
+    write_comparison(load_run_memory(options.baseline), bench_row_run_memory(result, "none"), options.output);
+  }
   return 0;
 }
 

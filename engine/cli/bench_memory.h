@@ -26,6 +26,9 @@ struct BenchMemoryOptions {
   // --dp N --zero-stage 0,1,2: every rank's peak per ZeRO stage instead (bench_zero.h)
   int dp = 1;
   std::vector<int> zero_stages;
+  // A run to compare with the no-recompute row (a profile, a PyTorch snapshot or a summary JSON):
+  // compare.json and compare.html in `output`.
+  std::string baseline;
 };
 
 void add_bench_command(CLI::App& app, BenchMemoryOptions& options);

@@ -9,12 +9,14 @@
 #include "allocator/byte_size.h"
 #include "allocator/trace_replay.h"
 #include "engine/report/summary_file.h"
+#include "engine/snapshot/snapshot_profile.h"
+#include "engine/snapshot/snapshot_replay.h"
 
 namespace ferry {
 
 void add_replay_command(CLI::App& app, ReplayCommandOptions& options) {
-  CLI::App* replay = app.add_subcommand("replay", "Replay an RMM allocation trace (CSV) through the caching allocator");
-  replay->add_option("trace", options.trace_path, "RMM logging CSV: Thread,Time,Action,Pointer,Size,Stream")
+  CLI::App* replay = app.add_subcommand("replay", "Replay an RMM allocation trace (CSV) or a PyTorch memory snapshot through the caching allocator");
+  replay->add_option("trace", options.trace_path, "RMM logging CSV (Thread,Time,Action,Pointer,Size,Stream) or a PyTorch snapshot (.pickle)")
       ->required()
       ->check(CLI::ExistingFile);
   replay->add_option("--capacity", options.capacity, "Device memory to replay against (e.g. 512MiB); default unlimited");
@@ -29,7 +31,9 @@ int run_replay_command(const ReplayCommandOptions& options) {
   const AllocatorConfig config =
       options.alloc_conf ? AllocatorConfig::parse(*options.alloc_conf) : AllocatorConfig::from_environment();
   const std::size_t capacity = options.capacity.empty() ? kUnlimitedReplayCapacity : parse_byte_size(options.capacity);
-  const std::vector<RmmTraceRecord> records = read_rmm_trace_file(options.trace_path);
+  const std::vector<RmmTraceRecord> records = looks_like_pickle_file(options.trace_path)
+                                                   ? profile_allocation_records(read_profile_or_snapshot(options.trace_path))
+                                                   : read_rmm_trace_file(options.trace_path);
   const ReplayResult result = replay_trace(records, capacity, config);
 
   std::printf("ferry replay %s\n", options.trace_path.c_str());

@@ -1,5 +1,7 @@
-// `ferry report DIR`: reads DIR/profile.json (or each rank's, DIR/rank-R, of a pipeline), prints the
-// per-category table and writes DIR/trace.json (Chrome trace) and DIR/report.html (engine/report/ renders them).
+// `ferry report DIR|SNAPSHOT.pickle`: reads DIR/profile.json (or each rank's, DIR/rank-R, of a pipeline)
+// or a PyTorch memory snapshot, prints the per-category table and writes trace.json (Chrome trace) and
+// report.html (engine/report/ renders them); --torch-snapshot writes the profile as a PyTorch snapshot;
+// --compare A B puts two runs side by side (compare.html, compare.json).
 #pragma once
 
 #include <cstddef>
@@ -15,6 +17,9 @@ namespace ferry {
 struct ReportOptions {
   std::string directory;
   std::size_t largest = 10;  // live allocations listed at the peak
+  std::string output;         // where trace.json and report.html go; empty: the profile directory, or SNAPSHOT-report/
+  std::string torch_snapshot;  // also write the profile as a PyTorch snapshot here
+  std::vector<std::string> compare;  // two runs (profile, snapshot or summary JSON) to put side by side
 };
 
 void add_report_command(CLI::App& app, ReportOptions& options);

@@ -82,6 +82,7 @@ MemoryTimeline build_memory_timeline(const MemoryProfile& profile) {
   }
   timeline.peak_reserved = std::max(timeline.peak_reserved, timeline.points.front().reserved);
   timeline.peak_allocated = timeline.peak().total();
+  timeline.peak_event_count = peak_event;
   for (const TimelinePoint& point : timeline.points) {
     for (std::size_t c = 0; c < kNumMemoryCategories; ++c) timeline.category_peak[c] = std::max(timeline.category_peak[c], point.allocated[c]);
   }

@@ -22,6 +22,7 @@ struct TimelinePoint {
 struct MemoryTimeline {
   std::vector<TimelinePoint> points;  // the start, then one per event that changed allocated or reserved bytes
   std::size_t peak_index = 0;         // the first point with the most allocated bytes
+  std::size_t peak_event_count = 0;   // the profile's events applied up to and including the peak
   std::int64_t peak_allocated = 0;
   std::int64_t peak_reserved = 0;
   std::array<std::int64_t, kNumMemoryCategories> category_peak{};  // each category's own maximum

@@ -102,12 +102,13 @@ table{border-collapse:collapse;margin:8px 0}th,td{padding:3px 10px;text-align:ri
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}td.tag{text-align:left;font-family:ui-monospace,monospace}
 .legend span{margin-right:14px;white-space:nowrap}.legend i{display:inline-block;width:11px;height:11px;margin-right:5px;vertical-align:-1px}
 svg text{font:11px system-ui,sans-serif;fill:#333}svg .axis{stroke:#999;stroke-width:1}svg .grid{stroke:#eee;stroke-width:1}
-</style></head><body>
+</style>
+<script>window.addEventListener('error', function (e) { document.body.dataset.error = String(e.message); });</script>
+</head><body>
 )";
   text += body;
   text += R"(
 <script>
-window.addEventListener('error', function (e) { document.body.dataset.error = String(e.message); });
 window.addEventListener('load', function () {
   var svgs = document.querySelectorAll('svg');
   var ok = svgs.length > 0;

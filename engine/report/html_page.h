@@ -21,7 +21,8 @@ std::string number(double value);
 // "12.5 MiB" without trailing zeros, for axis labels.
 std::string short_bytes(double bytes);
 // A whole page: `body` inside, the shared CSS, and a script that marks <body data-rendered="ok"> once
-// every <svg> has laid out with a non-empty box (data-error names a script error), for headless tests.
+// every <svg> has laid out with a non-empty box (data-error names any script error, from the <head> on), for
+// headless tests.
 std::string page(std::string_view title, std::string_view body);
 // A legend of the categories given.
 std::string category_legend(const std::vector<MemoryCategory>& categories);

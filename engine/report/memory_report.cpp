@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "allocator/byte_size.h"
+#include "engine/report/allocator_state.h"
 
 namespace ferry {
 namespace {
@@ -29,6 +30,10 @@ std::string percent(std::int64_t part, std::int64_t whole) {
 }
 
 }  // namespace
+
+std::string describe_memory_limit(std::size_t memory_limit) {
+  return memory_limit > 0 ? "device memory limit " + format_bytes(memory_limit) : std::string("no device memory limit recorded");
+}
 
 std::string format_duration_ns(std::uint64_t nanoseconds) {
   char text[32];
@@ -63,10 +68,13 @@ std::string memory_report_table(const MemoryProfile& profile, const MemoryTimeli
   char line[512];
   std::snprintf(line, sizeof line, "memory profile: %s\n", describe_run(profile.metadata).c_str());
   out += line;
-  std::snprintf(line, sizeof line, "  %zu allocator events and %zu ops over %s; device memory limit %s\n", profile.events.size(),
-                profile.ops.size(), format_duration_ns(profile.end_ns - profile.start_ns).c_str(), format_bytes(profile.memory_limit).c_str());
+  std::snprintf(line, sizeof line, "  %zu allocator events and %zu ops over %s; %s\n", profile.events.size(), profile.ops.size(),
+                format_duration_ns(profile.end_ns - profile.start_ns).c_str(), describe_memory_limit(profile.memory_limit).c_str());
   out += line;
   if (!profile.failure.empty()) out += "  the run failed here: " + profile.failure.substr(0, profile.failure.find('\n')) + "\n";
+  if (profile.failure.empty() && timeline.out_of_memory_events > 0) {
+    out += "  " + std::to_string(timeline.out_of_memory_events) + " allocation(s) ran out of memory (oom events) and the run went on\n";
+  }
   std::snprintf(line, sizeof line, "\n  %-18s %12s %12s %12s %8s\n", "category", "current", "peak", "at peak", "share");
   out += line;
   for (MemoryCategory category : kAllMemoryCategories) {
@@ -87,6 +95,7 @@ std::string memory_report_table(const MemoryProfile& profile, const MemoryTimeli
                 format_bytes(static_cast<std::size_t>(timeline.peak_reserved)).c_str(),
                 format_bytes(static_cast<std::size_t>(timeline.peak().reserved)).c_str());
   out += line;
+  out += unallocated_by_segment_kind(allocator_layout_at(profile, timeline.peak_event_count));
   out += "\n  peak: " + describe_peak(timeline) + "\n";
   out += "  largest live allocations at the peak:\n";
   for (std::size_t i = 0; i < std::min(largest, timeline.live_at_peak.size()); ++i) {
@@ -144,7 +153,11 @@ nlohmann::json chrome_trace(const MemoryProfile& profile, const MemoryTimeline& 
   events.push_back({{"ph", "i"}, {"name", "peak allocated " + format_bytes(static_cast<std::size_t>(timeline.peak_allocated))},
                     {"s", "g"}, {"pid", kProcess}, {"tid", 0}, {"ts", microseconds(timeline.peak().time_ns)}});
   return {{"traceEvents", events}, {"displayTimeUnit", "ms"},
-          {"otherData", {{"generator", "ferry report"}, {"run", profile.metadata}, {"peak", describe_peak(timeline)}}}};
+          {"otherData",
+           {{"generator", "ferry report"},
+            {"run", profile.metadata},
+            {"peak", describe_peak(timeline)},
+            {"segments_at_peak", segments_by_kind(allocator_layout_at(profile, timeline.peak_event_count))}}}};
 }
 
 }  // namespace ferry

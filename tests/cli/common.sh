@@ -1,5 +1,5 @@
 # Sourced by the CLI tests: strict mode, $ferry, a scratch directory $work removed on exit,
-# expect_error, and render (a page in headless Chromium).
+# expect_error, rendered_dom and render (a page in headless Chromium).
 set -euo pipefail
 ferry=${FERRY:?FERRY must name the ferry binary}
 work=$(mktemp -d)
@@ -12,15 +12,24 @@ expect_error() {  # expect_error PATTERN COMMAND...: the command fails and stder
   if ! grep -q -- "$pattern" "$work/err.txt"; then echo "error for '$*' lacks '$pattern':"; cat "$work/err.txt"; exit 1; fi
 }
 
-render() {  # render FILE.html SCREENSHOT.png: the page lays out its SVGs and raises no script error
+chromium_binary() {
   local chromium
   chromium=$(command -v chromium || command -v chromium-browser || true)
-  [[ -n "$chromium" ]] || { echo "chromium is not installed (scripts/setup.sh installs it)"; exit 1; }
+  [[ -n "$chromium" ]] || { echo "chromium is not installed (scripts/setup.sh installs it)" >&2; exit 1; }
+  echo "$chromium"
+}
+
+rendered_dom() {  # rendered_dom FILE.html[#FRAGMENT]: the page's DOM after its scripts ran, on stdout
+  timeout 120 "$(chromium_binary)" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --user-data-dir="$work/chromium" \
+    --dump-dom "file://$1" 2> /dev/null
+}
+
+render() {  # render FILE.html[#FRAGMENT] SCREENSHOT.png: the page lays out its SVGs and raises no script error
   local dom
-  dom=$(timeout 120 "$chromium" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --user-data-dir="$work/chromium" --dump-dom "file://$1" 2> /dev/null)
+  dom=$(rendered_dom "$1")
   grep -q 'data-rendered="ok"' <<< "$dom" || { echo "$1 did not render: $(grep -o '<body[^>]*>' <<< "$dom")"; exit 1; }
-  if grep -q 'data-error=' <<< "$dom"; then echo "$1 raised a script error"; exit 1; fi
-  timeout 120 "$chromium" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --user-data-dir="$work/chromium" --hide-scrollbars \
+  if grep -q 'data-error=' <<< "$dom"; then echo "$1 raised a script error: $(grep -o '<body[^>]*>' <<< "$dom")"; exit 1; fi
+  timeout 120 "$(chromium_binary)" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --user-data-dir="$work/chromium" --hide-scrollbars \
     --window-size=1120,900 --screenshot="$2" "file://$1" > /dev/null 2>&1
   [[ $(stat -c %s "$2") -gt 10000 ]] || { echo "screenshot of $1 is nearly empty"; exit 1; }
 }

@@ -1,0 +1,25 @@
+#include "engine/snapshot/snapshot_replay.h"
+
+namespace ferry {
+
+std::vector<RmmTraceRecord> profile_allocation_records(const MemoryProfile& profile) {
+  std::vector<RmmTraceRecord> records;
+  for (const LiveAllocation& each : profile.initial_allocations) {
+    records.push_back(RmmTraceRecord{0, "start", RmmAction::allocate, each.address, each.size, each.stream, 0});
+  }
+  for (std::size_t i = 0; i < profile.events.size(); ++i) {
+    const TraceEvent& event = profile.events[i];
+    RmmAction action = RmmAction::allocate;
+    if (event.action == TraceAction::free_requested) {
+      action = RmmAction::free;
+    } else if (event.action == TraceAction::oom) {
+      action = RmmAction::allocate_failure;
+    } else if (event.action != TraceAction::alloc) {
+      continue;
+    }
+    records.push_back(RmmTraceRecord{0, std::to_string(event.time_ns - profile.start_ns), action, event.address, event.size, event.stream, i + 1});
+  }
+  return records;
+}
+
+}  // namespace ferry

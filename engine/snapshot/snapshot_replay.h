@@ -1,0 +1,17 @@
+// A profile's allocations (a PyTorch snapshot read as one) as the records of an allocation trace, so
+// `ferry replay SNAPSHOT.pickle` runs them through the caching allocator exactly as it runs an RMM CSV.
+#pragma once
+
+#include <vector>
+
+#include "allocator/rmm_trace.h"
+#include "engine/core/memory_profile.h"
+
+namespace ferry {
+
+// The allocations live at the start first (line 0), then per event: alloc -> allocate, free_requested
+// -> free, oom -> allocate failure (line: the event's index + 1). Segment events are the replaying
+// allocator's own business and are left out.
+std::vector<RmmTraceRecord> profile_allocation_records(const MemoryProfile& profile);
+
+}  // namespace ferry

@@ -1,0 +1,208 @@
+// PyTorch snapshots as profiles: the checked-in snapshot (scripts/make_torch_snapshot.py) reports the
+// peaks the script computed, byte for byte, also when the ring buffer dropped the oldest events; a
+// ferry profile written as a snapshot reads back to the same report; categories follow the stated
+// rule; replaying a snapshot equals replaying the RMM CSV of the same trace; broken traces are refused.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "allocator/trace_replay.h"
+#include "engine/core/memory_timeline.h"
+#include "engine/report/memory_report.h"
+#include "engine/snapshot/frame_categories.h"
+#include "engine/snapshot/pickle_reader.h"
+#include "engine/snapshot/pickle_writer.h"
+#include "engine/snapshot/snapshot_profile.h"
+#include "engine/snapshot/snapshot_replay.h"
+#include "tests/snapshot/pickle_test_support.h"
+
+namespace ferry {
+namespace {
+
+nlohmann::json expected(const std::string& name) {
+  std::ifstream input(testing::snapshot_data_directory() + "/" + name);
+  return nlohmann::json::parse(input);
+}
+
+std::string data_file(const std::string& name) { return testing::snapshot_data_directory() + "/" + name; }
+
+// A checked-in snapshot read as a profile, its timeline, and what the script says it must show.
+struct KnownRun {
+  nlohmann::json truth;
+  MemoryProfile profile;
+  MemoryTimeline timeline;
+};
+
+// Reads RUN.pickle and checks the peaks against RUN.expected.json.
+KnownRun read_known_run(const std::string& run) {
+  KnownRun known{expected(run + ".expected.json"), read_profile_or_snapshot(data_file(run + ".pickle")), {}};
+  known.timeline = build_memory_timeline(known.profile);
+  EXPECT_EQ(known.timeline.peak_allocated, known.truth["peak_allocated"].get<std::int64_t>()) << run;
+  EXPECT_EQ(known.timeline.peak_reserved, known.truth["peak_reserved"].get<std::int64_t>()) << run;
+  return known;
+}
+
+TEST(SnapshotProfile, ReportsTheKnownPeaksExactly) {
+  const auto [truth, profile, timeline] = read_known_run("training");
+  EXPECT_TRUE(profile.initial_allocations.empty());
+  EXPECT_EQ(profile.initial_reserved, 0);
+  for (MemoryCategory category : kAllMemoryCategories) {
+    const std::int64_t want = truth["at_peak"].value(std::string(category_name(category)), std::int64_t{0});
+    EXPECT_EQ(timeline.peak().allocated[category_index(category)], want) << category_name(category);
+  }
+  // Tags name the innermost frame of user code.
+  ASSERT_FALSE(timeline.live_at_peak.empty());
+  EXPECT_EQ(timeline.live_at_peak.front().tag, "model.py:41 forward");
+}
+
+TEST(SnapshotProfile, RebuildsWhatWasLiveBeforeTheRingBufferBegan) {
+  const auto [truth, profile, timeline] = read_known_run("ring");
+  EXPECT_FALSE(profile.initial_allocations.empty());
+  EXPECT_GT(profile.initial_reserved, 0);
+  // The parameters were allocated in the dropped events; their blocks' frames still say what they are.
+  EXPECT_EQ(timeline.peak().allocated[category_index(MemoryCategory::parameters)], truth["parameters_at_peak"].get<std::int64_t>());
+}
+
+TEST(SnapshotProfile, ReadsExpandableSegmentsAndOoms) {
+  const auto [truth, profile, timeline] = read_known_run("expandable");
+  EXPECT_EQ(timeline.out_of_memory_events, truth["ooms"].get<std::size_t>());
+  EXPECT_EQ(profile.initial_reserved, 0);
+  EXPECT_EQ(timeline.last().reserved, 20 << 20);  // the second 20 MiB were unmapped again
+}
+
+TEST(SnapshotProfile, CategoriesFollowTheStatedRule) {
+  const auto frame = [](std::string file, std::string name) { return TorchFrame{std::move(file), 1, std::move(name)}; };
+  const std::string torch = "/usr/lib/python3/dist-packages/torch/";
+  EXPECT_EQ(infer_category({frame(torch + "optim/adam.py", "step"), frame("/w/train.py", "main")}).category, MemoryCategory::optimizer_states);
+  EXPECT_EQ(infer_category({frame(torch + "autograd/__init__.py", "backward")}).category, MemoryCategory::gradients);
+  EXPECT_EQ(infer_category({frame(torch + "nn/modules/module.py", "_apply"), frame("/w/train.py", "main")}).category, MemoryCategory::parameters);
+  EXPECT_EQ(infer_category({frame("/w/model.py", "forward")}).category, MemoryCategory::activations);
+  // Backward wins over the forward it reaches through, the optimizer over both.
+  EXPECT_EQ(infer_category({frame("/w/model.py", "forward"), frame(torch + "_tensor.py", "backward")}).category, MemoryCategory::gradients);
+  const InferredCategory unknown = infer_category({frame("/w/data.py", "get_batch")});
+  EXPECT_EQ(unknown.category, MemoryCategory::uncategorized);
+  EXPECT_EQ(unknown.tag, "data.py:1 get_batch");
+  const InferredCategory ferry = infer_category({ferry_frame(MemoryCategory::workspace, "h.0.attn"), frame("/w/model.py", "forward")});
+  EXPECT_EQ(ferry.category, MemoryCategory::workspace);
+  EXPECT_EQ(ferry.tag, "h.0.attn");
+}
+
+// A profile with what the writer must carry: allocations live at the start (one freed, one kept to the
+// end), reserved bytes from before, segments allocated and freed, tags, ops, an OOM and the metadata.
+MemoryProfile example_profile() {
+  MemoryProfile profile;
+  profile.metadata = {{"model", "gpt2-tiny"}, {"device", "cpu"}, {"precision", "bf16"}, {"micro_batch", 2}, {"seq", 32}};
+  profile.memory_limit = 64 << 20;
+  profile.start_ns = 1000;
+  profile.end_ns = 9'001'000;
+  profile.initial_reserved = 20 << 20;
+  profile.initial_allocations = {{0x10000, 4 << 20, MemoryCategory::parameters, "wte", 0},
+                                 {0x10000 + (4 << 20), 1 << 20, MemoryCategory::optimizer_states, "wte.m", 0}};
+  profile.tags = {{1, "h.0.mlp"}, {2, "h.0.attn"}};
+  const auto event = [](TraceAction action, MemoryCategory category, TagId tag, std::uint64_t time, std::uintptr_t address, std::size_t size) {
+    return TraceEvent{action, category, tag, time, address, size, 0};
+  };
+  const std::uintptr_t segment = 0x4000000;
+  profile.events = {
+      event(TraceAction::segment_alloc, MemoryCategory::uncategorized, 0, 2000, segment, 20 << 20),
+      event(TraceAction::alloc, MemoryCategory::activations, 1, 3001, segment, 6 << 20),
+      event(TraceAction::alloc, MemoryCategory::workspace, 2, 4500, segment + (6 << 20), 512),
+      event(TraceAction::free_requested, MemoryCategory::optimizer_states, 0, 5000, 0x10000 + (4 << 20), 1 << 20),
+      event(TraceAction::free_completed, MemoryCategory::uncategorized, 0, 5000, 0x10000 + (4 << 20), 1 << 20),
+      event(TraceAction::alloc, MemoryCategory::activations, 1, 6000, segment + (8 << 20), 10 << 20),
+      event(TraceAction::oom, MemoryCategory::activations, 2, 7000, 0, 40 << 20),
+      event(TraceAction::free_requested, MemoryCategory::activations, 1, 8000, segment, 6 << 20),
+      event(TraceAction::free_completed, MemoryCategory::uncategorized, 0, 8000, segment, 6 << 20),
+      event(TraceAction::segment_alloc, MemoryCategory::uncategorized, 0, 8500, 0x9000000, 2 << 20),
+      event(TraceAction::segment_free, MemoryCategory::uncategorized, 0, 8700, 0x9000000, 2 << 20),
+  };
+  profile.ops = {{"step", "step 1", 0, 1500, 8800, 0}, {"forward", "h.0", 0, 2500, 6500, 1}, {"backward", "h.0", 0, 7500, 0, 1}};
+  profile.failure = "out of device memory: tried to allocate 40 MiB";
+  return profile;
+}
+
+TEST(SnapshotProfile, AProfileWrittenAsASnapshotReadsBackToTheSameReport) {
+  const MemoryProfile original = example_profile();
+  const std::string pickle = write_pickle(encode_torch_snapshot(profile_to_snapshot(original)));
+  const MemoryProfile back = snapshot_to_profile(decode_torch_snapshot(read_pickle(pickle, "written"), "written"), "written");
+  const MemoryTimeline original_timeline = build_memory_timeline(original);
+  const MemoryTimeline back_timeline = build_memory_timeline(back);
+  EXPECT_EQ(memory_report_table(back, back_timeline, 10), memory_report_table(original, original_timeline, 10));
+  EXPECT_EQ(chrome_trace(back, back_timeline).dump(), chrome_trace(original, original_timeline).dump());
+  EXPECT_EQ(back.initial_reserved, original.initial_reserved);
+  EXPECT_EQ(back.initial_allocations.size(), 2u);
+  EXPECT_EQ(back_timeline.peak_allocated, (4 << 20) + (6 << 20) + 512 + (10 << 20));
+}
+
+TEST(SnapshotProfile, RefusesTracesThatContradictThemselves) {
+  const TorchSnapshot good = read_torch_snapshot_file(data_file("training.pickle"));
+  std::vector<TorchTraceEntry>& trace = const_cast<TorchSnapshot&>(good).device_traces[0];
+  const auto first_free = std::find_if(trace.begin(), trace.end(), [](const TorchTraceEntry& e) { return e.action == TorchAction::free_requested; });
+  ASSERT_NE(first_free, trace.end());
+  TorchSnapshot double_free = good;
+  double_free.device_traces[0].insert(double_free.device_traces[0].begin() + (first_free - trace.begin()) + 2, *first_free);
+  try {
+    snapshot_to_profile(double_free, "double.pickle");
+    ADD_FAILURE() << "a double free was accepted";
+  } catch (const SnapshotError& error) {
+    EXPECT_NE(std::string(error.what()).find("an unknown address (not live: freed at event"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("double.pickle: device_traces[0]["), std::string::npos) << error.what();
+  }
+  TorchSnapshot alloc_twice = good;
+  const auto first_alloc = std::find_if(trace.begin(), trace.end(), [](const TorchTraceEntry& e) { return e.action == TorchAction::alloc; });
+  alloc_twice.device_traces[0].insert(alloc_twice.device_traces[0].begin() + (first_alloc - trace.begin()) + 1, *first_alloc);
+  EXPECT_THROW(snapshot_to_profile(alloc_twice, "twice.pickle"), SnapshotError);
+}
+
+TEST(SnapshotProfile, DecodingNamesTheFieldThatIsWrong) {
+  PickleDocument document;
+  const PickleRef root = document.add_dict();
+  const PickleRef traces = document.add_list();
+  const PickleRef trace = document.add_list();
+  const PickleRef entry = document.add_dict();
+  document.set_item(entry, document.add_string("action"), document.add_string("alloc"));
+  document.set_item(entry, document.add_string("addr"), document.add_string("0x10"));
+  document.append(trace, entry);
+  document.append(traces, trace);
+  document.set_item(root, document.add_string("device_traces"), traces);
+  document.set_root(root);
+  try {
+    decode_torch_snapshot(document, "typed.pickle");
+    ADD_FAILURE() << "a string address was accepted";
+  } catch (const SnapshotError& error) {
+    EXPECT_STREQ(error.what(), "typed.pickle: device_traces[0][0].addr: expected an int, found a str");
+  }
+}
+
+class SnapshotReplay : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SnapshotReplay, EqualsTheRmmCsvOfTheSameTrace) {
+  const std::string run = GetParam();
+  const std::vector<RmmTraceRecord> from_snapshot = profile_allocation_records(read_profile_or_snapshot(data_file(run + ".pickle")));
+  const std::vector<RmmTraceRecord> from_csv = read_rmm_trace_file(data_file(run + ".csv"));
+  ASSERT_EQ(from_snapshot.size(), from_csv.size());
+  for (const char* conf : {"", "expandable_segments:True", "max_split_size_mb:24"}) {
+    const AllocatorConfig config = AllocatorConfig::parse(conf);
+    for (std::size_t capacity : {kUnlimitedReplayCapacity, std::size_t{72} << 20}) {
+      const ReplayResult a = replay_trace(from_snapshot, capacity, config);
+      const ReplayResult b = replay_trace(from_csv, capacity, config);
+      EXPECT_EQ(a.peak_requested, b.peak_requested) << conf;
+      EXPECT_EQ(a.peak_allocated, b.peak_allocated) << conf;
+      EXPECT_EQ(a.peak_reserved, b.peak_reserved) << conf;
+      EXPECT_EQ(a.fragmentation_at_peak, b.fragmentation_at_peak) << conf;
+      EXPECT_EQ(a.num_ooms, b.num_ooms) << conf;
+      EXPECT_EQ(a.num_alloc_retries, b.num_alloc_retries) << conf;
+      EXPECT_EQ(a.num_device_alloc, b.num_device_alloc) << conf;
+    }
+    EXPECT_EQ(find_min_capacity(from_snapshot, config), find_min_capacity(from_csv, config)) << conf;
+  }
+  EXPECT_EQ(replay_trace(from_snapshot, kUnlimitedReplayCapacity, AllocatorConfig::parse("")).peak_requested,
+            expected(run + ".expected.json")["peak_allocated"].get<std::size_t>());
+}
+
+INSTANTIATE_TEST_SUITE_P(Snapshots, SnapshotReplay, ::testing::Values("training", "expandable"));
+
+}  // namespace
+}  // namespace ferry
