@@ -17,6 +17,9 @@ std::string on_rank(std::int32_t rank, const PipelineAction& action) {
   return "rank " + std::to_string(rank) + ": " + action.to_string();
 }
 
+// Problems named one by one; past this many, check_compute counts them.
+constexpr std::size_t kMostNamedProblems = 200;
+
 bool check_shape(const PipelineSchedule& schedule, std::vector<std::string>& problems) {
   if (const std::string size = schedule_size_problem(schedule.ranks, schedule.stages, schedule.micro_batches); !size.empty()) {
     problems.push_back(size);
@@ -84,6 +87,16 @@ Locations check_actions(const PipelineSchedule& schedule, std::vector<std::strin
 
 // Every stage runs F once per micro-batch and either B, or I and W; F before B or I on the stage, W after its I.
 void check_compute(const PipelineSchedule& schedule, const Locations& locations, std::vector<std::string>& problems) {
+  // A schedule that declares millions of micro-batches and lists three actions lacks millions: name the
+  // first few, then count the rest (their text alone would take gigabytes).
+  std::int64_t unnamed = 0;
+  const auto report = [&](auto&& describe) {
+    if (problems.size() < kMostNamedProblems) {
+      problems.push_back(describe());
+    } else {
+      ++unnamed;
+    }
+  };
   const auto find = [&](std::int32_t stage, PipelineActionType type, std::int32_t micro_batch) -> const Location* {
     const auto found = locations.find(PipelineAction{stage, type, micro_batch});
     return found == locations.end() ? nullptr : &found->second;
@@ -96,29 +109,30 @@ void check_compute(const PipelineSchedule& schedule, const Locations& locations,
       const Location* backward = find(stage, PipelineActionType::backward, micro_batch);
       const Location* input = find(stage, PipelineActionType::backward_input, micro_batch);
       const Location* weight = find(stage, PipelineActionType::backward_weight, micro_batch);
-      if (!forward) problems.push_back(where + " has no " + name("F") + ": each stage runs F once per micro-batch");
+      if (!forward) report([&] { return where + " has no " + name("F") + ": each stage runs F once per micro-batch"; });
       if (backward && (input || weight)) {
-        problems.push_back(where + " runs " + name("B") + " and " + (input ? name("I") : name("W")) +
-                           ": one micro-batch's backward is either B or I and W");
+        report([&] { return where + " runs " + name("B") + " and " + (input ? name("I") : name("W")) +
+                           ": one micro-batch's backward is either B or I and W"; });
       } else if (!backward && !input) {
-        problems.push_back(where + " has no " + name("B") + " (or " + name("I") + " and " + name("W") +
-                           "): each stage runs one backward per micro-batch");
+        report([&] { return where + " has no " + name("B") + " (or " + name("I") + " and " + name("W") +
+                           "): each stage runs one backward per micro-batch"; });
       } else if (input && !weight) {
-        problems.push_back(where + " runs " + name("I") + " but no " + name("W") + ": every I needs its W");
+        report([&] { return where + " runs " + name("I") + " but no " + name("W") + ": every I needs its W"; });
       } else if (weight && !input) {
-        problems.push_back(where + " runs " + name("W") + " but no " + name("I") + ": a W follows its I");
+        report([&] { return where + " runs " + name("W") + " but no " + name("I") + ": a W follows its I"; });
       }
       const Location* gradient = backward ? backward : input;
       if (forward && gradient && gradient->rank == forward->rank && gradient->position < forward->position) {
-        problems.push_back("rank " + std::to_string(gradient->rank) + ": " + (backward ? name("B") : name("I")) +
-                           " comes before " + name("F") + ": a stage's backward follows its forward");
+        report([&] { return "rank " + std::to_string(gradient->rank) + ": " + (backward ? name("B") : name("I")) +
+                           " comes before " + name("F") + ": a stage's backward follows its forward"; });
       }
       if (input && weight && weight->rank == input->rank && weight->position < input->position) {
-        problems.push_back("rank " + std::to_string(weight->rank) + ": " + name("W") + " comes before " + name("I") +
-                           ": a W follows its I");
+        report([&] { return "rank " + std::to_string(weight->rank) + ": " + name("W") + " comes before " + name("I") +
+                           ": a W follows its I"; });
       }
     }
   }
+  if (unnamed > 0) problems.push_back("... and " + std::to_string(unnamed) + " more missing or misplaced compute actions");
 }
 
 // A lowered schedule's compute action has its receive before it and its send after it (on its own rank)

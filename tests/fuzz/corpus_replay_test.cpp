@@ -32,7 +32,8 @@ std::size_t replay_corpus(const std::string& name, Target target) {
 TEST(FuzzCorpus, EveryInputOfEveryTargetIsHandled) {
   const std::vector<std::pair<std::string, Target>> targets = {{"alloc_conf", fuzz_alloc_conf}, {"byte_size", fuzz_byte_size},
                                                                {"json", fuzz_json},             {"rmm_trace", fuzz_rmm_trace},
-                                                               {"safetensors", fuzz_safetensors}, {"schedule", fuzz_schedule}};
+                                                               {"safetensors", fuzz_safetensors}, {"schedule", fuzz_schedule},
+                                                               {"snapshot", fuzz_snapshot}};
   for (const auto& [name, target] : targets) EXPECT_GT(replay_corpus(name, target), 0U) << name << ": an empty corpus";
 }
 

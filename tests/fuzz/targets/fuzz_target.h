@@ -30,5 +30,6 @@ int fuzz_json(const std::uint8_t* data, std::size_t size);
 int fuzz_rmm_trace(const std::uint8_t* data, std::size_t size);
 int fuzz_safetensors(const std::uint8_t* data, std::size_t size);
 int fuzz_schedule(const std::uint8_t* data, std::size_t size);
+int fuzz_snapshot(const std::uint8_t* data, std::size_t size);
 
 }  // namespace ferry::fuzz
