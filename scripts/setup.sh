@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  cmake ninja-build g++ clang pkg-config git
+  cmake ninja-build g++ clang libclang-rt-14-dev pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwloc-dev liburing-dev fio
   libopenmpi-dev openmpi-bin
