@@ -110,6 +110,18 @@ assert {"ferry/parameters", "ferry/activations", "ferry/gradients", "ferry/optim
 assert any(e["frames"][0]["name"].startswith("h.") for e in trace if e["action"] == "alloc")
 PY
 
+# PyTorch's own snapshot tooling (torch.cuda._memory_viz of the Debian PyTorch the parity test uses)
+# reads the written segments and counts what ferry's report says is reserved and allocated at the end.
+/usr/bin/python3 - "$work/profile.pickle" <<'PY'
+import pickle, sys
+import torch.cuda._memory_viz as memory_viz
+segments = pickle.load(open(sys.argv[1], "rb"))["segments"]
+stats = memory_viz.stats(segments)
+assert stats["segments"] == len(segments) > 0, stats
+assert stats["total_size"].value == sum(s["total_size"] for s in segments), stats
+assert stats["active_allocated"].value == sum(b["size"] for s in segments for b in s["blocks"] if b["state"] == "active_allocated"), stats
+PY
+
 # memory_viz's Allocator State History can replay what ferry writes, also for a window that starts
 # after step 1 (allocations and segments from before it) and for snapshots read and written again.
 "$ferry" train "${shape[@]}" --steps 3 --profile "$work/later" --profile-steps 2-3 > /dev/null
