@@ -3,8 +3,11 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <set>
+#include <stdexcept>
 
 #include "engine/cli/run_input.h"
 #include "engine/core/atomic_file.h"
@@ -26,11 +29,30 @@ void add_report_command(CLI::App& app, ReportOptions& options) {
 }
 
 std::vector<std::string> rank_profile_directories(const std::string& directory) {
+  // Every rank-N below the directory (N a number), so a missing rank is named instead of ending the list.
+  std::set<int> found;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with("rank-") || !entry.is_directory()) continue;
+    int rank = -1;
+    const char* digits = name.c_str() + 5;
+    const auto [end, parsed] = std::from_chars(digits, name.c_str() + name.size(), rank);
+    if (parsed == std::errc() && end == name.c_str() + name.size() && rank >= 0 && name == "rank-" + std::to_string(rank)) found.insert(rank);
+  }
   std::vector<std::string> ranks;
-  for (int rank = 0;; ++rank) {
-    const std::filesystem::path path = std::filesystem::path(directory) / ("rank-" + std::to_string(rank));
-    if (!std::filesystem::is_directory(path)) break;
-    ranks.push_back(path.string());
+  std::string missing;
+  for (int rank = 0; !found.empty() && rank <= *found.rbegin(); ++rank) {
+    if (found.contains(rank)) {
+      ranks.push_back((std::filesystem::path(directory) / ("rank-" + std::to_string(rank))).string());
+    } else {
+      missing += (missing.empty() ? "" : ", ") + std::string("rank-") + std::to_string(rank);
+    }
+  }
+  if (!missing.empty()) {
+    throw std::invalid_argument("'" + directory + "' holds the profiles of ranks up to rank-" + std::to_string(*found.rbegin()) + " but not " +
+                                missing + ": copy the missing ranks' profiles back, or report one rank (ferry report " + directory +
+                                "/rank-" + std::to_string(*found.rbegin()) + ")");
   }
   return ranks;
 }

@@ -2,18 +2,23 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/atomic_file.h"
 #include "engine/report/summary_file.h"
 #include "engine/train/trainer.h"
 
 namespace ferry {
 
 int run_train_command(const TrainOptions& options) {
+  // Outputs are checked before the run, so a long run does not lose them at its end.
+  if (!options.summary.empty()) check_output_file(options.summary, "--summary");
+  if (!options.save.empty()) check_output_directory(options.save, "--save");
   const nlohmann::json summary = run_training(options);
   if (!options.summary.empty() && !summary.is_null()) write_summary_file(options.summary, summary);  // null: not rank 0
   return 0;
 }
 
 int run_eval_command(const EvalOptions& options) {
+  if (!options.summary.empty()) check_output_file(options.summary, "--summary");
   const nlohmann::json summary = run_evaluation(options);
   if (!options.summary.empty()) write_summary_file(options.summary, summary);
   return 0;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 namespace ferry {
 namespace {
@@ -103,6 +104,40 @@ std::string read_text_file(const std::string& path) {
   text << stream.rdbuf();
   if (stream.bad()) throw FileError(path, 0, "read failed");
   return text.str();
+}
+
+namespace {
+
+// `directory` exists, is a directory and this process may create files in it.
+void require_writable_directory(const std::filesystem::path& directory, const std::string& path, const std::string& flag) {
+  std::error_code error;
+  if (!std::filesystem::is_directory(directory, error)) {
+    throw std::invalid_argument(flag + " '" + path + "': '" + directory.string() + "' is not a directory");
+  }
+  if (::access(directory.c_str(), W_OK | X_OK) != 0) {
+    throw std::invalid_argument(flag + " '" + path + "': the directory '" + directory.string() + "' is not writable (" +
+                                describe_errno(errno) + "); choose another path");
+  }
+}
+
+}  // namespace
+
+void check_output_file(const std::string& path, const std::string& flag) {
+  const std::filesystem::path target(path);
+  std::error_code error;
+  if (std::filesystem::is_directory(target, error)) throw std::invalid_argument(flag + " '" + path + "' is a directory: give a file path");
+  const std::filesystem::path parent = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  if (!std::filesystem::exists(parent, error)) {
+    throw std::invalid_argument(flag + " '" + path + "': its directory '" + parent.string() + "' does not exist; create it first");
+  }
+  require_writable_directory(parent, path, flag);
+}
+
+void check_output_directory(const std::string& path, const std::string& flag) {
+  std::filesystem::path nearest = std::filesystem::absolute(std::filesystem::path(path)).lexically_normal();
+  std::error_code error;
+  while (!std::filesystem::exists(nearest, error) && nearest.has_parent_path() && nearest != nearest.parent_path()) nearest = nearest.parent_path();
+  require_writable_directory(nearest, path, flag);
 }
 
 void sync_directory(const std::string& directory) {

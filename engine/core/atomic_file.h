@@ -54,6 +54,12 @@ inline constexpr std::uint64_t kMaxTextFileBytes = std::uint64_t{1} << 30;
 // Reads a whole (small) regular file; throws FileError naming it when it cannot, or when it is larger
 // than kMaxTextFileBytes.
 std::string read_text_file(const std::string& path);
+// Checks, before a run starts, that `flag`'s output can be written at its end: `path` is not a
+// directory and its directory exists and is writable (a file), or the nearest existing ancestor of
+// `path` is a writable directory (a directory the run creates). Throws std::invalid_argument naming
+// the flag, the path and the fix.
+void check_output_file(const std::string& path, const std::string& flag);
+void check_output_directory(const std::string& path, const std::string& flag);
 // fsyncs a directory so renames and removals inside it are durable.
 void sync_directory(const std::string& directory);
 

@@ -85,4 +85,16 @@ echo "step 1" > "$work/negative/DONE"  # a checkpoint from before checksums: its
 sed -i 's/"step": 1/"step": -5/' "$work/negative/trainer_state.json"
 expect_error "trainer_state.json says step -5, expected 0 to" "${run[@]}" train "${tiny[@]}" --steps 2 --resume "$work/negative"
 "${run[@]}" train "${tiny[@]}" --steps 2 --resume "$work/trust" > /dev/null  # the untouched one resumes
+# A profile directory with rank-0 and rank-5 only: the missing ranks are named, not silently dropped.
+"$ferry" train "${tiny[@]}" --steps 1 --profile "$work/ranks/rank-0" > /dev/null
+cp -r "$work/ranks/rank-0" "$work/ranks/rank-5"
+expect_error "holds the profiles of ranks up to rank-5 but not rank-1, rank-2, rank-3, rank-4" "${run[@]}" report "$work/ranks"
+
+# Outputs are checked before a run starts, not lost at its end.
+expect_error "--summary '$work/missing/s.json': its directory '$work/missing' does not exist" \
+  "${run[@]}" train "${tiny[@]}" --steps 1 --summary "$work/missing/s.json"
+if grep -q "step " "$work/out.txt"; then echo "the run trained before its --summary target was refused"; exit 1; fi
+expect_error "--summary '$work' is a directory" "${run[@]}" train "${tiny[@]}" --steps 1 --summary "$work"
+touch "$work/a-file"
+expect_error "--save '$work/a-file/ck': '$work/a-file' is not a directory" "${run[@]}" train "${tiny[@]}" --steps 1 --save "$work/a-file/ck"
 echo "hostile input: clear errors, no crash, hang or wrapped number"
