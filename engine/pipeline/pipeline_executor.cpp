@@ -67,23 +67,18 @@ void PipelineRankExecutor::begin_step(std::int64_t step, const std::vector<Micro
   }
 }
 
-bool PipelineRankExecutor::run() {
+void PipelineRankExecutor::run() {
   while (next_ < actions_.size()) {
     const PipelineAction& action = actions_[next_];
     const std::int64_t before = action.is_communication() ? 0 : stash_bytes();
     if (action.type == PipelineActionType::receive_forward || action.type == PipelineActionType::receive_backward) {
-      if (!receive(action)) return false;
+      receive(action);
     } else {
       execute(action);
     }
     ++next_;
     measure_stash(action, before);
   }
-  return true;
-}
-
-std::string PipelineRankExecutor::waiting_at() const {
-  return next_ < actions_.size() ? actions_[next_].to_string() : std::string("done");
 }
 
 void PipelineRankExecutor::finish_step() {
@@ -242,7 +237,7 @@ void PipelineRankExecutor::send(const PipelineAction& action) {
   tensor = Tensor();
 }
 
-bool PipelineRankExecutor::receive(const PipelineAction& action) {
+void PipelineRankExecutor::receive(const PipelineAction& action) {
   const PipelineSchedule& schedule = *setup_.schedule;
   const bool gradient = action.type == PipelineActionType::receive_backward;
   const std::int32_t peer_stage = gradient ? action.stage + 1 : action.stage - 1;
@@ -251,10 +246,9 @@ bool PipelineRankExecutor::receive(const PipelineAction& action) {
   // Activations travel in the parameters' dtype, gradients in f32 (as the model computes them).
   Tensor buffer = gradient ? Tensor::empty(model_.device(), shape, model_.parameter_dtype(), MemoryCategory::activation_gradients, "pipeline.output.grad")
                            : Tensor::empty(model_.device(), shape, model_.parameter_dtype(), MemoryCategory::activations, "pipeline.input");
-  if (!transport_.receive(schedule.rank_of_stage(peer_stage), message_tag(action.stage, action.micro_batch, gradient), buffer)) return false;
+  transport_.receive(schedule.rank_of_stage(peer_stage), message_tag(action.stage, action.micro_batch, gradient), buffer);
   MicroBatchState& s = state(action.stage, action.micro_batch);
   (gradient ? s.output_gradient : s.input) = std::move(buffer);
-  return true;
 }
 
 std::int64_t PipelineRankExecutor::stash_bytes() {

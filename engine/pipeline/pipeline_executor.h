@@ -1,6 +1,6 @@
 // Runs one rank's share of a pipeline schedule: its stages' forwards and backwards per micro-batch, the
 // sends and receives between stages, and a stash per (stage, micro-batch) that lives from the forward
-// to the backward. A transport moves tensors: MPI between processes, a mailbox inside one process.
+// to the backward. A transport moves tensors between the ranks (the pipeline group's communicator).
 #pragma once
 
 #include <cstdint>
@@ -23,9 +23,8 @@ class PipelineTransport {
  public:
   virtual ~PipelineTransport() = default;
   virtual void send(std::int32_t peer_rank, int tag, const Tensor& tensor) = 0;
-  // Fills `into`. Returns false when the message has not arrived and waiting would block other ranks
-  // of the same process (the in-process transport); a cross-process transport waits instead.
-  virtual bool receive(std::int32_t peer_rank, int tag, const Tensor& into) = 0;
+  // Fills `into`, waiting for the message.
+  virtual void receive(std::int32_t peer_rank, int tag, const Tensor& into) = 0;
   // Bytes of the storages of sent tensors of `category` held until their sends complete (frees what
   // completed first).
   virtual std::int64_t in_flight_bytes(MemoryCategory category) = 0;
@@ -83,8 +82,8 @@ class PipelineRankExecutor {
   // Before a step: every micro-batch's tokens (the schedule's m of them; stages take what they need);
   // the backward starts from the mean loss times `loss_scale` (fp16's loss scaling).
   void begin_step(std::int64_t step, const std::vector<MicroBatchTokens>& micro_batches, double loss_scale = 1.0);
-  // Runs actions in order until the list ends (true) or a receive has not arrived (false: call again).
-  bool run();
+  // Runs the rank's actions in order to the end of its list (receives wait for their messages).
+  void run();
   // Waits for the last sends; checks that every stash was consumed.
   void finish_step();
   // The sum of the micro-batches' mean token losses (on the rank with the last stage; else 0).
@@ -92,8 +91,6 @@ class PipelineRankExecutor {
   const PipelineStashMeasure& stash() const { return stash_; }
   const PipelineRankSetup& setup() const { return setup_; }
   GptModel& model() const { return model_; }
-  // The action the rank waits at ("done" at the end of its list), for deadlock reports.
-  std::string waiting_at() const;
   bool holds_first_stage() const { return setup_.rank == setup_.schedule->rank_of_stage(0); }
   bool holds_last_stage() const { return setup_.rank == setup_.schedule->rank_of_stage(setup_.schedule->stages - 1); }
 
@@ -113,7 +110,7 @@ class PipelineRankExecutor {
   void forward(std::int32_t stage, std::int32_t micro_batch);
   void backward(std::int32_t stage, std::int32_t micro_batch, bool split);
   void backward_weight(std::int32_t stage, std::int32_t micro_batch);
-  bool receive(const PipelineAction& action);
+  void receive(const PipelineAction& action);
   void send(const PipelineAction& action);
   // The stash now: the allocator's activation bytes less the tensors in transit.
   std::int64_t stash_bytes();

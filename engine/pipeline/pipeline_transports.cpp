@@ -17,10 +17,9 @@ void CommunicatorTransport::send(std::int32_t peer_rank, int tag, const Tensor& 
   pending_.push_back({communicator_.send_async(tensor.data(), tensor.nbytes(), peer_rank, tag), tensor});
 }
 
-bool CommunicatorTransport::receive(std::int32_t peer_rank, int tag, const Tensor& into) {
+void CommunicatorTransport::receive(std::int32_t peer_rank, int tag, const Tensor& into) {
   release_completed();
   communicator_.receive(into.data(), into.nbytes(), peer_rank, tag);
-  return true;
 }
 
 void CommunicatorTransport::release_completed() {

@@ -19,7 +19,7 @@ class CommunicatorTransport final : public PipelineTransport {
   CommunicatorTransport& operator=(const CommunicatorTransport&) = delete;
 
   void send(std::int32_t peer_rank, int tag, const Tensor& tensor) override;
-  bool receive(std::int32_t peer_rank, int tag, const Tensor& into) override;
+  void receive(std::int32_t peer_rank, int tag, const Tensor& into) override;
   std::int64_t in_flight_bytes(MemoryCategory category) override;
   void finish_sends() override;
 
