@@ -1,6 +1,7 @@
 #include "models/gpt_weights.h"
 #include "engine/core/bounded_json.h"
 
+#include <charconv>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -12,6 +13,7 @@ namespace ferry {
 namespace {
 
 constexpr std::string_view kPrefix = "transformer.";
+constexpr std::int64_t kMostLayers = std::int64_t{1} << 20;  // block numbers in tensor names
 
 bool is_ignored_buffer(std::string_view name) {
   return name == "lm_head.weight" || name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
@@ -29,6 +31,10 @@ GptConfig read_hf_gpt_config(const std::string& path) {
     json = parse_bounded_json(read_text_file(path));
   } catch (const nlohmann::json::exception& error) {
     throw std::invalid_argument("'" + path + "' is not valid JSON: " + error.what());
+  }
+  if (!json.is_object()) throw std::invalid_argument("'" + path + "' holds " + std::string(json.type_name()) + ", not a JSON object (a Hugging Face GPT-2 config.json)");
+  if (json.contains("_name_or_path") && !json["_name_or_path"].is_string()) {
+    throw std::invalid_argument("'" + path + "': \"_name_or_path\" must be a string, got " + std::string(json["_name_or_path"].type_name()));
   }
   auto field = [&](const char* key) -> std::int64_t {
     if (!json.contains(key) || !json[key].is_number_integer()) {
@@ -79,7 +85,14 @@ GptConfig infer_gpt_config(const SafetensorsFile& file, std::int64_t heads) {
     } else if (name == "wpe.weight" && entry.shape.size() == 2) {
       config.max_sequence = entry.shape[0];
     } else if (name.starts_with("h.")) {
-      layers.insert(std::stoll(name.substr(2, name.find('.', 2) - 2)));
+      const std::string index = name.substr(2, name.find('.', 2) - 2);
+      std::int64_t layer = -1;
+      const auto [end, error] = std::from_chars(index.data(), index.data() + index.size(), layer);
+      if (error != std::errc() || end != index.data() + index.size() || layer < 0 || layer >= kMostLayers) {
+        throw SafetensorsError("'" + file.path() + "': tensor '" + entry.name + "' names block '" + index +
+                               "', expected a block number from 0 to " + std::to_string(kMostLayers - 1));
+      }
+      layers.insert(layer);
     }
   }
   if (config.vocab == 0 || config.max_sequence == 0) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "allocator/byte_size.h"
 #include "engine/core/op_recorder.h"
 
 namespace ferry::offload {
@@ -20,19 +21,34 @@ std::vector<std::int64_t> numels_of(const std::vector<OffloadedParameter>& param
   return numels;
 }
 
+// Elements per sub-group. On nvme the host buffers (count x one sub-group's state, rounded up to whole
+// I/O chunks) must fit buffer_pool_bytes: the budget of pinned, locked memory is a budget.
 std::int64_t choose_group_elements(const ZeroOffloadSettings& offload, std::int64_t total) {
-  std::int64_t elements = offload.sub_group_elements;
-  if (elements <= 0) {
-    elements = offload.device == OffloadDevice::nvme
-                   ? static_cast<std::int64_t>(offload.buffer_pool_bytes / static_cast<std::size_t>(std::max(offload.buffer_count, 1)) /
-                                               (3 * sizeof(float)))
-                   : std::int64_t{16} << 20;
-    if (elements <= 0) {
-      throw std::invalid_argument("the offload buffer pool of " + std::to_string(offload.buffer_pool_bytes) + " bytes is too small for " +
-                                  std::to_string(offload.buffer_count) + " buffers; raise it");
-    }
+  if (offload.device != OffloadDevice::nvme) {
+    const std::int64_t elements = offload.sub_group_elements > 0 ? offload.sub_group_elements : std::int64_t{16} << 20;
+    return std::clamp<std::int64_t>(elements, 1, std::max<std::int64_t>(total, 1));
   }
-  return std::clamp<std::int64_t>(elements, 1, std::max<std::int64_t>(total, 1));
+  const std::size_t count = static_cast<std::size_t>(std::max(offload.buffer_count, 1));
+  const std::size_t chunk = std::max<std::size_t>(offload.chunk_bytes, 1);
+  const std::size_t state_bytes_per_element = 3 * sizeof(float);
+  const std::size_t largest_region = offload.buffer_pool_bytes / count / chunk * chunk;
+  if (largest_region < state_bytes_per_element) {
+    throw std::invalid_argument("--offload-buffer-size " + format_bytes(offload.buffer_pool_bytes) + " cannot hold --offload-buffer-count " +
+                                std::to_string(count) + " buffers of at least one " + format_bytes(chunk) +
+                                " I/O chunk each: raise the size to " + format_bytes(count * chunk) + " or lower the count");
+  }
+  const auto fitting = static_cast<std::int64_t>(largest_region / state_bytes_per_element);
+  if (offload.sub_group_elements <= 0) return std::clamp<std::int64_t>(fitting, 1, std::max<std::int64_t>(total, 1));
+  const std::int64_t elements = std::clamp<std::int64_t>(offload.sub_group_elements, 1, std::max<std::int64_t>(total, 1));
+  const std::size_t region = (static_cast<std::size_t>(elements) * state_bytes_per_element + chunk - 1) / chunk * chunk;
+  if (region > largest_region) {
+    throw std::invalid_argument("--offload-buffer-count " + std::to_string(count) + " buffers of one sub-group (--offload-sub-group " +
+                                std::to_string(elements) + " elements, " + format_bytes(region) + " each) need " +
+                                format_bytes(count * region) + " of host memory, past --offload-buffer-size " +
+                                format_bytes(offload.buffer_pool_bytes) + ": lower the sub-group to at most " + std::to_string(fitting) +
+                                " elements or the count, or raise --offload-buffer-size to " + format_bytes(count * region));
+  }
+  return elements;
 }
 
 }  // namespace

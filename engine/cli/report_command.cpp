@@ -1,4 +1,5 @@
 #include "engine/cli/report_command.h"
+#include "engine/core/bounded_json.h"
 
 #include <CLI/CLI.hpp>
 
@@ -83,7 +84,7 @@ int report_pipeline_profiles(const ReportOptions& options, const std::vector<std
     }
   }
   const std::filesystem::path trace_path = std::filesystem::path(options.directory) / "trace.json";
-  write_file_atomically(trace_path.string(), nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump());
+  write_file_atomically(trace_path.string(), json_text(nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}));
   std::printf("  wrote %s (every rank on one timeline: chrome://tracing, ui.perfetto.dev) and report.html in each rank's directory\n",
               trace_path.c_str());
   return 0;
@@ -115,7 +116,7 @@ int run_report_command(const ReportOptions& options) {
     directory = directory.parent_path() / (directory.stem().string() + "-report");
   }
   std::filesystem::create_directories(directory);
-  write_file_atomically((directory / "trace.json").string(), chrome_trace(profile, timeline).dump());
+  write_file_atomically((directory / "trace.json").string(), json_text(chrome_trace(profile, timeline)));
   write_file_atomically((directory / "report.html").string(), report_html(profile, timeline, options.largest));
   std::printf("\n  wrote %s (chrome://tracing, ui.perfetto.dev) and %s\n", (directory / "trace.json").c_str(),
               (directory / "report.html").c_str());

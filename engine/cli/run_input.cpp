@@ -1,4 +1,5 @@
 #include "engine/cli/run_input.h"
+#include "engine/core/bounded_json.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -30,7 +31,7 @@ void write_comparison(const RunMemory& a, const RunMemory& b, const std::string&
   std::fputs(comparison_table(a, b).c_str(), stdout);
   const std::filesystem::path folder(directory);
   std::filesystem::create_directories(folder);
-  write_file_atomically((folder / "compare.json").string(), comparison_json(a, b).dump(1));
+  write_file_atomically((folder / "compare.json").string(), json_text(comparison_json(a, b), 1));
   write_file_atomically((folder / "compare.html").string(), comparison_html(a, b));
   std::printf("\n  wrote %s and %s\n", (folder / "compare.html").c_str(), (folder / "compare.json").c_str());
 }

@@ -179,9 +179,10 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--data", o.data, "llm.c token shard (.bin) or plain text; default: the embedded corpus");
   train->add_option("--shuffle", o.shuffle, "true | false: shuffled micro-batch order (seeded) or file order");
   train->add_option("--init-from", o.init_from, "Start from Hugging Face GPT-2 safetensors (config.json beside it is read)");
-  train->add_option("--save", o.save, "Checkpoint directory written at the end (and every --save-every steps)");
+  train->add_option("--save", o.save, "Checkpoint root: DIR/step-N written at the end (and every --save-every steps), DIR/latest links the newest");
   train->add_option("--save-every", o.save_every, "Also checkpoint every N steps (0: only at the end)");
-  train->add_option("--resume", o.resume, "Continue from a checkpoint directory");
+  train->add_option("--keep-checkpoints", o.keep_checkpoints, "Keep the newest N checkpoints under --save, removing older ones (0: keep all)");
+  train->add_option("--resume", o.resume, "Continue from a checkpoint: a --save root (its latest) or one step-N directory");
   train->add_option("--summary", o.summary, "Write the run's summary JSON here");
   train->add_option("--metrics", o.metrics, "Append one JSON line per step here (loss, lr, grad norm, tokens/s, memory by category), flushed each step");
   train->add_option("--eval-data", o.eval_data, "Validation data (llm.c shard or text): its mean loss every --eval-every steps and at the end");

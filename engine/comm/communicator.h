@@ -27,6 +27,7 @@ struct RankEnvironment {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_size = 1;  // ranks on this machine; the world size when the launcher does not say
   std::string launcher = "none";  // "mpirun", "torchrun", "slurm" or "none"
 };
 

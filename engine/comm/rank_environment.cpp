@@ -1,6 +1,7 @@
 // detect_rank_environment: the first launcher whose rank variable is set, in the order mpirun (Open MPI,
 // then MPICH's hydra), Slurm, torchrun. The world size must come with the rank; the local rank is 0
-// when the launcher does not give it. Values are checked against each other.
+// when the launcher does not give it, and the local size the world size (as if every rank shared this
+// machine). Values are checked against each other.
 #include <climits>
 #include <cstdint>
 #include <stdexcept>
@@ -17,14 +18,15 @@ struct LauncherVariables {
   const char* rank;
   const char* world_size;
   const char* local_rank;
+  const char* local_size;
 };
 
 // Precedence: mpirun inside a Slurm allocation sets both, and torchrun's names are the most generic.
 constexpr LauncherVariables kLaunchers[] = {
-    {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-    {"mpirun", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
-    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
-    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"mpirun", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
 };
 
 // The variable's value as an int in [minimum, limit); `limit_text` says where the limit comes from.
@@ -52,6 +54,10 @@ RankEnvironment read_launcher(const EnvironmentReader& environment, const Launch
     result.local_rank =
         read_bounded(environment, variables.local_rank, 0, result.world_size, "the world size " + world_text);
   }
+  result.local_size = environment.is_set(variables.local_size)
+                          ? read_bounded(environment, variables.local_size, result.local_rank + 1, std::int64_t{result.world_size} + 1,
+                                         "the world size " + world_text + " + 1")
+                          : result.world_size;  // unknown: as if every rank shared this machine
   return result;
 }
 

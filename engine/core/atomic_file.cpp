@@ -29,7 +29,7 @@ FileError::FileError(const std::string& path, std::uint64_t offset, const std::s
 AtomicFileWriter::AtomicFileWriter(std::string path)
     : path_(std::move(path)), temporary_path_(path_ + ".tmp." + std::to_string(::getpid())) {
   fd_ = ::open(temporary_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw FileError(temporary_path_, 0, "cannot create: " + describe_errno(errno));
+  if (fd_ < 0) throw FileError(path_, 0, "cannot create it" + through_temporary() + ": " + describe_errno(errno));
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -39,14 +39,16 @@ AtomicFileWriter::~AtomicFileWriter() {
   }
 }
 
+std::string AtomicFileWriter::through_temporary() const { return " (through its temporary file '" + temporary_path_ + "')"; }
+
 void AtomicFileWriter::write(const void* data, std::size_t bytes) {
-  if (fd_ < 0) throw FileError(temporary_path_, offset_, "write after commit");
+  if (fd_ < 0) throw FileError(path_, offset_, "write after commit");
   const char* cursor = static_cast<const char*>(data);
   while (bytes > 0) {
     const ssize_t result = ::write(fd_, cursor, bytes);
     if (result < 0) {
       if (errno == EINTR) continue;
-      throw FileError(temporary_path_, offset_, "write of " + std::to_string(bytes) + " bytes failed: " + describe_errno(errno));
+      throw FileError(path_, offset_, "write of " + std::to_string(bytes) + " bytes failed" + through_temporary() + ": " + describe_errno(errno));
     }
     cursor += result;
     bytes -= static_cast<std::size_t>(result);
@@ -55,19 +57,19 @@ void AtomicFileWriter::write(const void* data, std::size_t bytes) {
 }
 
 void AtomicFileWriter::sync() {
-  if (fd_ < 0) throw FileError(temporary_path_, offset_, "sync after commit");
-  if (::fsync(fd_) != 0) throw FileError(temporary_path_, offset_, "fsync failed: " + describe_errno(errno));
+  if (fd_ < 0) throw FileError(path_, offset_, "sync after commit");
+  if (::fsync(fd_) != 0) throw FileError(path_, offset_, "fsync failed" + through_temporary() + ": " + describe_errno(errno));
 }
 
 void AtomicFileWriter::commit() {
-  if (fd_ < 0) throw FileError(temporary_path_, offset_, "commit twice");
-  if (::fsync(fd_) != 0) throw FileError(temporary_path_, offset_, "fsync failed: " + describe_errno(errno));
+  if (fd_ < 0) throw FileError(path_, offset_, "commit twice");
+  if (::fsync(fd_) != 0) throw FileError(path_, offset_, "fsync failed" + through_temporary() + ": " + describe_errno(errno));
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) {
     const int error = errno;
     ::unlink(temporary_path_.c_str());
-    throw FileError(temporary_path_, offset_, "close failed: " + describe_errno(error));
+    throw FileError(path_, offset_, "close failed" + through_temporary() + ": " + describe_errno(error));
   }
   if (std::rename(temporary_path_.c_str(), path_.c_str()) != 0) {
     const int error = errno;

@@ -39,6 +39,8 @@ class AtomicFileWriter {
   std::uint64_t bytes_written() const { return offset_; }
 
  private:
+  std::string through_temporary() const;  // for errors, which name the user's path first
+
   std::string path_;
   std::string temporary_path_;
   int fd_ = -1;

@@ -23,4 +23,8 @@ nlohmann::json parse_bounded_json(std::string_view text) {
   return nlohmann::json::parse(text, bound);
 }
 
+std::string json_text(const nlohmann::json& value, int indent) {
+  return value.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace ferry

@@ -2,7 +2,9 @@
 #include "engine/core/bounded_json.h"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
+#include <limits>
 #include <set>
 
 #include "allocator/cleanup.h"
@@ -124,7 +126,7 @@ void write_memory_profile(const std::string& directory, const MemoryProfile& pro
       {"dropped_events", profile.dropped_events},
       {"failure", profile.failure},
   };
-  write_file_atomically((std::filesystem::path(directory) / kProfileFile).string(), document.dump());
+  write_file_atomically((std::filesystem::path(directory) / kProfileFile).string(), json_text(document));
 }
 
 MemoryProfile read_memory_profile(const std::string& directory) {
@@ -138,9 +140,11 @@ MemoryProfile read_memory_profile(const std::string& directory) {
   } catch (const nlohmann::json::exception& error) {
     throw ProfileError(file + " is not valid JSON (" + error.what() + "); record the profile again");
   }
-  if (document.value("format", "") != "ferry-memory-profile") throw ProfileError(file + " is not a ferry memory profile");
-  if (document.value("version", 0) != kProfileVersion) {
-    throw ProfileError(file + " has profile version " + document.value("version", nlohmann::json(nullptr)).dump() +
+  if (!document.is_object() || !document.contains("format") || document["format"] != "ferry-memory-profile") {
+    throw ProfileError(file + " is not a ferry memory profile (it has no \"format\": \"ferry-memory-profile\")");
+  }
+  if (!document.contains("version") || document["version"] != kProfileVersion) {
+    throw ProfileError(file + " has profile version " + json_text(document.value("version", nlohmann::json(nullptr))) +
                        "; this ferry reads version " + std::to_string(kProfileVersion));
   }
   MemoryProfile profile;
@@ -162,7 +166,15 @@ MemoryProfile read_memory_profile(const std::string& directory) {
                                           each.at(0).get<std::uint64_t>(), each.at(4).get<std::uintptr_t>(),
                                           each.at(5).get<std::size_t>(), each.at(6).get<StreamId>()});
     }
-    for (const auto& [id, name] : document.at("tags").items()) profile.tags[static_cast<TagId>(std::stoul(id))] = name.get<std::string>();
+    for (const auto& [id, name] : document.at("tags").items()) {
+      TagId tag = 0;
+      const auto [end, error] = std::from_chars(id.data(), id.data() + id.size(), tag);
+      if (error != std::errc() || end != id.data() + id.size()) {
+        throw ProfileError(file + ": tag id '" + id + "' is not a number from 0 to " + std::to_string(std::numeric_limits<TagId>::max()) +
+                           "; record the profile again");
+      }
+      profile.tags[tag] = name.get<std::string>();
+    }
     for (const nlohmann::json& each : document.at("ops")) {
       profile.ops.push_back(OpMarker{each.at(0).get<std::string>(), each.at(1).get<std::string>(), each.at(2).get<StreamId>(),
                                      each.at(3).get<std::uint64_t>(), each.at(4).get<std::uint64_t>(), each.at(5).get<std::int32_t>()});

@@ -1,11 +1,12 @@
 #include "engine/report/summary_file.h"
+#include "engine/core/bounded_json.h"
 
 #include "engine/core/atomic_file.h"
 
 namespace ferry {
 
 void write_summary_file(const std::string& path, const nlohmann::json& summary) {
-  write_file_atomically(path, summary.dump(2) + "\n");
+  write_file_atomically(path, json_text(summary, 2) + "\n");
 }
 
 nlohmann::json bytes_by_category(const std::array<std::int64_t, kNumMemoryCategories>& bytes) {

@@ -1,4 +1,5 @@
 #include "engine/report/timeline_interaction.h"
+#include "engine/core/bounded_json.h"
 
 #include <map>
 #include <set>
@@ -51,8 +52,7 @@ std::string click_data(const MemoryProfile& profile) {
     if (op.kind == "copy") continue;
     ops.push_back({op.kind, op.name, op.start_ns - profile.start_ns, (op.end_ns == 0 ? profile.end_ns : op.end_ns) - profile.start_ns, op.depth});
   }
-  std::string text = nlohmann::json{{"categories", categories}, {"tags", tags}, {"initial", initial}, {"events", events}, {"ops", ops}}.dump(
-      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string text = json_text(nlohmann::json{{"categories", categories}, {"tags", tags}, {"initial", initial}, {"events", events}, {"ops", ops}});
   for (std::size_t at = text.find("</"); at != std::string::npos; at = text.find("</", at + 3)) text.replace(at, 2, "<\\/");
   return text;
 }

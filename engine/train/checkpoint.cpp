@@ -111,7 +111,7 @@ void save_checkpoint(const std::string& directory, const GptConfig& config, cons
                              {"optimizer", state.optimizer.to_json()}};
   if (state.loss_scaler) trainer["loss_scaler"] = state.loss_scaler->to_json();
   AtomicFileWriter state_file(in(directory, kStateFile));
-  state_file.write(trainer.dump(2) + "\n");
+  state_file.write(json_text(trainer, 2) + "\n");
   const std::array<AtomicFileWriter*, 4> files = {&model_file, &config_file, &optimizer_file, &state_file};
   for (AtomicFileWriter* file : files) file->sync();
 

@@ -1,4 +1,5 @@
 #include "engine/train/metrics_file.h"
+#include "engine/core/bounded_json.h"
 
 #include <cerrno>
 #include <cstring>
@@ -30,7 +31,7 @@ void MetricsFile::append(const nlohmann::json& step, const Device& device) {
                     {"max_by_category", bytes_by_category(category_peaks(statistics))},
                     {"peak_allocated", statistics.allocated_bytes.all().peak},
                     {"peak_reserved", statistics.reserved_bytes.all().peak}};
-  const std::string text = line.dump() + "\n";
+  const std::string text = json_text(line) + "\n";
   if (std::fwrite(text.data(), 1, text.size(), file_) != text.size() || std::fflush(file_) != 0) {
     throw FileError(path_, 0, std::string("cannot append to the --metrics file: ") + std::strerror(errno));
   }

@@ -13,6 +13,7 @@
 #include "engine/core/safetensors.h"
 #include "engine/report/model_state_report.h"
 #include "engine/train/checkpoint.h"
+#include "engine/train/checkpoint_directory.h"
 #include "engine/train/data_parallel_optimizer.h"
 #include "engine/train/evaluation.h"
 #include "engine/train/learning_rate.h"
@@ -201,6 +202,12 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
     last_step = stopping_step(o, first_step);
     // Every dp rank gives its share of the optimizer state to its replica's dp rank 0, every pipeline
     // stage its snapshot to rank 0, which writes the one checkpoint.
+    std::string saved_to;  // rank 0: the last checkpoint written
+    if (!o.save.empty() && grid.rank() == 0) {
+      for (const std::string& path : remove_stale_checkpoint_files(o.save)) {
+        if (speaks) std::printf("  removed what an interrupted save left: %s\n", path.c_str());
+      }
+    }
     auto save = [&](std::int64_t steps_done) {
       TrainerState state;
       state.step = steps_done;
@@ -214,7 +221,10 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
       OptimizerSnapshot snapshot = optimizer->snapshot();
       if (grid.dp().rank() == 0) {
         if (pipelined) snapshot = gather_stage_snapshots(grid.pp(), std::move(snapshot));
-        if (grid.rank() == 0) save_checkpoint(o.save, config, snapshot, state);
+        if (grid.rank() == 0) {
+          saved_to = save_checkpoint_step(o.save, steps_done, o.keep_checkpoints,
+                                          [&](const std::string& directory) { save_checkpoint(directory, config, snapshot, state); });
+        }
         grid.pp().barrier();
       }
       grid.dp().barrier();
@@ -276,7 +286,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
                                          static_cast<long long>(*o.exit_interval));
     if (!o.save.empty()) {
       save(std::max(first_step, last_step));
-      if (speaks) std::printf("  saved checkpoint %s\n", o.save.c_str());
+      if (speaks) std::printf("  saved checkpoint %s (%s/latest)\n", saved_to.c_str(), o.save.c_str());
     }
   } catch (const OutOfMemoryError& error) {
     progress.finish();

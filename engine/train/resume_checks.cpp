@@ -1,4 +1,5 @@
 #include "engine/train/resume_checks.h"
+#include "engine/core/bounded_json.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -49,7 +50,7 @@ void check_resume_contract(nlohmann::json saved, const nlohmann::json& current, 
   for (const auto& [key, value] : current.items()) {
     if (!saved.contains(key) || saved[key] != value) {
       throw std::invalid_argument("--resume '" + directory + "': the checkpoint was trained with " + key + " = " +
-                                  (saved.contains(key) ? saved[key].dump() : "unknown") + ", this run asks for " + value.dump() +
+                                  (saved.contains(key) ? json_text(saved[key]) : "unknown") + ", this run asks for " + json_text(value) +
                                   "; resume with the same setting");
     }
   }

@@ -31,6 +31,7 @@ struct TrainOptions {
   std::string init_from;
   std::string save;
   std::int64_t save_every = 0;
+  std::int64_t keep_checkpoints = 0;  // complete checkpoints kept under --save (0: all)
   std::string resume;
   std::string summary;
   std::string metrics;              // JSON lines, one per step, appended and flushed as training goes

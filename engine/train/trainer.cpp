@@ -1,9 +1,11 @@
 #include "engine/train/trainer.h"
+#include "engine/core/bounded_json.h"
 
 #include <cstdio>
 #include <optional>
 
 #include "engine/core/safetensors.h"
+#include "engine/train/checkpoint_directory.h"
 #include "engine/train/evaluation.h"
 #include "engine/train/model_config.h"
 #include "engine/train/rank_training.h"
@@ -16,7 +18,9 @@
 
 namespace ferry {
 
-nlohmann::json run_training(const TrainOptions& o) {
+nlohmann::json run_training(const TrainOptions& options) {
+  TrainOptions o = options;
+  if (!o.resume.empty()) o.resume = resolve_checkpoint(o.resume);  // a --save root: the checkpoint its `latest` names
   const TrainingPlan plan = make_training_plan(o, detect_rank_environment());
   if (plan.simulated_ranks()) {
     // A dry run of every rank in this process: each runs the same loop on meta over groups that move nothing.
@@ -37,7 +41,7 @@ nlohmann::json run_training(const TrainOptions& o) {
   std::vector<std::string> gathered;
   try {
     summary = train_on_grid(o, plan, ProcessGrid::split(*world, plan.grid), nullptr);
-    gathered = world->gather_strings(summary["ranks"][0].dump(), 0);
+    gathered = world->gather_strings(json_text(summary["ranks"][0]), 0);
   } catch (const std::exception& error) {
     // The other ranks would wait on this one in their next collective: end the whole job with the reason.
     std::fflush(stdout);

@@ -1,8 +1,11 @@
 #include "engine/train/training_plan.h"
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
+#include "allocator/byte_size.h"
+#include "engine/core/cpu_device.h"
 #include "engine/train/training_setup.h"
 #include "offload/zero_offload_optimizer.h"
 
@@ -32,6 +35,8 @@ void validate_options(const TrainOptions& o) {
   if (o.steps < 0) throw std::invalid_argument("--steps must be >= 0");
   if (o.save_every < 0) throw std::invalid_argument("--save-every must be >= 0");
   if (o.save_every > 0 && o.save.empty()) throw std::invalid_argument("--save-every needs --save DIR");
+  if (o.keep_checkpoints < 0) throw std::invalid_argument("--keep-checkpoints must be >= 0 (0: keep all)");
+  if (o.keep_checkpoints > 0 && o.save.empty()) throw std::invalid_argument("--keep-checkpoints needs --save DIR");
   if (o.reduce_bucket_size && *o.reduce_bucket_size < 0) {
     throw std::invalid_argument("--reduce-bucket-size must be >= 0 elements (0: one whole parameter per bucket), got " +
                                 std::to_string(*o.reduce_bucket_size));
@@ -60,6 +65,11 @@ void validate_options(const TrainOptions& o) {
   }
   if (o.offload_buffer_count < 2) throw std::invalid_argument("--offload-buffer-count must be >= 2 (4 lets reads, updates and writes overlap)");
   if (o.offload_sub_group < 0) throw std::invalid_argument("--offload-sub-group must be >= 0 elements (0: automatic)");
+  if (parse_byte_size(o.offload_buffer_size) > physical_memory_bytes() / 2) {
+    throw std::invalid_argument("--offload-buffer-size " + o.offload_buffer_size + " is more than half of this machine's " +
+                                format_bytes(physical_memory_bytes()) + " of RAM: the buffers are pinned (locked) host memory; give at most " +
+                                format_bytes(physical_memory_bytes() / 2) + " (default 256MiB)");
+  }
   if (o.offload_queue_depth < 1) throw std::invalid_argument("--offload-queue-depth must be >= 1");
   if (o.offload_chunk_bytes < 4096 || o.offload_chunk_bytes % 4096 != 0) {
     throw std::invalid_argument("aio.block_size must be a positive multiple of 4096 bytes, got " + std::to_string(o.offload_chunk_bytes));
@@ -90,8 +100,26 @@ void require_positive(std::int64_t value, const char* flag) {
   if (value <= 0) throw std::invalid_argument(std::string(flag) + " must be positive, got " + std::to_string(value));
 }
 
+// A cpu device limit past this machine's RAM is allowed (a test of a large configuration may never
+// touch it all) but said: the kernel's OOM killer would end the run before ferry's advice could.
+static void warn_about_cpu_device_memory(const TrainOptions& o, const RankEnvironment& environment) {
+  if (o.device != "cpu" || o.device_memory.empty() || environment.local_rank != 0) return;
+  const std::size_t limit = parse_byte_size(o.device_memory);
+  const std::size_t physical = physical_memory_bytes();
+  const auto ranks = static_cast<std::size_t>(environment.local_size);
+  if (limit <= physical / ranks) return;
+  const std::string each = ranks > 1 ? " on each of " + std::to_string(ranks) + " ranks" : "";
+  std::fprintf(stderr,
+               "ferry: warning: --device-memory %s%s exceeds this machine's %s of RAM: the kernel's out-of-memory killer may end "
+               "the run before ferry can report; without --device-memory the cpu device takes %s (three quarters of the available "
+               "memory%s)\n",
+               o.device_memory.c_str(), each.c_str(), format_bytes(physical).c_str(),
+               format_bytes(default_cpu_device_memory(environment.local_size)).c_str(), ranks > 1 ? ", shared by the ranks" : "");
+}
+
 TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& environment) {
   validate_options(o);
+  warn_about_cpu_device_memory(o, environment);
   TrainingPlan plan;
   plan.dry_run = o.device == "meta";
   plan.world = environment.world_size;

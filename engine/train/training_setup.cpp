@@ -4,7 +4,10 @@
 #include <stdexcept>
 
 #include "allocator/allocator_config.h"
+#include "allocator/allocator_errors.h"
 #include "allocator/byte_size.h"
+#include "engine/comm/communicator.h"
+#include "engine/core/cpu_device.h"
 
 namespace ferry {
 
@@ -15,12 +18,26 @@ DType parse_precision(const std::string& precision) {
   throw std::invalid_argument("--precision '" + precision + "' is not one of fp32, bf16, fp16");
 }
 
+std::size_t default_cpu_device_memory(int local_ranks) {
+  return available_memory_bytes() / 4 * 3 / static_cast<std::size_t>(std::max(local_ranks, 1));
+}
+
 std::unique_ptr<Device> make_training_device(const std::string& kind, const std::string& memory) {
   DeviceOptions device_options;
   device_options.kind = parse_device_kind(kind);
   device_options.memory_limit = memory.empty() ? 0 : parse_byte_size(memory);
+  if (device_options.kind == DeviceKind::cpu && memory.empty()) {
+    device_options.memory_limit = default_cpu_device_memory(detect_rank_environment().local_size);
+  }
   device_options.allocator_config = AllocatorConfig::from_environment();
-  return create_device(device_options);
+  try {
+    return create_device(device_options);
+  } catch (const SegmentSourceError& error) {
+    if (device_options.kind == DeviceKind::cuda) throw;
+    throw std::invalid_argument("--device-memory " + (memory.empty() ? std::string("(default)") : memory) +
+                                ": this machine cannot reserve the address space for a device that large (" + error.what() +
+                                "); give a limit within its " + format_bytes(physical_memory_bytes()) + " of RAM");
+  }
 }
 
 TokenDataset open_training_data(const std::string& path) {

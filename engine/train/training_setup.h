@@ -18,6 +18,10 @@
 namespace ferry {
 
 DType parse_precision(const std::string& precision);
+// The cpu device's memory is this machine's RAM: by default three quarters of what is available when the
+// run starts, shared by the ranks on this machine, so ferry's out-of-memory advice acts before the
+// kernel's OOM killer does.
+std::size_t default_cpu_device_memory(int local_ranks);
 // --device and --device-memory (cuda: create_device says when this build or machine has no GPU).
 std::unique_ptr<Device> make_training_device(const std::string& kind, const std::string& memory);
 TokenDataset open_training_data(const std::string& path);  // empty: the embedded corpus

@@ -3,6 +3,7 @@
 # what is allowed, never a crash, a hang, an endless read or a silently wrapped number. Each command
 # runs under `timeout`, so a hang fails the test instead of stalling CI.
 source "$(dirname "$0")/common.sh"
+root=$1
 run=(timeout 60 "$ferry")
 tiny=(--model gpt2-tiny --layers 2 --hidden 32 --heads 2 --vocab 256 --seq 16 --batch 2 --threads 1)
 
@@ -15,7 +16,7 @@ open(sys.argv[1], 'w').write('{\"train_batch_size\": ' + '[' * n + ']' * n + '}'
 " "$work/deep.json"
 expect_error "config '$work/deep.json' is not valid JSON: JSON nested deeper than 64 levels" "${run[@]}" train --config "$work/deep.json" --device meta
 "$ferry" train "${tiny[@]}" --steps 1 --save "$work/ck" > /dev/null
-cp "$work/deep.json" "$work/ck/trainer_state.json"
+cp "$work/deep.json" "$work/ck/latest/trainer_state.json"
 expect_error "trainer_state.json: JSON nested deeper than 64 levels" "${run[@]}" train "${tiny[@]}" --steps 2 --resume "$work/ck"
 mkdir -p "$work/profile" && cp "$work/deep.json" "$work/profile/profile.json"
 expect_error "profile.json is not valid JSON (JSON nested deeper than 64 levels" "${run[@]}" report "$work/profile"
@@ -40,7 +41,7 @@ expect_error "--pp must be at least 1, got -2" "${run[@]}" train --pp -2 --devic
 # Files that are not files: a device that never ends, a directory.
 expect_error "data file: '/dev/zero' (offset 0): is not a regular file" "${run[@]}" train --data /dev/zero --steps 1
 expect_error "is a directory, not a file" "${run[@]}" train --config "$work" --steps 1
-ln -sf /dev/zero "$work/ck/trainer_state.json"
+ln -sf /dev/zero "$work/ck/latest/trainer_state.json"
 expect_error "trainer_state.json' (offset 0): is not a regular file" "${run[@]}" train "${tiny[@]}" --steps 2 --resume "$work/ck"
 
 # The allocator's settings and sizes: no division by zero, no wrapped size, no capacity that wraps.
@@ -66,8 +67,8 @@ expect_error "a dry run of 100000 ranks in one process: at most 4096" "${run[@]}
 # Checkpoints users can trust: DONE records each file's XXH64 (as xxhsum -H1 prints it); a flipped byte
 # or an edited config.json is named on resume; an impossible step count is refused.
 "$ferry" train "${tiny[@]}" --steps 1 --save "$work/trust" > /dev/null
-grep -q "  model.safetensors$" "$work/trust/DONE" || { echo "DONE lacks the model's checksum:"; cat "$work/trust/DONE"; exit 1; }
-cp -r "$work/trust" "$work/flipped"
+grep -q "  model.safetensors$" "$work/trust/latest/DONE" || { echo "DONE lacks the model's checksum:"; cat "$work/trust/latest/DONE"; exit 1; }
+cp -r "$work/trust/step-00000001" "$work/flipped"
 /usr/bin/python3 -c "
 import sys
 path = sys.argv[1]
@@ -77,10 +78,10 @@ open(path, 'wb').write(data)
 " "$work/flipped/model.safetensors"
 expect_error "checkpoint is corrupt: $work/flipped/model.safetensors has XXH64 .*, but DONE recorded" \
   "${run[@]}" train "${tiny[@]}" --steps 2 --resume "$work/flipped"
-cp -r "$work/trust" "$work/edited"
+cp -r "$work/trust/step-00000001" "$work/edited"
 sed -i 's/"n_layer": 2/"n_layer": 1/' "$work/edited/config.json"
 expect_error "checkpoint is corrupt: $work/edited/config.json has XXH64" "${run[@]}" train --seq 16 --batch 2 --threads 1 --steps 2 --resume "$work/edited"
-cp -r "$work/trust" "$work/negative"
+cp -r "$work/trust/step-00000001" "$work/negative"
 echo "step 1" > "$work/negative/DONE"  # a checkpoint from before checksums: its values are still checked
 sed -i 's/"step": 1/"step": -5/' "$work/negative/trainer_state.json"
 expect_error "trainer_state.json says step -5, expected 0 to" "${run[@]}" train "${tiny[@]}" --steps 2 --resume "$work/negative"
@@ -97,4 +98,45 @@ if grep -q "step " "$work/out.txt"; then echo "the run trained before its --summ
 expect_error "--summary '$work' is a directory" "${run[@]}" train "${tiny[@]}" --steps 1 --summary "$work"
 touch "$work/a-file"
 expect_error "--save '$work/a-file/ck': '$work/a-file' is not a directory" "${run[@]}" train "${tiny[@]}" --steps 1 --save "$work/a-file/ck"
+
+# Pinned host memory is a budget: --offload-buffer-count buffers of one sub-group must fit
+# --offload-buffer-size, and that size is bounded by the machine.
+wide=(--model gpt2-tiny --layers 2 --hidden 128 --heads 2 --vocab 256 --seq 16 --batch 2 --threads 1 --steps 1
+      --offload-optimizer nvme --nvme-path "$work/nvme")
+expect_error "--offload-buffer-size 256.00 MiB cannot hold --offload-buffer-count 300 buffers of at least one 1.00 MiB I/O chunk" \
+  "${run[@]}" train "${wide[@]}" --offload-buffer-count 300
+expect_error "need 8.00 MiB of host memory, past --offload-buffer-size 4.00 MiB: lower the sub-group to at most 174762 elements" \
+  "${run[@]}" train "${wide[@]}" --offload-buffer-size 4MiB --offload-buffer-count 2 --offload-sub-group 300000
+expect_error "--offload-buffer-size 100TiB is more than half of this machine's" "${run[@]}" train "${wide[@]}" --offload-buffer-size 100TiB
+"${run[@]}" train "${wide[@]}" --offload-buffer-size 8MiB --offload-buffer-count 2 --offload-sub-group 300000 > /dev/null
+
+# The cpu device's default limit leaves the machine room (three quarters of the memory available, so
+# ferry's out-of-memory advice comes before the kernel's OOM killer); a limit past the RAM is said.
+"${run[@]}" train "${tiny[@]}" --steps 1 --summary "$work/default_limit.json" > /dev/null
+/usr/bin/python3 - "$work/default_limit.json" <<'PY'
+import json, sys
+limit = json.load(open(sys.argv[1]))["memory"]["device_memory_limit"]
+total = next(int(line.split()[1]) * 1024 for line in open("/proc/meminfo") if line.startswith("MemTotal:"))
+assert 0 < limit <= total * 3 // 4, (limit, total)
+PY
+"${run[@]}" train "${tiny[@]}" --steps 1 --device-memory 1TiB > /dev/null 2> "$work/warning.txt"
+grep -q "warning: --device-memory 1TiB exceeds this machine's .* of RAM" "$work/warning.txt" || { cat "$work/warning.txt"; exit 1; }
+expect_error "--device-memory 100TiB: this machine cannot reserve the address space for a device that large" \
+  "${run[@]}" train "${tiny[@]}" --steps 1 --device-memory 100TiB
+
+# Paths that are not UTF-8 (a Latin-1 name): every output is written, JSON names them with U+FFFD, and
+# the checkpoint resumes and the profile reports.
+odd=$work/$'caf\xe9'
+mkdir -p "$odd"
+head -c 30000 "$root/data/corpus/tiny-stories.txt" > "$odd/data.txt"
+"${run[@]}" train "${tiny[@]}" --steps 2 --data "$odd/data.txt" --save "$odd/ck" --summary "$odd/summary.json" \
+  --metrics "$odd/metrics.jsonl" --profile "$odd/profile" > /dev/null
+[[ -e "$odd/ck/latest/DONE" && $(wc -l < "$odd/metrics.jsonl") == 2 ]]
+/usr/bin/python3 - "$odd/summary.json" <<'PY'
+import json, sys
+summary = json.load(open(sys.argv[1].encode("utf-8", "surrogateescape"), encoding="utf-8"))
+assert "caf\ufffd" in summary["run"]["data"], summary["run"]["data"]
+PY
+"${run[@]}" train "${tiny[@]}" --steps 3 --data "$odd/data.txt" --resume "$odd/ck" > /dev/null
+"${run[@]}" report "$odd/profile" > /dev/null
 echo "hostile input: clear errors, no crash, hang or wrapped number"

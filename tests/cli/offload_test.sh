@@ -125,11 +125,11 @@ expect_error "buffer-count must be >= 2" "$ferry" train --steps 1 --offload-opti
 #    and the checkpoint the run resumed from is untouched and still loads.
 if mkdir -p "$work/small" && mount -t tmpfs -o size=1m tmpfs "$work/small" 2> /dev/null; then
   trap 'umount "$work/small" 2> /dev/null || true; rm -rf "$work"' EXIT
-  before=$(sha256sum "$work/ckpt"/* | sha256sum)
+  before=$(sha256sum "$work/ckpt"/latest/* | sha256sum)
   expect_error "optimizer_states.bin" "$ferry" train "${shape[@]}" 4 --offload-optimizer nvme --nvme-path "$work/small" \
     --resume "$work/ckpt" --save "$work/ckpt"
   grep -qi "no space\|ENOSPC" "$work/err.txt" || { echo "the full disk is not named:"; cat "$work/err.txt"; exit 1; }
-  [[ "$(sha256sum "$work/ckpt"/* | sha256sum)" == "$before" ]] || { echo "the checkpoint changed"; exit 1; }
+  [[ "$(sha256sum "$work/ckpt"/latest/* | sha256sum)" == "$before" ]] || { echo "the checkpoint changed"; exit 1; }
   "$ferry" train "${shape[@]}" 4 --resume "$work/ckpt" > /dev/null
   umount "$work/small"
 else

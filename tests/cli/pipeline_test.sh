@@ -65,8 +65,8 @@ launch 2 train "${small[@]}" --steps 2 --dropout 0.1 --checkpointing full --pp 2
 check_losses "$work/drop_one.json" "$work/drop_pipe.json" "pp 2 with dropout and full recompute"
 "$ferry" train "${small[@]}" --steps 1 --seed 1234 --save "$work/init" > /dev/null  # weights that are not the runs' --seed
 from_file=(--seq 16 --batch 2 --lr 3e-3 --threads 1 --micro-batches 3)  # the shape comes from the file's config.json
-"$ferry" train "${from_file[@]}" --steps 2 --init-from "$work/init/model.safetensors" --summary "$work/init_one.json" > /dev/null
-launch 4 train "${from_file[@]}" --steps 2 --init-from "$work/init/model.safetensors" --pp 4 --summary "$work/init_pipe.json" > "$work/out.txt" 2>&1 \
+"$ferry" train "${from_file[@]}" --steps 2 --init-from "$work/init/latest/model.safetensors" --summary "$work/init_one.json" > /dev/null
+launch 4 train "${from_file[@]}" --steps 2 --init-from "$work/init/latest/model.safetensors" --pp 4 --summary "$work/init_pipe.json" > "$work/out.txt" 2>&1 \
   || { cat "$work/out.txt"; exit 1; }
 check_losses "$work/init_one.json" "$work/init_pipe.json" "pp 4 --init-from (each stage loads its share)"
 "$ferry" train "${small[@]}" --steps 2 --summary "$work/seeded_one.json" > /dev/null

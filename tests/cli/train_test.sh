@@ -39,10 +39,10 @@ for precision in fp32 bf16 fp16; do
   "${run[@]}" "${flags[@]}" --steps 6 --save "$straight" --summary "$straight.json" > /dev/null
   "${run[@]}" "${flags[@]}" --steps 6 --exit-interval 3 --save "$resumed" --summary "$resumed.first.json" > "$work/exit.txt"
   grep -q "stopped after step 3 (--exit-interval 3)" "$work/exit.txt"
-  grep -q '"lr_decay_steps": 6' "$resumed/trainer_state.json"
+  grep -q '"lr_decay_steps": 6' "$resumed/latest/trainer_state.json"
   "${run[@]}" "${flags[@]}" --steps 6 --resume "$resumed" --save "$resumed" --summary "$resumed.json" > /dev/null
   for file in model.safetensors optimizer.safetensors config.json trainer_state.json DONE; do
-    cmp "$straight/$file" "$resumed/$file" || { echo "$precision: $file differs after the resume"; exit 1; }
+    cmp "$straight/latest/$file" "$resumed/latest/$file" || { echo "$precision: $file differs after the resume"; exit 1; }
   done
   /usr/bin/python3 - "$straight.json" "$resumed.first.json" "$resumed.json" "$precision" <<'PY'
 import json, sys
@@ -67,12 +67,41 @@ assert scaling["scale"] == 32768 and scaling["scale_increases"] == 3, scaling
 PY
 # --save-every writes the same checkpoint on the way.
 "${run[@]}" --steps 6 --save-every 3 --save "$work/every" --exit-interval 5 > /dev/null
-grep -q '"step": 5' "$work/every/trainer_state.json"
+grep -q '"step": 5' "$work/every/latest/trainer_state.json"
 "${run[@]}" --steps 6 --resume "$work/every" --save "$work/every" > /dev/null
-cmp "$work/straight_fp32/model.safetensors" "$work/every/model.safetensors"
+cmp "$work/straight_fp32/latest/model.safetensors" "$work/every/latest/model.safetensors"
+# A directory per step and `latest` linking the newest; --keep-checkpoints removes the oldest, never latest.
+[[ $(cd "$work/every" && echo step-*) == "step-00000003 step-00000005 step-00000006" ]] || { ls -l "$work/every"; exit 1; }
+[[ $(readlink "$work/every/latest") == step-00000006 ]]
+"${run[@]}" --steps 4 --save-every 1 --keep-checkpoints 2 --save "$work/kept" > "$work/kept.txt"
+grep -q "saved checkpoint $work/kept/step-00000004 ($work/kept/latest)" "$work/kept.txt"
+[[ $(cd "$work/kept" && echo step-*) == "step-00000003 step-00000004" ]] || { ls -l "$work/kept"; exit 1; }
+# What a save killed at any point leaves (a staging directory, temporary files, a step without DONE, an
+# older checkpoint of the same step set aside) never changes what resumes, and the next save clears it:
+# the set-aside checkpoint whose replacement never arrived is put back.
+cp -r "$work/kept/step-00000004" "$work/kept/step-00000005.tmp.999999999" && rm "$work/kept/step-00000005.tmp.999999999/DONE"
+echo partial > "$work/kept/step-00000004/model.safetensors.tmp.999999998"
+mkdir "$work/kept/step-00000007"
+mv "$work/kept/step-00000003" "$work/kept/step-00000003.old.999999997"
+"${run[@]}" --steps 5 --resume "$work/kept" --summary "$work/kept_resumed.json" > /dev/null
+/usr/bin/python3 - "$work/kept_resumed.json" <<'PY'
+import json, sys
+assert json.load(open(sys.argv[1]))["run"]["first_step"] == 5
+PY
+"${run[@]}" --steps 5 --resume "$work/kept" --save "$work/kept" --keep-checkpoints 3 > "$work/kept.txt"
+grep -q "removed what an interrupted save left: $work/kept/step-00000005.tmp.999999999" "$work/kept.txt"
+grep -q "removed what an interrupted save left: $work/kept/step-00000007" "$work/kept.txt"
+grep -q "removed what an interrupted save left: $work/kept/step-00000003 (restored)" "$work/kept.txt"
+[[ $(cd "$work/kept" && echo step-*) == "step-00000003 step-00000004 step-00000005" ]] || { ls -l "$work/kept"; exit 1; }
+[[ ! -e "$work/kept/step-00000004/model.safetensors.tmp.999999998" ]]
+rm "$work/kept/step-00000005" -r
+expect_error "checkpoint root '$work/kept': \`latest\` names 'step-00000005', which is missing .* resume from one of: $work/kept/step-00000003 $work/kept/step-00000004" \
+  "${run[@]}" --steps 6 --resume "$work/kept"
+"${run[@]}" --steps 5 --resume "$work/kept/step-00000004" > /dev/null  # one step directory resumes too
+expect_error "--keep-checkpoints needs --save" "${run[@]}" --steps 1 --keep-checkpoints 2
 
 # A resume keeps the checkpoint's optimizer settings; an explicit flag that contradicts one names both.
-expect_error "--lr 0.5 contradicts the checkpoint '$work/resumed_fp32', which was trained with --lr 0.001" \
+expect_error "--lr 0.5 contradicts the checkpoint '$work/resumed_fp32/step-00000006', which was trained with --lr 0.001" \
   "${run[@]}" --steps 8 --resume "$work/resumed_fp32" --lr 0.5
 expect_error "--lr-decay-steps 9 contradicts" "${run[@]}" --steps 8 --resume "$work/resumed_fp32" --lr-decay-steps 9
 expect_error "--betas 0.8,0.95 contradicts .* with --betas 0.9,0.95" "${run[@]}" --steps 8 --resume "$work/resumed_fp32" --betas 0.8,0.95
@@ -123,9 +152,9 @@ expect_error "no recompute policy fits --device-memory" "$ferry" train "${tiny[@
 expect_error "not one of none, full, selective" "$ferry" train "${tiny[@]}" --steps 1 --checkpointing some
 
 # 3. Broken checkpoints and bad resumes are clear errors.
-cp -r "$work/resumed_fp32" "$work/partial" && rm "$work/partial/DONE"
+cp -r "$work/resumed_fp32" "$work/partial" && rm "$work/partial/latest/DONE"
 expect_error "partial" "${run[@]}" --steps 8 --resume "$work/partial"
-cp -r "$work/resumed_fp32" "$work/corrupt" && truncate -s 1000 "$work/corrupt/model.safetensors"
+cp -r "$work/resumed_fp32" "$work/corrupt" && truncate -s 1000 "$work/corrupt/latest/model.safetensors"
 expect_error "corrupt" "${run[@]}" --steps 8 --resume "$work/corrupt"
 expect_error "does not exist" "${run[@]}" --steps 8 --resume "$work/missing"
 expect_error "batch = 2" "$ferry" train "${shape[@]}" --grad-accum 2 --dropout 0.1 --batch 3 --steps 8 --resume "$work/resumed_fp32"
@@ -214,7 +243,7 @@ assert s["memory"]["peak_allocated"] > 200 * 2**30 and s["tokens_per_second"] is
 assert s["model_states"]["formula"]["bytes_per_parameter"] == 18
 PY
 "$ferry" train --device meta --resume "$work/resumed_fp32" --batch 2 --seq 32 --grad-accum 2 --dropout 0.1 --steps 8 --summary "$work/meta_resume.json" > /dev/null
-"$ferry" train --device meta --init-from "$work/straight_fp32/model.safetensors" --batch 2 --seq 32 --steps 1 --summary "$work/meta_init.json" > /dev/null
+"$ferry" train --device meta --init-from "$work/straight_fp32/latest/model.safetensors" --batch 2 --seq 32 --steps 1 --summary "$work/meta_init.json" > /dev/null
 /usr/bin/python3 - "$work/meta_resume.json" "$work/meta_init.json" "$work/straight_fp32.json" <<'PY'
 import json, sys
 resumed, init, real = (json.load(open(p)) for p in sys.argv[1:])
@@ -235,12 +264,12 @@ expect_error "use a smaller --batch or --seq" "$ferry" train "${tiny[@]}" --data
 expect_error "out of memory" "$ferry" train "${tiny[@]}" --device-memory 1MiB --steps 1
 
 # 6. eval reads what train saved; a meta dry run of gpt2 (124M) allocates the real shapes without memory.
-"$ferry" eval --init-from "$work/straight_fp32/model.safetensors" --batch 2 --seq 32 --batches 3 --threads 2 --summary "$work/eval.json"
+"$ferry" eval --init-from "$work/straight_fp32/latest/model.safetensors" --batch 2 --seq 32 --batches 3 --threads 2 --summary "$work/eval.json"
 /usr/bin/python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert 0 < s['loss'] < 6 and s['batches'] == 3" "$work/eval.json"
 # Hugging Face variants load: "transformer." prefix, BF16 and F16 tensors, lm_head and attn.bias buffers.
 mkdir -p "$work/hf"
-cp "$work/straight_fp32/config.json" "$work/hf/config.json"
-/usr/bin/python3 - "$work/straight_fp32/model.safetensors" "$work/hf/model.safetensors" <<'PY'
+cp "$work/straight_fp32/latest/config.json" "$work/hf/config.json"
+/usr/bin/python3 - "$work/straight_fp32/latest/model.safetensors" "$work/hf/model.safetensors" <<'PY'
 import json, struct, sys
 import numpy as np
 source, target = sys.argv[1:]
@@ -273,7 +302,7 @@ PY
 /usr/bin/python3 -c "
 import json,sys; a=json.load(open(sys.argv[1]))['loss']; b=json.load(open(sys.argv[2]))['loss']
 assert abs(a - b) < 1e-2 * a, (a, b)" "$work/eval.json" "$work/eval_hf.json"
-sed 's/"n_embd": 32/"n_embd": 64/' "$work/straight_fp32/config.json" > "$work/hf/config.json"
+sed 's/"n_embd": 32/"n_embd": 64/' "$work/straight_fp32/latest/config.json" > "$work/hf/config.json"
 expect_error "tensor .transformer.wte.weight. has shape" "$ferry" eval --init-from "$work/hf/model.safetensors" --batches 1
 rm "$work/hf/config.json"
 expect_error "pass --heads" "$ferry" eval --init-from "$work/hf/model.safetensors" --batches 1

@@ -43,6 +43,22 @@ TEST(RankEnvironment, EachLauncher) {
   expect_environment(detect_rank_environment(fake_lookup<kTorchrun>), "torchrun", 1, 4, 1);
 }
 
+// The ranks sharing this machine (the cpu device's default memory is divided among them); the world
+// size when the launcher does not say.
+constexpr FakeVariable kOpenMpiLocalSize[] = {{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"},
+                                              {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}};
+constexpr FakeVariable kTorchrunLocalSize[] = {{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}};
+constexpr FakeVariable kLocalSizeAtLocalRank[] = {{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "1"}};
+
+TEST(RankEnvironment, LocalSize) {
+  EXPECT_EQ(detect_rank_environment(fake_lookup<kNoLauncher>).local_size, 1);
+  EXPECT_EQ(detect_rank_environment(fake_lookup<kOpenMpi>).local_size, 8);
+  EXPECT_EQ(detect_rank_environment(fake_lookup<kOpenMpiLocalSize>).local_size, 4);
+  EXPECT_EQ(detect_rank_environment(fake_lookup<kTorchrunLocalSize>).local_size, 2);
+  const std::string error = error_of<std::invalid_argument>([] { detect_rank_environment(fake_lookup<kLocalSizeAtLocalRank>); });
+  EXPECT_TRUE(contains(error, "LOCAL_WORLD_SIZE='1'")) << error;
+}
+
 // mpirun inside a Slurm allocation inside a torchrun-style environment: mpirun's variables win.
 constexpr FakeVariable kAllThree[] = {
     {"RANK", "0"},         {"WORLD_SIZE", "1"},           {"LOCAL_RANK", "0"},

@@ -18,7 +18,7 @@
    (lr 1e-3 constant, weight decay 0.1, betas 0.9,0.95, eps 1e-8, grad clip 1.0, no shuffle) and
    compares each step's loss with torch.optim.AdamW's: |ferry - torch| / |torch| <= 1e-4;
    final_loss must equal the last step's.
-5. Compares the parameters after those steps, DIR/ferry_checkpoint/model.safetensors (Hugging Face
+5. Compares the parameters after those steps, DIR/ferry_checkpoint/latest/model.safetensors (Hugging Face
    names, no prefix), with torch's, per parameter (step losses alone cannot see weight decay, eps
    or beta2 mistakes): sum|p_ferry - p_torch| / sum|p_torch - p_init| <= 5e-4 and
    max|p_ferry - p_torch| <= 1e-3; the names and shapes must match exactly. The key third of each
@@ -398,7 +398,7 @@ def main(argv=None):
 
         summary_path = os.path.join(workdir, "summary.json")
         checkpoint_dir = os.path.join(workdir, "ferry_checkpoint")
-        checkpoint_path = os.path.join(checkpoint_dir, "model.safetensors")
+        checkpoint_path = os.path.join(checkpoint_dir, "latest", "model.safetensors")
         if os.path.exists(summary_path):
             os.remove(summary_path)
         shutil.rmtree(checkpoint_dir, ignore_errors=True)

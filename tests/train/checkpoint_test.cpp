@@ -1,5 +1,6 @@
-// Checkpoints: a save that fails part-way leaves the previous checkpoint whole and resumable, and a
-// loaded checkpoint restores parameters, moments and trainer state exactly.
+// Checkpoints: a save that fails part-way leaves the previous checkpoint whole and resumable (in its
+// directory and under a save root's `latest`), and a loaded checkpoint restores parameters, moments and
+// trainer state exactly.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -7,6 +8,7 @@
 #include <filesystem>
 
 #include "engine/train/checkpoint.h"
+#include "engine/train/checkpoint_directory.h"
 #include "models/gpt_weights.h"
 
 namespace ferry {
@@ -134,6 +136,43 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousCheckpointWhole) {
   initialize_gpt_parameters(original.parameters(), tiny(), 7);
   EXPECT_EQ(copy_to_host_f32(restored.parameters().wte), copy_to_host_f32(original.parameters().wte));
   fs::remove_all(directory);
+}
+
+TEST(CheckpointDirectory, AFailedSaveLeavesLatestAndNoStagingBehind) {
+  auto device = create_device(DeviceOptions{});
+  GptModel model(*device, tiny(), DType::f32);
+  initialize_gpt_parameters(model.parameters(), tiny(), 7);
+  const auto optimizer = make_device_optimizer(model, {});
+  const std::string root = fresh_directory("step_root");
+  auto write_step = [&](std::int64_t step) {
+    return save_checkpoint_step(root, step, 2, [&](const std::string& directory) {
+      save_checkpoint(directory, model, *optimizer, trainer_state(step, 0, 1, nlohmann::json::object()));
+    });
+  };
+  EXPECT_EQ(write_step(2), checkpoint_step_directory(root, 2));
+  EXPECT_EQ(resolve_checkpoint(root), checkpoint_step_directory(root, 2));
+  // A save that fails after writing part of its files, while replacing the same step's checkpoint.
+  EXPECT_THROW(save_checkpoint_step(root, 2, 2, [&](const std::string& directory) {
+                 save_checkpoint(directory, model, *optimizer, trainer_state(2, 0, 1, nlohmann::json::object()));
+                 throw FileError(directory + "/DONE", 0, "injected");
+               }),
+               FileError);
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(root)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-00000002"}));
+  EXPECT_EQ(read_trainer_state(resolve_checkpoint(root)).step, 2);
+  // Three more: two kept, latest the newest.
+  write_step(3);
+  write_step(4);
+  write_step(5);
+  names.clear();
+  for (const auto& entry : fs::directory_iterator(root)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-00000004", "step-00000005"}));
+  EXPECT_EQ(read_trainer_state(resolve_checkpoint(root)).step, 5);
+  EXPECT_TRUE(remove_stale_checkpoint_files(root).empty());
+  fs::remove_all(root);
 }
 
 }  // namespace
