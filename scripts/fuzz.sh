@@ -11,7 +11,7 @@ command -v clang++ > /dev/null || { echo "fuzz: clang++ is not installed (script
 cmake -S tests/fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ > /dev/null
 cmake --build build-fuzz -j "$(nproc)"
 mkdir -p build-fuzz/findings
-for target in alloc_conf byte_size json rmm_trace safetensors schedule; do
+for target in alloc_conf byte_size config json profile rmm_trace safetensors schedule token_shard trainer_state; do
   scratch=$(mktemp -d)
   echo "fuzz: $target for ${seconds}s"
   if ! build-fuzz/fuzz_"$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \

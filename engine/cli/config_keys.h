@@ -11,6 +11,8 @@
 #include <string>
 #include <type_traits>
 
+#include "engine/core/bounded_json.h"
+
 namespace ferry::config {
 
 using nlohmann::json;
@@ -20,24 +22,7 @@ using nlohmann::json;
 template <typename T>
 T value_of(const json& node, const std::string& key) {
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    const std::string range = "a whole number from " + std::to_string(std::numeric_limits<T>::min()) + " to " +
-                              std::to_string(std::numeric_limits<T>::max());
-    if (node.is_number_unsigned()) {
-      const auto value = node.get<std::uint64_t>();
-      if (value > static_cast<std::uint64_t>(std::numeric_limits<T>::max())) {
-        throw std::invalid_argument("config key '" + key + "' is " + node.dump() + ", out of range: it must be " + range);
-      }
-      return static_cast<T>(value);
-    }
-    if (node.is_number_integer()) {
-      const auto value = node.get<std::int64_t>();
-      if (value < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
-          (value > 0 && static_cast<std::uint64_t>(value) > static_cast<std::uint64_t>(std::numeric_limits<T>::max()))) {
-        throw std::invalid_argument("config key '" + key + "' is " + node.dump() + ", out of range: it must be " + range);
-      }
-      return static_cast<T>(value);
-    }
-    throw std::invalid_argument("config key '" + key + "' is " + node.dump() + ": it must be " + range);
+    return json_integer<T>(node, "config key '" + key + "'");
   } else {
     T value;
     try {

@@ -12,6 +12,7 @@
 
 #include "engine/cli/run_input.h"
 #include "engine/core/atomic_file.h"
+#include "engine/core/memory_profile_file.h"
 #include "engine/report/memory_report.h"
 #include "engine/report/run_comparison.h"
 #include "engine/snapshot/snapshot_profile.h"

@@ -77,8 +77,6 @@ class MemoryProfiler {
 // frees of the unwinding after it. Returns false (and changes nothing) when it has none.
 bool end_at_last_out_of_memory(MemoryProfile& profile);
 
-// DIR/profile.json, written atomically (the directory is created when missing).
-void write_memory_profile(const std::string& directory, const MemoryProfile& profile);
-MemoryProfile read_memory_profile(const std::string& directory);
+// Its file, DIR/profile.json: memory_profile_file.h.
 
 }  // namespace ferry

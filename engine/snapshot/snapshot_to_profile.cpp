@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "engine/snapshot/frame_categories.h"
+#include "engine/core/memory_profile_file.h"
 #include "engine/snapshot/snapshot_profile.h"
 
 namespace ferry {

@@ -1,5 +1,4 @@
 #include "engine/train/checkpoint.h"
-#include "engine/core/bounded_json.h"
 
 #include <array>
 #include <cerrno>
@@ -23,9 +22,7 @@ constexpr const char* kConfigFile = "config.json";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kDoneFile = "DONE";
-constexpr int kFormatVersion = 2;  // 2: the optimizer settings and the loss scaler state
 constexpr std::array<const char*, 4> kCheckedFiles = {kModelFile, kConfigFile, kOptimizerFile, kStateFile};
-constexpr std::int64_t kMostSteps = std::int64_t{1} << 40;  // as --steps
 
 std::string hex64(std::uint64_t value) {
   char text[17];
@@ -106,12 +103,8 @@ void save_checkpoint(const std::string& directory, const GptConfig& config, cons
   config_file.write(hf_gpt_config_json(config));
   AtomicFileWriter optimizer_file(in(directory, kOptimizerFile));
   moments.write(optimizer_file);
-  nlohmann::json trainer = {{"format_version", kFormatVersion}, {"step", state.step}, {"data_position", state.data_position},
-                             {"seed", state.seed}, {"optimizer_steps", snapshot.steps}, {"run", state.run},
-                             {"optimizer", state.optimizer.to_json()}};
-  if (state.loss_scaler) trainer["loss_scaler"] = state.loss_scaler->to_json();
   AtomicFileWriter state_file(in(directory, kStateFile));
-  state_file.write(json_text(trainer, 2) + "\n");
+  state_file.write(trainer_state_text(state, snapshot.steps));
   const std::array<AtomicFileWriter*, 4> files = {&model_file, &config_file, &optimizer_file, &state_file};
   for (AtomicFileWriter* file : files) file->sync();
 
@@ -137,36 +130,7 @@ GptConfig read_checkpoint_config(const std::string& directory) {
 
 TrainerState read_trainer_state(const std::string& directory) {
   require_complete(directory);
-  TrainerState state;
-  try {
-    const nlohmann::json trainer = parse_bounded_json(read_text_file(in(directory, kStateFile)));
-    if (trainer.at("format_version").get<int>() != kFormatVersion) {
-      throw CheckpointError("checkpoint '" + directory + "' has format version " + trainer.at("format_version").dump() +
-                            "; this ferry resumes version " + std::to_string(kFormatVersion) +
-                            " (version 1 lacks the optimizer settings); start a new run from its weights with --init-from " +
-                            in(directory, kModelFile));
-    }
-    state.step = trainer.at("step").get<std::int64_t>();
-    if (state.step < 0 || state.step > kMostSteps) {
-      throw CheckpointError("checkpoint is corrupt: " + in(directory, kStateFile) + " says step " + std::to_string(state.step) +
-                            ", expected 0 to " + std::to_string(kMostSteps));
-    }
-    state.data_position = trainer.at("data_position").get<std::uint64_t>();
-    state.seed = trainer.at("seed").get<std::uint64_t>();
-    state.run = trainer.at("run");
-    state.optimizer = OptimizerSettings::from_json(trainer.at("optimizer"));
-    if (trainer.contains("loss_scaler")) state.loss_scaler = LossScalerState::from_json(trainer.at("loss_scaler"));
-    state.optimizer_steps = trainer.at("optimizer_steps").get<std::int64_t>();
-    if (state.optimizer_steps < 0 || state.optimizer_steps > state.step) {
-      throw CheckpointError("checkpoint is corrupt: " + in(directory, kStateFile) + " says the optimizer took " +
-                            std::to_string(state.optimizer_steps) + " steps, expected 0 to the run's step " + std::to_string(state.step));
-    }
-  } catch (const nlohmann::json::exception& error) {
-    throw CheckpointError("checkpoint '" + directory + "' is corrupt: " + kStateFile + ": " + error.what());
-  } catch (const std::invalid_argument& error) {
-    throw CheckpointError("checkpoint '" + directory + "' is corrupt: " + kStateFile + ": " + error.what());
-  }
-  return state;
+  return parse_trainer_state(read_text_file(in(directory, kStateFile)), directory);
 }
 
 TrainerState load_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer) {

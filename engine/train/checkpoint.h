@@ -11,27 +11,11 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/train/loss_scaler.h"
-#include "engine/train/optimizer_settings.h"
+#include "engine/train/trainer_state.h"
 #include "engine/train/training_optimizer.h"
 #include "models/gpt_model.h"
 
 namespace ferry {
-
-class CheckpointError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-struct TrainerState {
-  std::int64_t step = 0;             // optimizer steps completed
-  std::uint64_t data_position = 0;   // micro-batches read
-  std::uint64_t seed = 0;
-  nlohmann::json run;                // settings that must match on resume (batch, seq, precision, data, ...)
-  OptimizerSettings optimizer;       // the schedule and hyperparameters the run was started with
-  std::optional<LossScalerState> loss_scaler;  // fp16 runs
-  std::int64_t optimizer_steps = 0;  // read from a checkpoint (AdamW's step count); saving takes the optimizer's
-};
 
 // The optimizer's state is saved the same way wherever it lives (device, host memory or NVMe), so a
 // checkpoint resumes under any --offload-optimizer mode.

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/core/bounded_json.h"
+
 namespace ferry {
 
 void LossScaleSettings::validate() const {
@@ -33,9 +35,9 @@ nlohmann::json LossScaleSettings::to_json() const {
 LossScaleSettings LossScaleSettings::from_json(const nlohmann::json& json) {
   LossScaleSettings settings;
   settings.loss_scale = json.at("loss_scale").get<double>();
-  settings.initial_scale_power = json.at("initial_scale_power").get<std::int32_t>();
-  settings.loss_scale_window = json.at("loss_scale_window").get<std::int32_t>();
-  settings.hysteresis = json.at("hysteresis").get<std::int32_t>();
+  settings.initial_scale_power = json_integer<std::int32_t>(json.at("initial_scale_power"), "\"initial_scale_power\"");
+  settings.loss_scale_window = json_integer<std::int32_t>(json.at("loss_scale_window"), "\"loss_scale_window\"");
+  settings.hysteresis = json_integer<std::int32_t>(json.at("hysteresis"), "\"hysteresis\"");
   settings.min_loss_scale = json.at("min_loss_scale").get<double>();
   return settings;
 }
@@ -52,11 +54,11 @@ nlohmann::json LossScalerState::to_json() const {
 LossScalerState LossScalerState::from_json(const nlohmann::json& json) {
   LossScalerState state;
   state.scale = json.at("scale").get<double>();
-  state.hysteresis_left = json.at("hysteresis_left").get<std::int32_t>();
-  state.steps_since_overflow = json.at("steps_since_overflow").get<std::int64_t>();
-  state.skipped_steps = json.at("skipped_steps").get<std::int64_t>();
-  state.scale_increases = json.at("scale_increases").get<std::int64_t>();
-  state.scale_decreases = json.at("scale_decreases").get<std::int64_t>();
+  state.hysteresis_left = json_integer<std::int32_t>(json.at("hysteresis_left"), "\"hysteresis_left\"");
+  state.steps_since_overflow = json_integer<std::int64_t>(json.at("steps_since_overflow"), "\"steps_since_overflow\"");
+  state.skipped_steps = json_integer<std::int64_t>(json.at("skipped_steps"), "\"skipped_steps\"");
+  state.scale_increases = json_integer<std::int64_t>(json.at("scale_increases"), "\"scale_increases\"");
+  state.scale_decreases = json_integer<std::int64_t>(json.at("scale_decreases"), "\"scale_decreases\"");
   if (!(state.scale > 0) || !std::isfinite(state.scale) || state.hysteresis_left < 1 || state.steps_since_overflow < 0 ||
       state.skipped_steps < 0 || state.scale_increases < 0 || state.scale_decreases < 0) {
     throw std::invalid_argument("loss_scaler state " + json.dump() + " is impossible (scale > 0 and finite, hysteresis_left >= 1, counts >= 0)");

@@ -8,6 +8,8 @@
 #include <tuple>
 #include <utility>
 
+#include "engine/core/bounded_json.h"
+
 namespace ferry {
 namespace {
 
@@ -120,8 +122,8 @@ OptimizerSettings OptimizerSettings::from_json(const nlohmann::json& json) {
   OptimizerSettings settings;
   settings.schedule.peak = json.at("lr").get<double>();
   settings.schedule.kind = parse_learning_rate_kind(json.at("lr_schedule").get<std::string>());
-  settings.schedule.warmup_steps = json.at("warmup_steps").get<std::int64_t>();
-  settings.schedule.decay_steps = json.at("lr_decay_steps").get<std::int64_t>();
+  settings.schedule.warmup_steps = json_integer<std::int64_t>(json.at("warmup_steps"), "\"warmup_steps\"");
+  settings.schedule.decay_steps = json_integer<std::int64_t>(json.at("lr_decay_steps"), "\"lr_decay_steps\"");
   settings.schedule.min_ratio = json.at("min_lr_ratio").get<double>();
   const nlohmann::json& betas = json.at("betas");
   if (!betas.is_array() || betas.size() != 2) throw std::invalid_argument("betas must be two numbers, got " + betas.dump());

@@ -4,6 +4,8 @@
 #include <charconv>
 #include <stdexcept>
 
+#include "engine/core/memory_profile_file.h"
+
 namespace ferry {
 namespace {
 

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "allocator/allocator_errors.h"
-#include "engine/core/memory_profile.h"
+#include "engine/core/memory_profile_file.h"
 #include "engine/core/memory_timeline.h"
 #include "engine/core/tensor.h"
 

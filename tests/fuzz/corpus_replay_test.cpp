@@ -33,7 +33,9 @@ TEST(FuzzCorpus, EveryInputOfEveryTargetIsHandled) {
   const std::vector<std::pair<std::string, Target>> targets = {{"alloc_conf", fuzz_alloc_conf}, {"byte_size", fuzz_byte_size},
                                                                {"json", fuzz_json},             {"rmm_trace", fuzz_rmm_trace},
                                                                {"safetensors", fuzz_safetensors}, {"schedule", fuzz_schedule},
-                                                               {"snapshot", fuzz_snapshot}};
+                                                               {"snapshot", fuzz_snapshot},     {"config", fuzz_config},
+                                                               {"profile", fuzz_profile},       {"token_shard", fuzz_token_shard},
+                                                               {"trainer_state", fuzz_trainer_state}};
   for (const auto& [name, target] : targets) EXPECT_GT(replay_corpus(name, target), 0U) << name << ": an empty corpus";
 }
 

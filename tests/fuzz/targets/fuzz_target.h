@@ -26,10 +26,14 @@ inline std::string_view text_of(const std::uint8_t* data, std::size_t size) {
 
 int fuzz_alloc_conf(const std::uint8_t* data, std::size_t size);
 int fuzz_byte_size(const std::uint8_t* data, std::size_t size);
+int fuzz_config(const std::uint8_t* data, std::size_t size);
 int fuzz_json(const std::uint8_t* data, std::size_t size);
+int fuzz_profile(const std::uint8_t* data, std::size_t size);
 int fuzz_rmm_trace(const std::uint8_t* data, std::size_t size);
 int fuzz_safetensors(const std::uint8_t* data, std::size_t size);
 int fuzz_schedule(const std::uint8_t* data, std::size_t size);
 int fuzz_snapshot(const std::uint8_t* data, std::size_t size);
+int fuzz_token_shard(const std::uint8_t* data, std::size_t size);
+int fuzz_trainer_state(const std::uint8_t* data, std::size_t size);
 
 }  // namespace ferry::fuzz
