@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -84,6 +86,15 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("eval")) return ferry::run_eval_command(eval);
     if (app.got_subcommand("report")) return ferry::run_report_command(report);
     if (ferry::bench_memory_requested(app)) return ferry::run_bench_memory_command(bench_memory);
+  } catch (const std::bad_alloc&) {  // host memory (device memory has its own error and advice)
+    std::fflush(stdout);
+    std::fprintf(stderr, "ferry: error: this machine ran out of host memory (RAM) for what the command asked; use smaller sizes "
+                         "(--batch, --seq, the model) or a machine with more memory\n");
+    return 1;
+  } catch (const std::length_error& error) {  // a container asked for more than it can hold: a size past any machine
+    std::fflush(stdout);
+    std::fprintf(stderr, "ferry: error: a size is past what any machine holds (%s); use smaller sizes\n", error.what());
+    return 1;
   } catch (const std::exception& error) {
     std::fflush(stdout);
     std::fprintf(stderr, "ferry: error: %s\n", error.what());

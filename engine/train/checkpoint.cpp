@@ -53,6 +53,10 @@ void require_complete(const std::string& directory) {
   if (!fs::is_directory(directory)) {
     throw CheckpointError("checkpoint '" + directory + "' does not exist (or is not a directory); check --resume");
   }
+  if (fs::is_empty(directory)) {
+    throw CheckpointError("'" + directory + "' is not a checkpoint (it is empty): give --resume a --save directory (it has `latest`) "
+                          "or one of its step-N directories");
+  }
   if (!fs::exists(in(directory, kDoneFile))) {
     throw CheckpointError("checkpoint '" + directory + "' is partial: it has no DONE marker, so its save was interrupted; "
                           "resume from another checkpoint or start without --resume");

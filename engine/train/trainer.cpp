@@ -2,6 +2,7 @@
 #include "engine/core/bounded_json.h"
 
 #include <cstdio>
+#include <new>
 #include <optional>
 
 #include "engine/core/safetensors.h"
@@ -45,7 +46,9 @@ nlohmann::json run_training(const TrainOptions& options) {
   } catch (const std::exception& error) {
     // The other ranks would wait on this one in their next collective: end the whole job with the reason.
     std::fflush(stdout);
-    std::fprintf(stderr, "ferry: error: rank %d of %d: %s\n", world->rank(), world->size(), error.what());
+    const bool out_of_host_memory = dynamic_cast<const std::bad_alloc*>(&error) != nullptr;
+    std::fprintf(stderr, "ferry: error: rank %d of %d: %s\n", world->rank(), world->size(),
+                 out_of_host_memory ? "this machine ran out of host memory (RAM); use smaller sizes or fewer ranks per machine" : error.what());
     std::fflush(stderr);
     world->abort(1);
   }

@@ -157,6 +157,8 @@ expect_error "partial" "${run[@]}" --steps 8 --resume "$work/partial"
 cp -r "$work/resumed_fp32" "$work/corrupt" && truncate -s 1000 "$work/corrupt/latest/model.safetensors"
 expect_error "corrupt" "${run[@]}" --steps 8 --resume "$work/corrupt"
 expect_error "does not exist" "${run[@]}" --steps 8 --resume "$work/missing"
+mkdir "$work/empty"
+expect_error "'$work/empty' is not a checkpoint (it is empty)" "${run[@]}" --steps 8 --resume "$work/empty"
 expect_error "batch = 2" "$ferry" train "${shape[@]}" --grad-accum 2 --dropout 0.1 --batch 3 --steps 8 --resume "$work/resumed_fp32"
 
 # 4. Config file: DeepSpeed keys apply, flags override them, unknown keys are named.
