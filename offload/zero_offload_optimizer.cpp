@@ -53,6 +53,8 @@ std::int64_t choose_group_elements(const ZeroOffloadSettings& offload, std::int6
 
 }  // namespace
 
+const char* offload_device_name(OffloadDevice device) { return device == OffloadDevice::nvme ? "nvme" : "cpu"; }
+
 OffloadDevice parse_offload_device(const std::string& name) {
   if (name == "cpu") return OffloadDevice::cpu;
   if (name == "nvme") return OffloadDevice::nvme;

@@ -113,5 +113,7 @@ class ZeroOffloadOptimizer {
 
 // "cpu" or "nvme"; throws std::invalid_argument naming the choices.
 OffloadDevice parse_offload_device(const std::string& name);
+// "cpu" or "nvme", as --offload-optimizer names them.
+const char* offload_device_name(OffloadDevice device);
 
 }  // namespace ferry::offload

@@ -62,14 +62,17 @@ std::vector<std::int64_t> dry_run_rank_peaks(const TrainOptions& o, const Traini
 
 PipelineLayoutChoice choose_grid_layout(const TrainOptions& o, const TrainingPlan& plan, const RunShape& shape, bool prints) {
   const std::int32_t stages = plan.grid.pp * pipeline_stages_per_rank(plan.pipeline_schedule);
-  return choose_pipeline_layout(o, PipelineShape{shape.config, shape.sequence, stages, plan.grid.pp}, prints,
+  return choose_pipeline_layout(plan, PipelineShape{shape.config, shape.sequence, stages, plan.grid.pp}, prints,
                                 [&](const PipelineLayout& candidate) { return dry_run_rank_peaks(o, plan, candidate); });
 }
 
 MemoryAdvice advise_grid_memory(const TrainOptions& o, const TrainingPlan& plan, const RunShape& shape, std::size_t limit) {
+  RankEnvironment environment;
+  environment.world_size = plan.world;
   return advise_pipeline_memory(o, shape.config.layers, limit, [&](const TrainOptions& variant) {
-    const PipelineLayoutChoice choice = choose_grid_layout(variant, plan, shape, false);
-    const std::vector<std::int64_t> peaks = dry_run_rank_peaks(variant, plan, choice.layout);
+    const TrainingPlan variant_plan = make_training_plan(variant, environment);  // the variant's recompute, batch, offload
+    const PipelineLayoutChoice choice = choose_grid_layout(variant, variant_plan, shape, false);
+    const std::vector<std::int64_t> peaks = dry_run_rank_peaks(variant, variant_plan, choice.layout);
     return *std::max_element(peaks.begin(), peaks.end());
   });
 }

@@ -70,26 +70,26 @@ nlohmann::json describe(const PartitionChoice& choice, const std::vector<StageBl
 
 }  // namespace
 
-PipelineLayoutChoice choose_pipeline_layout(const TrainOptions& o, const PipelineShape& shape, bool prints, const PipelineDryRun& dry_run) {
+PipelineLayoutChoice choose_pipeline_layout(const TrainingPlan& plan, const PipelineShape& shape, bool prints, const PipelineDryRun& dry_run) {
   const std::vector<std::vector<StageBlocks>> candidates = partition_candidates(shape);
-  const bool automatic = o.checkpointing == "auto";
-  if (o.device_memory.empty() && !automatic) {
-    return {{RecomputePolicy::parse(o.checkpointing), candidates.front()},
+  const bool automatic = plan.recompute.kind == RecomputeKind::automatic;
+  if (plan.device_memory_limit == 0 && !automatic) {
+    return {{plan.recompute, candidates.front()},
             {{"by", "cost"}, {"cost_balanced", blocks_json(candidates.front())}, {"moved_for_memory", false}}};
   }
-  const std::size_t limit = make_training_device(o.device, o.device_memory)->memory_limit();
+  const std::size_t limit = make_training_device(plan.device, plan.device_memory_limit)->memory_limit();
   auto split_for = [&](const RecomputePolicy& policy) {
     return choose_pipeline_partition(candidates, shape.ranks, static_cast<std::int64_t>(limit),
                                      [&](const std::vector<StageBlocks>& split) { return dry_run({policy, split}); }, kPartitionDryRuns);
   };
   if (!automatic) {
-    const RecomputePolicy policy = RecomputePolicy::parse(o.checkpointing);
+    const RecomputePolicy& policy = plan.recompute;
     const PartitionChoice choice = split_for(policy);
     return {{policy, choice.split}, describe(choice, candidates.front(), limit, prints)};
   }
   // --checkpointing auto: per candidate policy, the split chosen for it; its fullest rank is the measure.
   std::map<std::string, PartitionChoice> splits;
-  const PolicyChoice policy = choose_recompute_policy(shape.config, o.batch, shape.sequence, limit, [&](const RecomputePolicy& candidate) {
+  const PolicyChoice policy = choose_recompute_policy(shape.config, plan.micro_batch, shape.sequence, limit, [&](const RecomputePolicy& candidate) {
     const PartitionChoice& choice = splits[candidate.name()] = split_for(candidate);
     DryRun fullest;  // the fullest rank's reserved bytes: what the choice compares with the limit
     fullest.peak_reserved = *std::max_element(choice.rank_peaks.begin(), choice.rank_peaks.end());

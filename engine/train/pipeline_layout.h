@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/train/train_options.h"
+#include "engine/train/training_plan.h"
 #include "models/gpt_config.h"
 #include "schedule/pipeline_partition.h"
 #include "schedule/recompute_policy.h"
@@ -42,6 +42,6 @@ struct PipelineShape {
 // whose fullest rank needs least (said on stdout when `prints`, and in `partition`). --checkpointing
 // auto: the fewest recomputed FLOPs for which some split fits (throws std::invalid_argument naming the smallest
 // need when none does).
-PipelineLayoutChoice choose_pipeline_layout(const TrainOptions& o, const PipelineShape& shape, bool prints, const PipelineDryRun& dry_run);
+PipelineLayoutChoice choose_pipeline_layout(const TrainingPlan& plan, const PipelineShape& shape, bool prints, const PipelineDryRun& dry_run);
 
 }  // namespace ferry

@@ -43,8 +43,8 @@ using Clock = std::chrono::steady_clock;
 
 // ZeRO-Offload's settings for this rank: with several ranks each keeps its NVMe state in a directory of
 // its own (nvme_path/rank-R), as DeepSpeed's ranks do.
-offload::ZeroOffloadSettings rank_offload_settings(const TrainOptions& o, const ProcessGrid& grid) {
-  offload::ZeroOffloadSettings settings = offload_settings(o);
+offload::ZeroOffloadSettings rank_offload_settings(const TrainOptions& o, const TrainingPlan& plan, const ProcessGrid& grid) {
+  offload::ZeroOffloadSettings settings = offload_settings(o, *plan.offload_optimizer);
   if (grid.shape().world() > 1 && !settings.nvme_path.empty()) settings.nvme_path += "/rank-" + std::to_string(grid.rank());
   if (o.threads == 0) settings.adam.threads = cpu::compute_threads();
   return settings;
@@ -90,7 +90,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   const OptimizerSettings hyper = saved ? resolve_resumed_settings(o.optimizer, saved->optimizer, o.resume)
                                         : resolve_new_run_settings(o.optimizer, o.steps);
 
-  const std::unique_ptr<Device> device = make_training_device(o.device, o.device_memory);
+  const std::unique_ptr<Device> device = make_training_device(plan.device, plan.device_memory_limit);
   if (!device->has_storage() && !o.save.empty()) {
     throw std::invalid_argument("--device meta is a dry run without values: it cannot --save (--init-from and --resume give it the shape)");
   }
@@ -106,8 +106,8 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
 
   const GptDropout dropout{o.dropout, o.dropout, o.dropout};
   const StepSettings settings{o.batch, sequence, plan.micro_batches, o.seed, hyper.grad_clip, plan.data_parallel() ? &grid.dp() : nullptr};
-  RecomputePolicy policy = RecomputePolicy::parse(o.checkpointing);
-  const bool offloaded = plan.offload_optimizer != "none";
+  RecomputePolicy policy = plan.recompute;
+  const bool offloaded = plan.offload_optimizer.has_value();
   DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, AllocatorConfig::from_environment(),
                             offloaded, device->kind() == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu,
                             plan.reduce_bucket_elements, o.weight_copy_elements,
@@ -177,9 +177,9 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
         plan.data_parallel()       ? make_data_parallel_optimizer(model, hyper.adamw(), grid.dp(),
                                                                   {plan.zero_stage, plan.reduce_bucket_elements, plan.allgather_bucket_elements,
                                                                    plan.overlap_comm},
-                                                                  offloaded ? std::optional(rank_offload_settings(o, grid)) : std::nullopt)
+                                                                  offloaded ? std::optional(rank_offload_settings(o, plan, grid)) : std::nullopt)
         : !offloaded               ? make_device_optimizer(model, hyper.adamw())
-        : device->has_storage()    ? make_offload_optimizer(model, hyper.adamw(), rank_offload_settings(o, grid))
+        : device->has_storage()    ? make_offload_optimizer(model, hyper.adamw(), rank_offload_settings(o, plan, grid))
                                    : make_discarding_optimizer(model);
     std::optional<PipelineStage> stage;
     if (pipelined) stage.emplace(model, grid.pp(), *schedule, chosen->layout.stage_blocks, settings, keeps);
@@ -307,9 +307,9 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
       {"model", model_summary(config)},
       {"run", {{"device", std::string(device_kind_name(device->kind()))}, {"device_memory_limit", device->memory_limit()},
                {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", plan.micro_batches},
-               {"steps", o.steps}, {"first_step", first_step + 1}, {"checkpointing", policy.name()}, {"checkpointing_requested", o.checkpointing},
+               {"steps", o.steps}, {"first_step", first_step + 1}, {"checkpointing", policy.name()}, {"checkpointing_requested", plan.recompute.name()},
                {"loss_chunk", o.loss_chunk},
-               {"offload_optimizer", plan.offload_optimizer}, {"data", data.name()}, {"shuffle", o.shuffle}, {"seed", o.seed},
+               {"offload_optimizer", plan.to_json()["offload_optimizer"]}, {"data", data.name()}, {"shuffle", o.shuffle}, {"seed", o.seed},
                {"last_step", last_step}, {"lr", hyper.schedule.peak}, {"lr_schedule", learning_rate_kind_name(hyper.schedule.kind)},
                {"optimizer_settings", hyper.to_json()}, {"threads", cpu::compute_threads()}, {"blas_kernels", cpu::blas_core_name()},
                {"dry_run", !device->has_storage()}}},

@@ -22,7 +22,9 @@ namespace ferry {
 nlohmann::json run_training(const TrainOptions& options) {
   TrainOptions o = options;
   if (!o.resume.empty()) o.resume = resolve_checkpoint(o.resume);  // a --save root: the checkpoint its `latest` names
-  const TrainingPlan plan = make_training_plan(o, detect_rank_environment());
+  const RankEnvironment environment = detect_rank_environment();
+  const TrainingPlan plan = make_training_plan(o, environment);
+  warn_about_device_memory(plan, environment);
   if (plan.simulated_ranks()) {
     // A dry run of every rank in this process: each runs the same loop on meta over groups that move nothing.
     std::optional<PipelineLayoutChoice> layout;  // a pipeline's split, chosen once for every rank

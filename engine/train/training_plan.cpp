@@ -89,7 +89,8 @@ nlohmann::json TrainingPlan::to_json() const {
           {"global_batch", global_batch()},
           {"precision", std::string(dtype_name(precision))},
           {"zero_stage", zero_stage},
-          {"offload_optimizer", offload_optimizer},
+          {"offload_optimizer", offload_optimizer ? offload::offload_device_name(*offload_optimizer) : "none"},
+          {"checkpointing", recompute.name()},
           {"reduce_bucket_elements", reduce_bucket_elements},
           {"allgather_bucket_elements", allgather_bucket_elements},
           {"overlap_comm", overlap_comm},
@@ -100,26 +101,8 @@ void require_positive(std::int64_t value, const char* flag) {
   if (value <= 0) throw std::invalid_argument(std::string(flag) + " must be positive, got " + std::to_string(value));
 }
 
-// A cpu device limit past this machine's RAM is allowed (a test of a large configuration may never
-// touch it all) but said: the kernel's OOM killer would end the run before ferry's advice could.
-static void warn_about_cpu_device_memory(const TrainOptions& o, const RankEnvironment& environment) {
-  if (o.device != "cpu" || o.device_memory.empty() || environment.local_rank != 0) return;
-  const std::size_t limit = parse_byte_size(o.device_memory);
-  const std::size_t physical = physical_memory_bytes();
-  const auto ranks = static_cast<std::size_t>(environment.local_size);
-  if (limit <= physical / ranks) return;
-  const std::string each = ranks > 1 ? " on each of " + std::to_string(ranks) + " ranks" : "";
-  std::fprintf(stderr,
-               "ferry: warning: --device-memory %s%s exceeds this machine's %s of RAM: the kernel's out-of-memory killer may end "
-               "the run before ferry can report; without --device-memory the cpu device takes %s (three quarters of the available "
-               "memory%s)\n",
-               o.device_memory.c_str(), each.c_str(), format_bytes(physical).c_str(),
-               format_bytes(default_cpu_device_memory(environment.local_size)).c_str(), ranks > 1 ? ", shared by the ranks" : "");
-}
-
 TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& environment) {
   validate_options(o);
-  warn_about_cpu_device_memory(o, environment);
   TrainingPlan plan;
   plan.dry_run = o.device == "meta";
   plan.world = environment.world_size;
@@ -134,7 +117,10 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   plan.precision = parse_precision(o.precision);
   plan.zero_stage = o.zero_stage;
   plan.overlap_comm = o.overlap_comm.value_or(true);
-  plan.offload_optimizer = o.offload_optimizer;
+  if (o.offload_optimizer != "none") plan.offload_optimizer = offload::parse_offload_device(o.offload_optimizer);
+  plan.device = parse_device_kind(o.device);
+  plan.device_memory_limit = o.device_memory.empty() ? 0 : parse_byte_size(o.device_memory);
+  plan.recompute = RecomputePolicy::parse(o.checkpointing);
   plan.grid.tp = o.tp;
   plan.grid.pp = o.pipeline_stages;
   if (o.tp < 1) throw std::invalid_argument("--tp must be at least 1, got " + number(o.tp));
@@ -221,6 +207,20 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
     throw std::invalid_argument("--allgather-bucket-size must be >= 0 elements, got " + number(plan.allgather_bucket_elements));
   }
   return plan;
+}
+
+void warn_about_device_memory(const TrainingPlan& plan, const RankEnvironment& environment) {
+  if (plan.device != DeviceKind::cpu || plan.device_memory_limit == 0 || environment.local_rank != 0) return;
+  const std::size_t physical = physical_memory_bytes();
+  const auto ranks = static_cast<std::size_t>(environment.local_size);
+  if (plan.device_memory_limit <= physical / ranks) return;
+  const std::string each = ranks > 1 ? " on each of " + std::to_string(ranks) + " ranks" : "";
+  std::fprintf(stderr,
+               "ferry: warning: --device-memory %s%s exceeds this machine's %s of RAM: the kernel's out-of-memory killer may end "
+               "the run before ferry can report; without --device-memory the cpu device takes %s (three quarters of the available "
+               "memory%s)\n",
+               format_bytes(plan.device_memory_limit).c_str(), each.c_str(), format_bytes(physical).c_str(),
+               format_bytes(default_cpu_device_memory(environment.local_size)).c_str(), ranks > 1 ? ", shared by the ranks" : "");
 }
 
 }  // namespace ferry

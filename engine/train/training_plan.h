@@ -11,9 +11,12 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
+#include "engine/core/device.h"
 #include "engine/core/dtype.h"
 #include "engine/grid/process_grid.h"
 #include "engine/train/train_options.h"
+#include "offload/zero_offload_optimizer.h"
+#include "schedule/recompute_policy.h"
 
 namespace ferry {
 
@@ -24,8 +27,11 @@ struct TrainingPlan {
   std::int64_t micro_batches = 1;   // per step on each dp rank (gradient accumulation; a pipeline's micro-batches)
   std::string pipeline_schedule = "1f1b";  // pp > 1: the schedule's name (schedule/pipeline_generator.h)
   DType precision = DType::f32;
+  DeviceKind device = DeviceKind::cpu;
+  std::size_t device_memory_limit = 0;    // --device-memory in bytes; 0: the device's default
+  RecomputePolicy recompute;              // --checkpointing (automatic: chosen by dry runs at the start)
   int zero_stage = 0;
-  std::string offload_optimizer = "none";  // none | cpu | nvme
+  std::optional<offload::OffloadDevice> offload_optimizer;  // ZeRO-Offload's tier: cpu or nvme
   std::int64_t reduce_bucket_elements = 0;     // DeepSpeed's reduce_bucket_size (0: one bucket)
   std::int64_t allgather_bucket_elements = 0;  // DeepSpeed's allgather_bucket_size (0: one bucket)
   bool overlap_comm = true;                    // DeepSpeed's overlap_comm: bucket reductions overlap backward
@@ -53,6 +59,11 @@ inline constexpr std::int64_t kDefaultBucketElements = 500'000'000;
 // against its factors, ZeRO stage 3, the parts not built yet) and how to fix it.
 // The flags' own checks (ranges, flags that need each other) come first.
 TrainingPlan make_training_plan(const TrainOptions& options, const RankEnvironment& environment);
+
+// A cpu device limit past this machine's RAM is allowed (a test of a large configuration may never
+// touch it all) but said on stderr, once per machine: the kernel's OOM killer would end the run before
+// ferry's advice could.
+void warn_about_device_memory(const TrainingPlan& plan, const RankEnvironment& environment);
 
 // Throws std::invalid_argument "FLAG must be positive, got V" unless value > 0.
 void require_positive(std::int64_t value, const char* flag);

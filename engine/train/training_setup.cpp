@@ -23,10 +23,14 @@ std::size_t default_cpu_device_memory(int local_ranks) {
 }
 
 std::unique_ptr<Device> make_training_device(const std::string& kind, const std::string& memory) {
+  return make_training_device(parse_device_kind(kind), memory.empty() ? 0 : parse_byte_size(memory));
+}
+
+std::unique_ptr<Device> make_training_device(DeviceKind kind, std::size_t memory_limit) {
   DeviceOptions device_options;
-  device_options.kind = parse_device_kind(kind);
-  device_options.memory_limit = memory.empty() ? 0 : parse_byte_size(memory);
-  if (device_options.kind == DeviceKind::cpu && memory.empty()) {
+  device_options.kind = kind;
+  device_options.memory_limit = memory_limit;
+  if (device_options.kind == DeviceKind::cpu && memory_limit == 0) {
     device_options.memory_limit = default_cpu_device_memory(detect_rank_environment().local_size);
   }
   device_options.allocator_config = AllocatorConfig::from_environment();
@@ -34,7 +38,7 @@ std::unique_ptr<Device> make_training_device(const std::string& kind, const std:
     return create_device(device_options);
   } catch (const SegmentSourceError& error) {
     if (device_options.kind == DeviceKind::cuda) throw;
-    throw std::invalid_argument("--device-memory " + (memory.empty() ? std::string("(default)") : memory) +
+    throw std::invalid_argument("--device-memory " + (memory_limit == 0 ? std::string("(default)") : format_bytes(memory_limit)) +
                                 ": this machine cannot reserve the address space for a device that large (" + error.what() +
                                 "); give a limit within its " + format_bytes(physical_memory_bytes()) + " of RAM");
   }
@@ -78,9 +82,9 @@ std::vector<std::string> run_notes(const TrainOptions& o, int data_parallel_rank
   return notes;
 }
 
-offload::ZeroOffloadSettings offload_settings(const TrainOptions& o) {
+offload::ZeroOffloadSettings offload_settings(const TrainOptions& o, offload::OffloadDevice device) {
   offload::ZeroOffloadSettings settings;
-  settings.device = offload::parse_offload_device(o.offload_optimizer);
+  settings.device = device;
   settings.nvme_path = o.nvme_path;
   settings.pin_memory = o.offload_pin_memory;
   settings.buffer_count = o.offload_buffer_count;

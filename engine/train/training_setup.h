@@ -24,6 +24,8 @@ DType parse_precision(const std::string& precision);
 std::size_t default_cpu_device_memory(int local_ranks);
 // --device and --device-memory (cuda: create_device says when this build or machine has no GPU).
 std::unique_ptr<Device> make_training_device(const std::string& kind, const std::string& memory);
+// The same, typed: memory_limit 0 is the device's default.
+std::unique_ptr<Device> make_training_device(DeviceKind kind, std::size_t memory_limit);
 TokenDataset open_training_data(const std::string& path);  // empty: the embedded corpus
 void check_vocabulary(const TokenDataset& data, const GptConfig& config);
 double median(std::vector<double> values);
@@ -32,6 +34,6 @@ nlohmann::json model_summary(const GptConfig& config);
 // configuration leaves without effect (a bucket bound without offload, f32 copies of f32 weights).
 std::vector<std::string> run_notes(const TrainOptions& options, int data_parallel_ranks);
 // ZeRO-Offload's settings from --offload-optimizer, --nvme-path, --offload-* and --threads.
-offload::ZeroOffloadSettings offload_settings(const TrainOptions& options);
+offload::ZeroOffloadSettings offload_settings(const TrainOptions& options, offload::OffloadDevice device);
 
 }  // namespace ferry

@@ -120,8 +120,8 @@ total = next(int(line.split()[1]) * 1024 for line in open("/proc/meminfo") if li
 assert 0 < limit <= total * 3 // 4, (limit, total)
 PY
 "${run[@]}" train "${tiny[@]}" --steps 1 --device-memory 1TiB > /dev/null 2> "$work/warning.txt"
-grep -q "warning: --device-memory 1TiB exceeds this machine's .* of RAM" "$work/warning.txt" || { cat "$work/warning.txt"; exit 1; }
-expect_error "--device-memory 100TiB: this machine cannot reserve the address space for a device that large" \
+grep -q "warning: --device-memory 1.00 TiB exceeds this machine's .* of RAM" "$work/warning.txt" || { cat "$work/warning.txt"; exit 1; }
+expect_error "--device-memory 100.00 TiB: this machine cannot reserve the address space for a device that large" \
   "${run[@]}" train "${tiny[@]}" --steps 1 --device-memory 100TiB
 
 # Paths that are not UTF-8 (a Latin-1 name): every output is written, JSON names them with U+FFFD, and
