@@ -124,6 +124,22 @@ grep -q "warning: --device-memory 1.00 TiB exceeds this machine's .* of RAM" "$w
 expect_error "--device-memory 100.00 TiB: this machine cannot reserve the address space for a device that large" \
   "${run[@]}" train "${tiny[@]}" --steps 1 --device-memory 100TiB
 
+# SIGKILL at moments spread over a run that saves every step (most of its time is in saves: writes,
+# fsyncs, renames): whenever it dies, the save root resumes, and the next save clears what was left.
+for delay in 0.4 0.7 1.0 1.3 1.6; do
+  "$ferry" train "${tiny[@]}" --steps 100000 --save-every 1 --save "$work/killed" > /dev/null 2>&1 &
+  pid=$!
+  sleep "$delay"
+  kill -9 "$pid" 2> /dev/null || true
+  wait "$pid" 2> /dev/null || true
+  [[ -e "$work/killed/latest" ]] || continue  # killed before the first checkpoint
+  "${run[@]}" train "${tiny[@]}" --steps 100000 --exit-interval 1 --resume "$work/killed" --save "$work/killed" \
+    > "$work/resumed.txt" 2>&1 || { echo "no resume after a SIGKILL at ${delay}s:"; cat "$work/resumed.txt"; ls -la "$work/killed"; exit 1; }
+  if compgen -G "$work/killed/*.tmp.*" > /dev/null || compgen -G "$work/killed/*/*.tmp.*" > /dev/null; then
+    echo "temporaries left after the next save:"; ls -laR "$work/killed"; exit 1
+  fi
+done
+
 # Paths that are not UTF-8 (a Latin-1 name): every output is written, JSON names them with U+FFFD, and
 # the checkpoint resumes and the profile reports.
 odd=$work/$'caf\xe9'
