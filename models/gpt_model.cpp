@@ -427,11 +427,23 @@ double GptModel::train_micro_batch(const Tensor& tokens, const Tensor& targets, 
 }
 
 double GptModel::evaluate(const Tensor& tokens, const Tensor& targets) {
+  return evaluate_head(evaluate_blocks(evaluate_embedding(tokens), 0, config_.layers), targets);
+}
+
+Tensor GptModel::evaluate_embedding(const Tensor& tokens) {
   const ScopedFlag evaluation(training_, false);
-  const cpu::RandomKey key{};
-  Tensor x = embedding_forward(tokens, key);
-  for (std::int64_t layer = 0; layer < config_.layers; ++layer) x = block_forward(layer, x, key).output;
-  return head_forward(x, targets, 0.0f, Tensor()) / static_cast<double>(tokens.numel());
+  return embedding_forward(tokens, cpu::RandomKey{});
+}
+
+Tensor GptModel::evaluate_blocks(Tensor input, std::int64_t first, std::int64_t end) {
+  const ScopedFlag evaluation(training_, false);
+  for (std::int64_t layer = first; layer < end; ++layer) input = block_forward(layer, input, cpu::RandomKey{}).output;
+  return input;
+}
+
+double GptModel::evaluate_head(const Tensor& input, const Tensor& targets) {
+  const ScopedFlag evaluation(training_, false);
+  return head_forward(input, targets, 0.0f, Tensor()) / static_cast<double>(targets.numel());
 }
 
 }  // namespace ferry

@@ -134,6 +134,11 @@ class GptModel {
                            const std::vector<ActivationKeep>& keep = {});
   // Mean token loss, no gradients, no dropout.
   double evaluate(const Tensor& tokens, const Tensor& targets);
+  // The same in parts, for a pipeline stage that holds some of the model: the embedding, blocks
+  // [first, end) (nothing kept for a backward) and the head's mean token loss.
+  Tensor evaluate_embedding(const Tensor& tokens);
+  Tensor evaluate_blocks(Tensor input, std::int64_t first, std::int64_t end);
+  double evaluate_head(const Tensor& input, const Tensor& targets);
 
  private:
   Tensor activation(const Shape& shape, const std::string& tag) const;

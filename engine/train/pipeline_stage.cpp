@@ -59,6 +59,11 @@ StepResult PipelineStage::run_step(TrainingOptimizer& optimizer, DataLoader& loa
   return run_pipeline_step(executor_, optimizer, pipeline_, tokens_, PipelineStepSettings{step, learning_rate, settings_.grad_clip, settings_.data_parallel}, scaler);
 }
 
+EvaluationResult PipelineStage::evaluate(const TokenDataset& data, std::int64_t batches) {
+  return evaluate_pipeline_loss(executor_.model(), pipeline_, plan_.schedule, executor_.setup().stage_blocks, data, settings_.batch,
+                                settings_.sequence, batches);
+}
+
 nlohmann::json PipelineStage::describe() const {
   const PipelineSchedule& schedule = plan_.schedule;
   const std::int32_t r = pipeline_.rank();

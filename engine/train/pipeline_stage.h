@@ -12,6 +12,7 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/pipeline/pipeline_transports.h"
+#include "engine/train/evaluation.h"
 #include "engine/train/training_step.h"
 #include "schedule/pipeline_schedule.h"
 #include "schedule/pipeline_simulator.h"
@@ -37,6 +38,9 @@ class PipelineStage {
 
   // One optimizer step: reads the global batch (keeping this dp rank's share) and runs the schedule.
   StepResult run_step(TrainingOptimizer& optimizer, DataLoader& loader, std::int64_t step, double learning_rate, LossScaler* scaler);
+
+  // The validation loss through the pipeline (every rank of the group calls it; every rank gets it).
+  EvaluationResult evaluate(const TokenDataset& data, std::int64_t batches);
 
   // This rank's stages and its activation stash beside the simulator's prediction, for its `ranks` entry.
   nlohmann::json describe() const;

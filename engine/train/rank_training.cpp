@@ -267,7 +267,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
       std::optional<double> eval_loss;
       if (eval_data && ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || step + 1 == last_step)) {
         const OpScope op(*device, "eval", "eval after step " + std::to_string(step + 1));
-        eval_loss = evaluate_loss(*device, model, *eval_data, o.batch, sequence, o.eval_batches).loss;
+        eval_loss = (stage ? stage->evaluate(*eval_data, o.eval_batches) : evaluate_loss(*device, model, *eval_data, o.batch, sequence, o.eval_batches)).loss;
         steps.back()["eval_loss"] = *eval_loss;
         last_eval_loss = *eval_loss;
       }

@@ -134,10 +134,6 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
     throw std::invalid_argument("--pp " + number(plan.grid.pp) + " with --device cuda is not built yet: the stages exchange activations "
                                 "through host memory (MPI); train pipelines on --device cpu, or one GPU without --pp");
   }
-  if (plan.grid.pp > 1 && !o.eval_data.empty()) {
-    throw std::invalid_argument("--eval-data with --pp " + number(plan.grid.pp) + " is not built yet (a validation pass through the "
-                                "stages): evaluate the saved checkpoint with `ferry eval --init-from DIR/model.safetensors`");
-  }
   const int model_parallel = o.tp * o.pipeline_stages;
   if (plan.world > 1) {
     if (plan.world % model_parallel != 0) {

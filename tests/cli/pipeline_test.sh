@@ -5,6 +5,7 @@
 # equal to the measured one byte for byte; a bad flag on every rank, or a launch with the wrong rank
 # count, fails fast with one clear error instead of hanging.
 source "$(dirname "$0")/common.sh"
+root=$1
 mpirun=${MPIRUN:-mpirun}
 launch() {  # launch RANKS ARGS...: ferry under mpirun, one rank per core or more
   local ranks=$1; shift
@@ -171,8 +172,26 @@ echo "dp 2 x pp 2, ZeRO 0 and 1, fp32 and bf16: one rank's losses; saved there, 
 expect_error "--zero-stage 2 with --pp 2 (dp 2)" "$ferry" train "${grid[@]}" --pp 2 --dp 2 --zero-stage 2 --device meta
 expect_error "on a dp x pp grid (dp 2, --pp 2) is not built yet" "$ferry" train "${grid[@]}" --pp 2 --dp 2 --offload-optimizer cpu --device meta
 
-# Not built yet, said before anything runs: validation through the stages, pipelines of GPUs.
-expect_error "--eval-data with --pp 2 is not built yet" "$ferry" train "${model[@]}" --pp 2 --device meta --eval-data "$work/x.bin"
+# Validation through the stages (--eval-data): every micro-batch passes the stages forward only, and
+# the loss equals one rank's after every step, with one stage per rank and with two (interleaved).
+head -c 20000 "$root/data/corpus/tiny-stories.txt" > "$work/validation.txt"
+eval_flags=(--eval-data "$work/validation.txt" --eval-every 1 --eval-batches 3)
+"$ferry" train "${model[@]}" --grad-accum 4 "${eval_flags[@]}" --summary "$work/eval_one.json" > /dev/null
+launch 2 train "${model[@]}" --pp 2 --micro-batches 4 "${eval_flags[@]}" --summary "$work/eval_pp2.json" > "$work/out.txt" 2>&1 \
+  || { cat "$work/out.txt"; exit 1; }
+launch 2 train "${model[@]}" --pp 2 --micro-batches 4 --schedule interleaved:2 "${eval_flags[@]}" --summary "$work/eval_int.json" \
+  > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+"$ferry" train "${model[@]}" --pp 2 --micro-batches 4 --device meta "${eval_flags[@]}" > /dev/null  # a dry run passes the same way
+/usr/bin/python3 - "$work/eval_one.json" "$work/eval_pp2.json" "$work/eval_int.json" <<'PY'
+import json, sys
+one, *pipes = ([step["eval_loss"] for step in json.load(open(path))["steps"]] for path in sys.argv[1:])
+assert len(one) == 3, one
+for pipe in pipes:
+    assert all(abs(a - e) <= 1e-5 * e for a, e in zip(pipe, one)) and len(pipe) == 3, (pipe, one)
+PY
+echo "pp 2 --eval-data (1f1b and interleaved:2): one rank's validation losses"
+
+# Not built yet, said before anything runs: pipelines of GPUs.
 expect_error "--pp 2 with --device cuda is not built yet" "$ferry" train "${model[@]}" --pp 2 --device cuda
 
 # --device-memory: the cost-balanced split of a 4096-token vocabulary's model (3 + 1 blocks: its LM head
