@@ -48,9 +48,6 @@ class DataParallelBase : public TrainingOptimizer {
   }
 
  protected:
-  void reject_excluded(std::optional<std::size_t> excluded) const {
-    if (excluded) throw std::logic_error("ZeRO-Offload on a data-parallel pipeline stage is not built yet");
-  }
   // The step's reductions: those a pipeline step held back start now; then every one is waited for.
   void finish_reductions() {
     if (whole_step_) gradients_.reduce_accumulated();
@@ -117,6 +114,14 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
   }
 
   std::string mode() const override { return optimizer_.tier_name(); }
+  // The offloaded optimizer's index of model parameter `position` (its owned pieces, in order), or
+  // nothing where this rank owns none of it.
+  std::optional<std::size_t> owned_index(std::optional<std::size_t> position) const {
+    if (!position || !gradients_.owned_piece(*position)) return std::nullopt;
+    std::size_t index = 0;
+    for (std::size_t before = 0; before < *position; ++before) index += gradients_.owned_piece(before) ? 1 : 0;
+    return index;
+  }
   void begin_step() override {
     gradients_.begin_step();
     optimizer_.begin_step();
@@ -130,8 +135,7 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
     }
   }
   double unchecked_gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
-    reject_excluded(excluded);
-    const offload::GradientCheck check = optimizer_.check_gradients();
+    const offload::GradientCheck check = optimizer_.check_gradients(owned_index(excluded));
     double sum = check.finite ? check.sum_of_squares : std::nan("");
     if (settings_.zero_stage > 0) dp_.all_reduce(&sum, 1, CommDataType::f64, ReduceOperation::sum);
     return sum;
@@ -215,8 +219,7 @@ class DryRunOffloadedDataParallel final : public DataParallelBase {
   std::string mode() const override { return "dry run"; }
   void begin_step() override { gradients_.begin_step(); }
   void end_backward() override { finish_reductions(); }
-  double unchecked_gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
-    reject_excluded(excluded);
+  double unchecked_gradient_sum_of_squares(std::optional<std::size_t>) override {
     double sum = 0;
     if (settings_.zero_stage > 0) dp_.all_reduce(&sum, 1, CommDataType::f64, ReduceOperation::sum);
     return sum;

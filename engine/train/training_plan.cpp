@@ -186,10 +186,6 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
                                 "micro-batch's gradients as its backward completes, and a pipeline schedule interleaves the micro-batches' "
                                 "backwards (DeepSpeed refuses it too); use --zero-stage 1 with pipelines");
   }
-  if (plan.data_parallel() && plan.grid.pp > 1 && o.offload_optimizer != "none") {
-    throw std::invalid_argument("--offload-optimizer " + o.offload_optimizer + " on a dp x pp grid (dp " + number(plan.grid.dp) + ", --pp " +
-                                number(plan.grid.pp) + ") is not built yet: offload with dp 1 pipelines or with data parallelism alone");
-  }
   if (o.train_batch_size && *o.train_batch_size != plan.global_batch()) {
     throw std::invalid_argument("train_batch_size " + number(*o.train_batch_size) + " != train_micro_batch_size_per_gpu (--batch) " +
                                 number(plan.micro_batch) + " x gradient_accumulation_steps (--grad-accum) " + number(plan.micro_batches) +

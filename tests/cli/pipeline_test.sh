@@ -170,7 +170,25 @@ for d, m in zip(load("grid_dry")["ranks"], load("grid_1")["ranks"]):
 PY
 echo "dp 2 x pp 2, ZeRO 0 and 1, fp32 and bf16: one rank's losses; saved there, resumed at one rank; the dry run's peaks"
 expect_error "--zero-stage 2 with --pp 2 (dp 2)" "$ferry" train "${grid[@]}" --pp 2 --dp 2 --zero-stage 2 --device meta
-expect_error "on a dp x pp grid (dp 2, --pp 2) is not built yet" "$ferry" train "${grid[@]}" --pp 2 --dp 2 --offload-optimizer cpu --device meta
+# ZeRO-Offload on a dp x pp grid (ZeRO 1, cpu and nvme): each rank's share of its stage's state on the
+# host, stepped by CpuAdam; one rank's losses.
+for tier in cpu nvme; do
+  nvme=(); [[ $tier == nvme ]] && nvme=(--nvme-path "$work/grid_nvme")
+  launch 4 train "${grid[@]}" --steps 4 --pp 2 --micro-batches 4 --zero-stage 1 --offload-optimizer "$tier" "${nvme[@]}" \
+    --summary "$work/grid_offload_$tier.json" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+done
+"$ferry" train "${grid[@]}" --steps 2 --pp 2 --dp 2 --micro-batches 4 --zero-stage 1 --offload-optimizer cpu --device meta > /dev/null
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+load = lambda name: json.load(open(f"{sys.argv[1]}/{name}.json"))
+one = [step["loss"] for step in load("grid_one")["steps"]]
+for tier in ("cpu", "nvme"):
+    run = load(f"grid_offload_{tier}")
+    losses = [step["loss"] for step in run["steps"]]
+    assert len(losses) == 4 and all(abs(a - e) <= 1e-6 * e for a, e in zip(losses, one)), (tier, losses, one)
+    assert run["run"]["offload_optimizer"] == tier and all(r["max_by_category"].get("optimizer_states", 0) == 0 for r in run["ranks"]), tier
+PY
+echo "dp 2 x pp 2 ZeRO 1 with --offload-optimizer cpu and nvme: one rank's losses, no optimizer state on any device"
 
 # Validation through the stages (--eval-data): every micro-batch passes the stages forward only, and
 # the loss equals one rank's after every step, with one stage per rank and with two (interleaved).
