@@ -11,5 +11,6 @@ build=build-sanitize
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFERRY_WERROR=ON -DFERRY_SANITIZE=ON -DFERRY_BUILD_BENCHMARKS=OFF \
   -DFERRY_CUDA_EMULATION=ON >/dev/null
 cmake --build "$build" -j "${FERRY_JOBS:-$(nproc)}" --target ferry_cuda_emulation_tests
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+# Passive OpenMP waits: the cpu twins' threads would otherwise spin beside the single-threaded emulator.
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_WAIT_POLICY=passive \
   "$build/tests/cuda_emulation/ferry_cuda_emulation_tests" "$@"
