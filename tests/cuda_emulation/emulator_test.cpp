@@ -148,7 +148,7 @@ TEST(CudaEmulation, AShuffleNamingAnExitedLaneFails) {
 }
 
 __global__ void dynamic_shared_kernel(float* out) {
-  auto* scratch = static_cast<float*>(cuda_emulation::dynamic_shared_memory());
+  FERRY_DYNAMIC_SHARED(float, scratch);
   scratch[threadIdx.x] = static_cast<float>(threadIdx.x);
   __syncthreads();
   out[threadIdx.x] = scratch[blockDim.x - 1 - threadIdx.x];

@@ -16,12 +16,16 @@
 
 // FERRY_SHARED(Type, name, Dimensions): a __shared__ variable, `__shared__ Type name Dimensions;`. Under
 // emulation each block gets its own heap allocation of exactly its size, so AddressSanitizer sees overruns.
+// FERRY_DYNAMIC_SHARED(Type, name): `extern __shared__ Type name[];`, the launch's shared_bytes (exactly
+// that many bytes of heap under emulation).
 #ifdef FERRY_CUDA_EMULATION
 #define FERRY_SHARED(Type, name, Dimensions)        \
   using name##_shared_type = Type Dimensions;       \
   name##_shared_type& name = ::ferry::cuda_emulation::block_shared<name##_shared_type>([] {})
+#define FERRY_DYNAMIC_SHARED(Type, name) Type* name = static_cast<Type*>(::ferry::cuda_emulation::dynamic_shared_memory())
 #else
 #define FERRY_SHARED(Type, name, Dimensions) __shared__ Type name Dimensions
+#define FERRY_DYNAMIC_SHARED(Type, name) extern __shared__ Type name[]
 #endif
 
 namespace ferry::cuda {

@@ -1,6 +1,8 @@
 #include "device_memory.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -89,14 +91,15 @@ std::optional<std::string> DeviceMemory::first_difference(const Snapshot& snapsh
     std::size_t offset = 0;
     while (address[offset] == bytes[offset]) ++offset;
     const std::size_t word = offset / 4 * 4;
-    float now = 0, before = 0;
+    std::uint32_t now = 0, before = 0;
     if (word + sizeof now <= bytes.size()) {
       std::memcpy(&now, address + word, sizeof now);
       std::memcpy(&before, bytes.data() + word, sizeof before);
     }
-    char text[256];
-    std::snprintf(text, sizeof text, "byte %zu of the %zu-byte allocation at %p (as a float: %.9g, against %.9g)", offset, bytes.size(),
-                  static_cast<void*>(address), static_cast<double>(now), static_cast<double>(before));
+    char text[320];
+    std::snprintf(text, sizeof text, "byte %zu of the %zu-byte allocation at %p (its word 0x%08x, as a float %.9g, against 0x%08x, %.9g)",
+                  offset, bytes.size(), static_cast<void*>(address), now, static_cast<double>(std::bit_cast<float>(now)), before,
+                  static_cast<double>(std::bit_cast<float>(before)));
     return std::string(text);
   }
   return std::nullopt;

@@ -67,6 +67,10 @@ Variable& block_shared(Site) {
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 
+// Shared memory is declared through FERRY_SHARED / FERRY_DYNAMIC_SHARED (models/kernels/cuda/kernel_launch.h),
+// which give each emulated block its own exactly-sized heap allocation; a bare __shared__ does not compile.
+#define __shared__ static_assert(false, "declare shared memory with FERRY_SHARED (models/kernels/cuda/kernel_launch.h)");
+
 #define threadIdx (::ferry::cuda_emulation::current_position().thread_index)
 #define blockIdx (::ferry::cuda_emulation::current_position().block_index)
 #define blockDim (::ferry::cuda_emulation::current_position().block_dim)
