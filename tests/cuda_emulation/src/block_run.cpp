@@ -84,7 +84,11 @@ std::byte* FiberStacks::stack(std::size_t index) {
 }
 
 std::vector<FiberThread>& FiberStacks::threads(std::size_t count) {
-  if (threads_.size() < count) threads_.resize(count);
+  if (threads_.size() < count) {
+    threads_.resize(count);
+    // A ucontext_t points into itself (its saved floating-point state): moved, it must be made again.
+    for (FiberThread& thread : threads_) thread.context_initialized = false;
+  }
   return threads_;
 }
 
