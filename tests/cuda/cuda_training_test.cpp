@@ -21,6 +21,7 @@ namespace ferry {
 namespace {
 
 constexpr std::int64_t B = 2, T = 24, V = 97;
+constexpr float kLearningRate = 1e-2f;
 
 // Hidden 64 in 4 heads of 16: the fused attention's tiles see ragged sequence ends (T = 24).
 GptConfig config() { return GptConfig{"cuda-training-test", 2, 64, 4, V, 32}; }
@@ -47,20 +48,43 @@ ModelRun train_one_step(DeviceKind kind, DType dtype, const std::vector<Activati
                                      MicroBatchKey{11, 1, 0}, 1.0f, keeps);
   for (const NamedTensor& each : model.gradients().named()) run.gradients.push_back(copy_to_host_f32(*each.tensor));
   AdamWHyperparameters hyperparameters;
-  hyperparameters.learning_rate = 1e-2f;
+  hyperparameters.learning_rate = kLearningRate;
   hyperparameters.weight_decay = 0.1f;
   AdamWOptimizer optimizer(model.parameters(), model.gradients(), hyperparameters);
-  optimizer.step(1e-2f, 1.0f);
+  optimizer.step(kLearningRate, 1.0f);
   for (const NamedTensor& each : model.parameters().named()) run.parameters.push_back(copy_to_host_f32(*each.tensor));
   return run;
 }
 
-void expect_close(const ModelRun& gpu, const ModelRun& cpu, double tolerance, const std::string& what) {
-  EXPECT_NEAR(gpu.loss, cpu.loss, tolerance * std::abs(cpu.loss)) << what;
+// How two devices' results are compared: the loss and every gradient within `tolerance` (twin_comparison.h's
+// measure), and the parameters after one AdamW step. That step moves each parameter by lr g / (|g| + eps), a
+// sign, so where the cpu's gradient is within `unresolved` of zero (relative to the tensor's largest) the two
+// devices' summation orders pick the sign (the key bias's gradient is zero but for rounding): there the step
+// is held to its bound (the devices differ by at most 2 lr), everywhere else to `tolerance`.
+struct Tolerances {
+  double tolerance;
+  double unresolved;
+};
+
+void expect_close(const ModelRun& gpu, const ModelRun& cpu, Tolerances bounds, const std::string& what) {
+  EXPECT_NEAR(gpu.loss, cpu.loss, bounds.tolerance * std::abs(cpu.loss)) << what;
   ASSERT_EQ(gpu.gradients.size(), cpu.gradients.size());
   for (std::size_t i = 0; i < cpu.gradients.size(); ++i) {
-    EXPECT_LT(testing::max_relative_error(gpu.gradients[i], cpu.gradients[i]), tolerance) << what << ": gradient " << i;
-    EXPECT_LT(testing::max_relative_error(gpu.parameters[i], cpu.parameters[i]), tolerance) << what << ": parameter " << i;
+    EXPECT_LT(testing::max_relative_error(gpu.gradients[i], cpu.gradients[i]), bounds.tolerance) << what << ": gradient " << i;
+    const std::vector<float>& gradient = cpu.gradients[i];
+    double largest = 0;
+    for (const float value : gradient) largest = std::max(largest, static_cast<double>(std::abs(value)));
+    std::vector<float> resolved_gpu, resolved_cpu;
+    for (std::size_t j = 0; j < gradient.size(); ++j) {
+      if (std::abs(gradient[j]) >= bounds.unresolved * largest) {
+        resolved_gpu.push_back(gpu.parameters[i][j]);
+        resolved_cpu.push_back(cpu.parameters[i][j]);
+      } else {
+        EXPECT_LE(std::abs(gpu.parameters[i][j] - cpu.parameters[i][j]), 2.01f * kLearningRate) << what << ": parameter " << i << "[" << j << "]";
+      }
+    }
+    EXPECT_LT(testing::max_relative_error(resolved_gpu, resolved_cpu), bounds.tolerance) << what << ": parameter " << i;
+    EXPECT_FALSE(resolved_cpu.empty()) << what << ": parameter " << i << " has no gradient above the noise";
   }
 }
 
@@ -69,17 +93,23 @@ void expect_close(const ModelRun& gpu, const ModelRun& cpu, double tolerance, co
 
 TEST(CudaTraining, F32LossGradientsAndStepMatchTheCpuDevice) {
   FERRY_REQUIRE_GPU();
-  // The kernels meet 1e-5 one by one; through two blocks, the head and AdamW (whose first step moves every
-  // parameter by about lr, sign(g)) the whole model is held to 1e-4.
-  expect_close(train_one_step(DeviceKind::cuda, DType::f32, {}), train_one_step(DeviceKind::cpu, DType::f32, {}), 1e-4, "f32");
+  // The kernels meet 1e-5 one by one; through two blocks and the head the whole model is held to 1e-4, and
+  // AdamW's step wherever the gradient stands 1e-3 of its tensor's largest above zero (100 times the noise).
+  const Tolerances f32{1e-4, 1e-3};
+  expect_close(train_one_step(DeviceKind::cuda, DType::f32, {}), train_one_step(DeviceKind::cpu, DType::f32, {}), f32, "f32");
   const GptDropout dropout{0.1f, 0.1f, 0.1f};
-  expect_close(train_one_step(DeviceKind::cuda, DType::f32, {}, dropout), train_one_step(DeviceKind::cpu, DType::f32, {}, dropout), 1e-4,
+  expect_close(train_one_step(DeviceKind::cuda, DType::f32, {}, dropout), train_one_step(DeviceKind::cpu, DType::f32, {}, dropout), f32,
                "f32 with dropout (the same masks on both devices)");
 }
 
 TEST(CudaTraining, Bf16LossGradientsAndStepMatchTheCpuDevice) {
   FERRY_REQUIRE_GPU();
-  expect_close(train_one_step(DeviceKind::cuda, DType::bf16, {}), train_one_step(DeviceKind::cpu, DType::bf16, {}), 1e-2, "bf16");
+  // Activations round to bf16 at other places on the two devices (cuda's matmuls take and give bf16, the cpu's
+  // run in f32: KernelSizes::matmul_takes_bf16), so gradients differ by a bf16 rounding or two of their
+  // tensor's largest value: 2 x 2^-8 of it, 0.08 at twin_comparison.h's floor of a tenth. The step is held
+  // where the gradient stands 1e-2 of the largest above zero (a few such roundings).
+  expect_close(train_one_step(DeviceKind::cuda, DType::bf16, {}), train_one_step(DeviceKind::cpu, DType::bf16, {}), Tolerances{8e-2, 1e-2},
+               "bf16");
 }
 
 TEST(CudaTraining, EveryRecomputePolicyGivesBitwiseTheGradientsOfNone) {

@@ -146,7 +146,8 @@ TEST_F(GpuKernels, SixteenBitRoundingMatchesTheHost) {
 }
 
 TEST_F(GpuKernels, LayerNormForwardAndBackwardMatchTheTwin) {
-  for (const auto& [rows, channels] : {std::pair<std::int64_t, std::int64_t>{37, 64}, {300, 768}, {5, 33}}) {
+  // Partial blocks of rows, rows past a block, channels past a warp and fewer than its lanes, one row.
+  for (const auto& [rows, channels] : {std::pair<std::int64_t, std::int64_t>{37, 64}, {300, 768}, {5, 33}, {1, 7}}) {
     const auto n = static_cast<std::size_t>(rows * channels), c = static_cast<std::size_t>(channels);
     const std::vector<float> inp = random_values(n, 5, 2.0f), weight = random_values(c, 6), bias = random_values(c, 7);
     const std::vector<float> dout = random_values(n, 8), dinp_start = random_values(n, 9), dweight_start = random_values(c, 10);

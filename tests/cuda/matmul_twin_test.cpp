@@ -38,7 +38,8 @@ struct MatmulSizes {
 };
 
 constexpr MatmulSizes kSmallSizes{37, 64, 96};
-constexpr MatmulSizes kAllSizes[] = {kSmallSizes, {128, 768, 2304}};
+// One row of odd widths (bias columns past a warp's 32 in add_column_sums, a lone partial block) too.
+constexpr MatmulSizes kAllSizes[] = {kSmallSizes, {128, 768, 2304}, {1, 3, 45}};
 constexpr WeightLayout kLayouts[] = {WeightLayout::in_out, WeightLayout::out_in};
 constexpr int kBackwardCalls = 2;  // gradients of two calls: accumulation is part of every comparison
 

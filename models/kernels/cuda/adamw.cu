@@ -1,7 +1,7 @@
 #include <cmath>
 
 #include "models/kernels/cuda/adamw.h"
-#include "models/kernels/cuda/launch_check.h"
+#include "models/kernels/cuda/kernel_launch.h"
 #include "models/kernels/cuda/warp_reduce.cuh"
 
 namespace ferry::cuda {
@@ -51,7 +51,7 @@ __global__ void adamw_kernel(AdamWTensorList list, AdamWScalars s) {
 
 // partials[block] = sum of squares of the block's kSumBlockElements values (f64).
 __global__ void block_sum_of_squares_kernel(double* partials, const float* values, std::int64_t count) {
-  __shared__ double warp_sums[kThreads / kWarpSize];
+  FERRY_SHARED(double, warp_sums, [kThreads / kWarpSize]);
   const std::int64_t first = blockIdx.x * kSumBlockElements;
   const std::int64_t last = first + kSumBlockElements < count ? first + kSumBlockElements : count;
   double sum = 0;
@@ -94,8 +94,7 @@ void adamw_update(std::span<const AdamWTensor> tensors, const AdamWHyperparamete
     }
     if (largest == 0) continue;
     const unsigned int blocks = blocks_for(largest, kThreads) < kMaxBlocksPerTensor ? blocks_for(largest, kThreads) : kMaxBlocksPerTensor;
-    adamw_kernel<<<dim3(blocks, static_cast<unsigned int>(count)), kThreads, 0, stream>>>(list, scalars);
-    FERRY_CUDA_LAUNCH_CHECK();
+    FERRY_LAUNCH_KERNEL(adamw_kernel, dim3(blocks, static_cast<unsigned int>(count)), kThreads, 0, stream, list, scalars);
   }
 }
 
@@ -104,11 +103,9 @@ std::int64_t sum_of_squares_scratch_elements(std::int64_t count) { return (count
 void sum_of_squares(double* result, bool accumulate, const float* values, std::int64_t count, double* scratch, cudaStream_t stream) {
   const std::int64_t blocks = sum_of_squares_scratch_elements(count);
   if (blocks > 0) {
-    block_sum_of_squares_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, stream>>>(scratch, values, count);
-    FERRY_CUDA_LAUNCH_CHECK();
+    FERRY_LAUNCH_KERNEL(block_sum_of_squares_kernel, static_cast<unsigned int>(blocks), kThreads, 0, stream, scratch, values, count);
   }
-  add_partials_kernel<<<1, 1, 0, stream>>>(result, accumulate, scratch, blocks);
-  FERRY_CUDA_LAUNCH_CHECK();
+  FERRY_LAUNCH_KERNEL(add_partials_kernel, 1, 1, 0, stream, result, accumulate, scratch, blocks);
 }
 
 }  // namespace ferry::cuda

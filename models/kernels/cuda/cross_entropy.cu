@@ -1,5 +1,5 @@
 #include "models/kernels/cuda/cross_entropy.h"
-#include "models/kernels/cuda/launch_check.h"
+#include "models/kernels/cuda/kernel_launch.h"
 #include "models/kernels/cuda/warp_reduce.cuh"
 
 namespace ferry::cuda {
@@ -32,8 +32,8 @@ __device__ double block_sum(double value, double* shared) {
 // logits of one row: its loss, and with `gradient` the row becomes (softmax - onehot) * dloss.
 __global__ void cross_entropy_kernel(float* logits, float* losses, const std::int32_t* targets, std::int64_t vocab, bool gradient,
                                      float dloss) {
-  __shared__ float maxima[kWarps];
-  __shared__ double sums[kWarps];
+  FERRY_SHARED(float, maxima, [kWarps]);
+  FERRY_SHARED(double, sums, [kWarps]);
   float* values = logits + blockIdx.x * vocab;
   float maximum = -INFINITY;
   for (std::int64_t i = threadIdx.x; i < vocab; i += kThreads) maximum = fmaxf(maximum, values[i]);
@@ -57,8 +57,8 @@ __global__ void cross_entropy_kernel(float* logits, float* losses, const std::in
 void launch(float* logits, float* losses, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab, bool gradient, float dloss,
             cudaStream_t stream) {
   if (rows == 0) return;
-  cross_entropy_kernel<<<static_cast<unsigned int>(rows), kThreads, 0, stream>>>(logits, losses, targets, vocab, gradient, dloss);
-  FERRY_CUDA_LAUNCH_CHECK();
+  FERRY_LAUNCH_KERNEL(cross_entropy_kernel, static_cast<unsigned int>(rows), kThreads, 0, stream, logits, losses, targets, vocab, gradient,
+                      dloss);
 }
 
 }  // namespace

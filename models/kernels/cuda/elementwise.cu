@@ -2,7 +2,7 @@
 #include <cuda_fp16.h>
 
 #include "models/kernels/cuda/elementwise.h"
-#include "models/kernels/cuda/launch_check.h"
+#include "models/kernels/cuda/kernel_launch.h"
 
 namespace ferry::cuda {
 namespace {
@@ -84,49 +84,47 @@ __global__ void f16_to_f32_kernel(const std::uint16_t* source, float* destinatio
 #undef FERRY_FOR_EACH_INDEX
 
 // One grid-stride launch over `count` elements (nothing for none), checked.
-template <typename... Parameters, typename... Arguments>
-void launch(void (*kernel)(Parameters...), std::int64_t count, cudaStream_t stream, Arguments... arguments) {
-  if (count == 0) return;
-  kernel<<<grid_for(count), kThreads, 0, stream>>>(arguments...);
-  FERRY_CUDA_LAUNCH_CHECK();
-}
+#define FERRY_LAUNCH_OVER(kernel, count, stream, ...) \
+  if ((count) != 0) FERRY_LAUNCH_KERNEL(kernel, grid_for(count), kThreads, 0, stream, __VA_ARGS__)
 
 }  // namespace
 
 void residual_forward(float* out, const float* a, const float* b, std::int64_t count, cudaStream_t stream) {
-  launch(residual_kernel, count, stream, out, a, b, count);
+  FERRY_LAUNCH_OVER(residual_kernel, count, stream, out, a, b, count);
 }
 
 void dropout_forward(float* out, const float* inp, std::int64_t count, float probability, cpu::RandomKey key, cudaStream_t stream) {
-  launch(dropout_forward_kernel, count, stream, out, inp, count, probability, key);
+  FERRY_LAUNCH_OVER(dropout_forward_kernel, count, stream, out, inp, count, probability, key);
 }
 
 void dropout_backward(float* dinp, const float* dout, std::int64_t count, float probability, cpu::RandomKey key, cudaStream_t stream) {
-  launch(dropout_backward_kernel, count, stream, dinp, dout, count, probability, key);
+  FERRY_LAUNCH_OVER(dropout_backward_kernel, count, stream, dinp, dout, count, probability, key);
 }
 
 void gelu_forward(float* out, const float* inp, std::int64_t count, cudaStream_t stream) {
-  launch(gelu_forward_kernel, count, stream, out, inp, count);
+  FERRY_LAUNCH_OVER(gelu_forward_kernel, count, stream, out, inp, count);
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t count, cudaStream_t stream) {
-  launch(gelu_backward_kernel, count, stream, dinp, inp, dout, count);
+  FERRY_LAUNCH_OVER(gelu_backward_kernel, count, stream, dinp, inp, dout, count);
 }
 
 void convert_f32_to_bf16(const float* source, std::uint16_t* destination, std::int64_t count, cudaStream_t stream) {
-  launch(f32_to_bf16_kernel, count, stream, source, destination, count);
+  FERRY_LAUNCH_OVER(f32_to_bf16_kernel, count, stream, source, destination, count);
 }
 
 void convert_bf16_to_f32(const std::uint16_t* source, float* destination, std::int64_t count, cudaStream_t stream) {
-  launch(bf16_to_f32_kernel, count, stream, source, destination, count);
+  FERRY_LAUNCH_OVER(bf16_to_f32_kernel, count, stream, source, destination, count);
 }
 
 void convert_f32_to_f16(const float* source, std::uint16_t* destination, std::int64_t count, cudaStream_t stream) {
-  launch(f32_to_f16_kernel, count, stream, source, destination, count);
+  FERRY_LAUNCH_OVER(f32_to_f16_kernel, count, stream, source, destination, count);
 }
 
 void convert_f16_to_f32(const std::uint16_t* source, float* destination, std::int64_t count, cudaStream_t stream) {
-  launch(f16_to_f32_kernel, count, stream, source, destination, count);
+  FERRY_LAUNCH_OVER(f16_to_f32_kernel, count, stream, source, destination, count);
 }
+
+#undef FERRY_LAUNCH_OVER
 
 }  // namespace ferry::cuda

@@ -1,5 +1,5 @@
 #include "models/kernels/cuda/encoder.h"
-#include "models/kernels/cuda/launch_check.h"
+#include "models/kernels/cuda/kernel_launch.h"
 
 namespace ferry::cuda {
 namespace {
@@ -44,8 +44,8 @@ void launch_encoder_forward(float* out, const std::int32_t* tokens, const Table*
                             std::int64_t sequence, std::int64_t channels, cudaStream_t stream) {
   const std::int64_t count = batch * sequence * channels;
   if (count == 0) return;
-  encoder_forward_kernel<<<blocks_for(count, kThreads), kThreads, 0, stream>>>(out, tokens, wte, wpe, batch * sequence, sequence, channels);
-  FERRY_CUDA_LAUNCH_CHECK();
+  FERRY_LAUNCH_KERNEL(encoder_forward_kernel<Table>, blocks_for(count, kThreads), kThreads, 0, stream, out, tokens, wte, wpe, batch * sequence,
+                      sequence, channels);
 }
 
 }  // namespace
@@ -63,11 +63,11 @@ void encoder_forward_bf16_table(float* out, const std::int32_t* tokens, const st
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, std::int64_t batch, std::int64_t sequence,
                       std::int64_t channels, cudaStream_t stream) {
   if (batch * sequence * channels == 0) return;
-  position_gradient_kernel<<<blocks_for(sequence * channels, kThreads), kThreads, 0, stream>>>(dwpe, dout, batch, sequence, channels);
-  FERRY_CUDA_LAUNCH_CHECK();
+  FERRY_LAUNCH_KERNEL(position_gradient_kernel, blocks_for(sequence * channels, kThreads), kThreads, 0, stream, dwpe, dout, batch, sequence,
+                      channels);
   if (dwte == nullptr) return;
-  token_gradient_kernel<<<blocks_for(channels, kThreads), kThreads, 0, stream>>>(dwte, dout, tokens, batch * sequence, channels);
-  FERRY_CUDA_LAUNCH_CHECK();
+  FERRY_LAUNCH_KERNEL(token_gradient_kernel, blocks_for(channels, kThreads), kThreads, 0, stream, dwte, dout, tokens, batch * sequence,
+                      channels);
 }
 
 }  // namespace ferry::cuda

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "models/kernels/cuda/launch_check.h"
+#include "models/kernels/cuda/kernel_launch.h"
 #include "models/kernels/cuda/warp_reduce.cuh"
 
 // Every block owns one square tile of query rows (forward, dQ) or key rows (dK, dV) of one (batch, head) and
@@ -101,10 +101,10 @@ template <int HeadCapacity>
 __global__ void __launch_bounds__(kThreads) forward_kernel(float* out, float* logsumexp, const float* qkv, Problem problem) {
   using Tile = Tiles<HeadCapacity>;
   constexpr int rows = Tile::rows, lanes = Tile::lanes;
-  __shared__ float query_tile[rows][Tile::stride];
-  __shared__ float key_tile[rows][Tile::stride];
-  __shared__ float value_tile[rows][Tile::stride];
-  __shared__ float weight_tile[rows][rows + 1];  // [query][key]: this key tile's dropped, unnormalized probabilities
+  FERRY_SHARED(float, query_tile, [rows][Tile::stride]);
+  FERRY_SHARED(float, key_tile, [rows][Tile::stride]);
+  FERRY_SHARED(float, value_tile, [rows][Tile::stride]);
+  FERRY_SHARED(float, weight_tile, [rows][rows + 1]);  // [query][key]: this key tile's dropped, unnormalized probabilities
 
   const int query_tile_index = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // the longest rows start first
   const HeadView head = head_view(problem, static_cast<int>(blockIdx.y));
@@ -212,14 +212,14 @@ __global__ void __launch_bounds__(kThreads) key_value_gradient_kernel(float* dqk
                                                                       const float* logsumexp, const float* row_dot, Problem problem) {
   using Tile = Tiles<HeadCapacity>;
   constexpr int rows = Tile::rows, lanes = Tile::lanes;
-  __shared__ float key_tile[rows][Tile::stride];
-  __shared__ float value_tile[rows][Tile::stride];
-  __shared__ float query_tile[rows][Tile::stride];
-  __shared__ float dout_tile[rows][Tile::stride];
-  __shared__ float dropped_probability_tile[rows][rows + 1];  // [query][key]
-  __shared__ float score_gradient_tile[rows][rows + 1];       // [query][key]
-  __shared__ float tile_logsumexp[rows];
-  __shared__ float tile_row_dot[rows];
+  FERRY_SHARED(float, key_tile, [rows][Tile::stride]);
+  FERRY_SHARED(float, value_tile, [rows][Tile::stride]);
+  FERRY_SHARED(float, query_tile, [rows][Tile::stride]);
+  FERRY_SHARED(float, dout_tile, [rows][Tile::stride]);
+  FERRY_SHARED(float, dropped_probability_tile, [rows][rows + 1]);  // [query][key]
+  FERRY_SHARED(float, score_gradient_tile, [rows][rows + 1]);       // [query][key]
+  FERRY_SHARED(float, tile_logsumexp, [rows]);
+  FERRY_SHARED(float, tile_row_dot, [rows]);
 
   const int key_tile_index = static_cast<int>(blockIdx.x);  // the first key tiles see the most queries: they start first
   const int query_tile_count = static_cast<int>(gridDim.x);
@@ -286,11 +286,11 @@ __global__ void __launch_bounds__(kThreads) query_gradient_kernel(float* dqkv, c
                                                                   const float* logsumexp, const float* row_dot, Problem problem) {
   using Tile = Tiles<HeadCapacity>;
   constexpr int rows = Tile::rows, lanes = Tile::lanes;
-  __shared__ float query_tile[rows][Tile::stride];
-  __shared__ float dout_tile[rows][Tile::stride];
-  __shared__ float key_tile[rows][Tile::stride];
-  __shared__ float value_tile[rows][Tile::stride];
-  __shared__ float score_gradient_tile[rows][rows + 1];  // [query][key]
+  FERRY_SHARED(float, query_tile, [rows][Tile::stride]);
+  FERRY_SHARED(float, dout_tile, [rows][Tile::stride]);
+  FERRY_SHARED(float, key_tile, [rows][Tile::stride]);
+  FERRY_SHARED(float, value_tile, [rows][Tile::stride]);
+  FERRY_SHARED(float, score_gradient_tile, [rows][rows + 1]);  // [query][key]
 
   const int query_tile_index = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // the longest rows start first
   const HeadView head = head_view(problem, static_cast<int>(blockIdx.y));
@@ -375,18 +375,15 @@ dim3 tile_grid(const cpu::AttentionShape& shape) {
 template <int HeadCapacity>
 void launch_forward(float* out, float* logsumexp, const float* qkv, const cpu::AttentionShape& shape, const Problem& problem,
                     cudaStream_t stream) {
-  forward_kernel<HeadCapacity><<<tile_grid<HeadCapacity>(shape), kThreads, 0, stream>>>(out, logsumexp, qkv, problem);
-  FERRY_CUDA_LAUNCH_CHECK();
+  FERRY_LAUNCH_KERNEL(forward_kernel<HeadCapacity>, tile_grid<HeadCapacity>(shape), kThreads, 0, stream, out, logsumexp, qkv, problem);
 }
 
 template <int HeadCapacity>
 void launch_backward(float* dqkv, const float* dout, const float* qkv, const float* logsumexp, const float* row_dot,
                      const cpu::AttentionShape& shape, const Problem& problem, cudaStream_t stream) {
   const dim3 grid = tile_grid<HeadCapacity>(shape);
-  key_value_gradient_kernel<HeadCapacity><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, logsumexp, row_dot, problem);
-  FERRY_CUDA_LAUNCH_CHECK();
-  query_gradient_kernel<HeadCapacity><<<grid, kThreads, 0, stream>>>(dqkv, dout, qkv, logsumexp, row_dot, problem);
-  FERRY_CUDA_LAUNCH_CHECK();
+  FERRY_LAUNCH_KERNEL(key_value_gradient_kernel<HeadCapacity>, grid, kThreads, 0, stream, dqkv, dout, qkv, logsumexp, row_dot, problem);
+  FERRY_LAUNCH_KERNEL(query_gradient_kernel<HeadCapacity>, grid, kThreads, 0, stream, dqkv, dout, qkv, logsumexp, row_dot, problem);
 }
 
 }  // namespace
@@ -405,8 +402,7 @@ void flash_attention_backward(float* dqkv, float* row_dot_scratch, const float* 
                               cudaStream_t stream) {
   const Problem problem = make_problem(shape, dropout, key, "flash_attention_backward");
   const std::int64_t rows = flash_attention_scratch_elements(shape);
-  row_dot_kernel<<<blocks_for(rows, kThreads / kWarpSize), kThreads, 0, stream>>>(row_dot_scratch, dout, out, problem, rows);
-  FERRY_CUDA_LAUNCH_CHECK();
+  FERRY_LAUNCH_KERNEL(row_dot_kernel, blocks_for(rows, kThreads / kWarpSize), kThreads, 0, stream, row_dot_scratch, dout, out, problem, rows);
   if (problem.head_size <= 64) launch_backward<64>(dqkv, dout, qkv, logsumexp, row_dot_scratch, shape, problem, stream);
   else launch_backward<128>(dqkv, dout, qkv, logsumexp, row_dot_scratch, shape, problem, stream);
 }

@@ -1,6 +1,6 @@
-// Kernel-launch checking for the cuda kernels: every launcher calls FERRY_CUDA_LAUNCH_CHECK() after
-// its <<<...>>> so a bad configuration (too many threads, too much shared memory) fails at the launch
-// with file and line, not at the next synchronization. Built only with CUDA.
+// Kernel-launch checking for the cuda kernels: FERRY_LAUNCH_KERNEL (kernel_launch.h) checks every launch
+// so a bad configuration (too many threads, too much shared memory) fails at the launch with file and
+// line, not at the next synchronization; FERRY_CUDA_LAUNCH_CHECK() does the same after any other call.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
 #include "models/kernels/cpu/layernorm.h"
-#include "models/kernels/cuda/launch_check.h"
+#include "models/kernels/cuda/kernel_launch.h"
 #include "models/kernels/cuda/layernorm.h"
 #include "models/kernels/cuda/warp_reduce.cuh"
 
@@ -59,8 +59,8 @@ __global__ void layernorm_input_gradient_kernel(float* dinp, const float* dout, 
 // Each block owns 32 columns; its 8 row groups take rows g, g + 8, ... and are summed in group order.
 __global__ void layernorm_parameter_gradient_kernel(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
                                                     const float* rstd, std::int64_t rows, std::int64_t channels) {
-  __shared__ float weight_sums[kRowGroups][kColumnsPerBlock];
-  __shared__ float bias_sums[kRowGroups][kColumnsPerBlock];
+  FERRY_SHARED(float, weight_sums, [kRowGroups][kColumnsPerBlock]);
+  FERRY_SHARED(float, bias_sums, [kRowGroups][kColumnsPerBlock]);
   const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(kColumnsPerBlock) + threadIdx.x;
   float weight_sum = 0, bias_sum = 0;
   if (c < channels) {
@@ -87,20 +87,17 @@ __global__ void layernorm_parameter_gradient_kernel(float* dweight, float* dbias
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        std::int64_t rows, std::int64_t channels, cudaStream_t stream) {
   if (rows == 0) return;
-  layernorm_forward_kernel<<<blocks_for(rows, kRowsPerBlock), dim3(kWarpSize, kRowsPerBlock), 0, stream>>>(out, mean, rstd, inp, weight,
-                                                                                                          bias, rows, channels);
-  FERRY_CUDA_LAUNCH_CHECK();
+  FERRY_LAUNCH_KERNEL(layernorm_forward_kernel, blocks_for(rows, kRowsPerBlock), dim3(kWarpSize, kRowsPerBlock), 0, stream, out, mean, rstd,
+                      inp, weight, bias, rows, channels);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight,
                         const float* mean, const float* rstd, std::int64_t rows, std::int64_t channels, cudaStream_t stream) {
   if (rows == 0) return;
-  layernorm_input_gradient_kernel<<<blocks_for(rows, kRowsPerBlock), dim3(kWarpSize, kRowsPerBlock), 0, stream>>>(
-      dinp, dout, inp, weight, mean, rstd, rows, channels);
-  FERRY_CUDA_LAUNCH_CHECK();
-  layernorm_parameter_gradient_kernel<<<blocks_for(channels, kColumnsPerBlock), dim3(kColumnsPerBlock, kRowGroups), 0, stream>>>(
-      dweight, dbias, dout, inp, mean, rstd, rows, channels);
-  FERRY_CUDA_LAUNCH_CHECK();
+  FERRY_LAUNCH_KERNEL(layernorm_input_gradient_kernel, blocks_for(rows, kRowsPerBlock), dim3(kWarpSize, kRowsPerBlock), 0, stream, dinp,
+                      dout, inp, weight, mean, rstd, rows, channels);
+  FERRY_LAUNCH_KERNEL(layernorm_parameter_gradient_kernel, blocks_for(channels, kColumnsPerBlock), dim3(kColumnsPerBlock, kRowGroups), 0,
+                      stream, dweight, dbias, dout, inp, mean, rstd, rows, channels);
 }
 
 }  // namespace ferry::cuda

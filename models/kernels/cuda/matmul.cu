@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "models/kernels/cuda/launch_check.h"
+#include "models/kernels/cuda/kernel_launch.h"
 
 namespace ferry::cuda {
 
@@ -182,7 +182,7 @@ constexpr int kRowLanes = 16;         // threads per column, each summing every 
 // order, then lane 0 adds the lanes' sums in lane order: the same result on every run.
 template <typename Element>
 __global__ void add_column_sums_kernel(float* dbias, const Element* dout, std::int64_t rows, std::int64_t columns) {
-  __shared__ float lane_sums[kRowLanes][kColumnsPerBlock];
+  FERRY_SHARED(float, lane_sums, [kRowLanes][kColumnsPerBlock]);
   const std::int64_t column = static_cast<std::int64_t>(blockIdx.x) * kColumnsPerBlock + threadIdx.x;
   float sum = 0.0f;
   if (column < columns) {
@@ -201,17 +201,15 @@ template <typename Element>
 void broadcast_bias(void* out, const void* bias, std::int64_t rows, std::int64_t columns, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned int>(
       std::min<std::int64_t>(blocks_for(rows * columns, kBroadcastThreads), kBroadcastMaxBlocks));
-  broadcast_bias_kernel<Element><<<blocks, kBroadcastThreads, 0, stream>>>(
-      static_cast<Element*>(out), static_cast<const Element*>(bias), rows, columns);
-  FERRY_CUDA_LAUNCH_CHECK();
+  FERRY_LAUNCH_KERNEL(broadcast_bias_kernel<Element>, blocks, kBroadcastThreads, 0, stream, static_cast<Element*>(out),
+                      static_cast<const Element*>(bias), rows, columns);
 }
 
 template <typename Element>
 void add_column_sums(void* dbias, const void* dout, std::int64_t rows, std::int64_t columns, cudaStream_t stream) {
   const dim3 threads(kColumnsPerBlock, kRowLanes);
-  add_column_sums_kernel<Element><<<blocks_for(columns, kColumnsPerBlock), threads, 0, stream>>>(
-      static_cast<float*>(dbias), static_cast<const Element*>(dout), rows, columns);
-  FERRY_CUDA_LAUNCH_CHECK();
+  FERRY_LAUNCH_KERNEL(add_column_sums_kernel<Element>, blocks_for(columns, kColumnsPerBlock), threads, 0, stream, static_cast<float*>(dbias),
+                      static_cast<const Element*>(dout), rows, columns);
 }
 
 // ---- argument checks ------------------------------------------------------------------------------

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs every cuda kernel without a GPU: the sanitizer build (ASan + UBSan, CPU only) with
+# FERRY_CUDA_EMULATION=ON compiles models/kernels/cuda/*.cu as C++ on the host emulation of CUDA
+# (tests/cuda_emulation), reusing the build's CPU libraries, and runs tests/cuda's twin and whole-model
+# tests on it, each launch in forward, reverse and seeded random thread orders.
+# Usage: scripts/cuda_emulation.sh [gtest arguments...]; FERRY_CUDA_EMULATION_ORDERS=forward,reverse,random
+# and FERRY_CUDA_EMULATION_SEED=1 choose the orders and the random one's seed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=build-sanitize
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFERRY_WERROR=ON -DFERRY_SANITIZE=ON -DFERRY_BUILD_BENCHMARKS=OFF \
+  -DFERRY_CUDA_EMULATION=ON >/dev/null
+cmake --build "$build" -j "${FERRY_JOBS:-$(nproc)}" --target ferry_cuda_emulation_tests
+# Passive OpenMP waits: the cpu twins' threads would otherwise spin beside the single-threaded emulator.
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_WAIT_POLICY=passive \
+  "$build/tests/cuda_emulation/ferry_cuda_emulation_tests" "$@"

@@ -1,0 +1,125 @@
+// The subset of the CUDA runtime API ferry calls, implemented on the host for the emulated build
+// (tests/cuda_emulation): device memory is heap memory of exactly the requested size (so AddressSanitizer
+// sees overruns), and streams and events complete every operation at once, in the order it was issued.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+// ---- types and constants, with the real runtime's names and values -------------------------------
+
+enum cudaError_t : int {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
+  cudaErrorLaunchFailure = 719,
+};
+using cudaError = cudaError_t;
+
+enum cudaMemcpyKind : int {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+
+enum cudaDriverEntryPointQueryResult : int {
+  cudaDriverEntryPointSuccess = 0,
+  cudaDriverEntryPointSymbolNotFound = 1,
+  cudaDriverEntryPointVersionNotSufficent = 2,
+};
+
+enum cudaDataType_t : int {
+  CUDA_R_32F = 0,
+  CUDA_R_64F = 1,
+  CUDA_R_16F = 2,
+  CUDA_R_16BF = 14,
+};
+using cudaDataType = cudaDataType_t;
+
+inline constexpr unsigned int cudaStreamDefault = 0x0;
+inline constexpr unsigned int cudaStreamNonBlocking = 0x1;
+inline constexpr unsigned int cudaEventDefault = 0x0;
+inline constexpr unsigned int cudaEventDisableTiming = 0x2;
+inline constexpr unsigned int cudaHostRegisterDefault = 0x0;
+inline constexpr unsigned long long cudaEnableDefault = 0x0;
+
+struct uint3 {
+  unsigned int x, y, z;
+};
+
+struct dim3 {
+  unsigned int x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1) : x(vx), y(vy), z(vz) {}
+  constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+  constexpr operator uint3() const { return uint3{x, y, z}; }
+};
+
+struct CUstream_st;  // an emulated stream: an id, nothing queued (every call completes at once)
+struct CUevent_st;   // an emulated event: always complete
+using cudaStream_t = CUstream_st*;
+using cudaEvent_t = CUevent_st*;
+
+struct cudaDeviceProp {
+  char name[256];
+  std::size_t totalGlobalMem;
+  std::size_t sharedMemPerBlock;
+  int warpSize;
+  int maxThreadsPerBlock;
+  int maxThreadsDim[3];
+  int maxGridSize[3];
+  int multiProcessorCount;
+  int major;
+  int minor;
+};
+
+// ---- the functions -------------------------------------------------------------------------------
+
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+const char* cudaGetErrorName(cudaError_t error);
+const char* cudaGetErrorString(cudaError_t error);
+
+cudaError_t cudaMalloc(void** pointer, std::size_t bytes);
+cudaError_t cudaFree(void* pointer);
+cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes);
+cudaError_t cudaMemcpy(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = nullptr);
+cudaError_t cudaMemcpy2D(void* destination, std::size_t destination_pitch, const void* source, std::size_t source_pitch,
+                         std::size_t width_bytes, std::size_t rows, cudaMemcpyKind kind);
+cudaError_t cudaMemcpy2DAsync(void* destination, std::size_t destination_pitch, const void* source, std::size_t source_pitch,
+                              std::size_t width_bytes, std::size_t rows, cudaMemcpyKind kind, cudaStream_t stream = nullptr);
+cudaError_t cudaMemset(void* destination, int value, std::size_t bytes);
+cudaError_t cudaMemsetAsync(void* destination, int value, std::size_t bytes, cudaStream_t stream = nullptr);
+cudaError_t cudaHostRegister(void* pointer, std::size_t bytes, unsigned int flags);
+cudaError_t cudaHostUnregister(void* pointer);
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamQuery(cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags = 0);
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventQuery(cudaEvent_t event);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+
+// The virtual-memory driver calls cannot be emulated: this reports every symbol as not found, so
+// CudaDriverApi::load() throws and the expandable-segments source is unavailable (its test skips).
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** function, unsigned int version,
+                                             unsigned long long flags, cudaDriverEntryPointQueryResult* status);
