@@ -12,12 +12,13 @@ declare -A allowed=(
   [schedule]="allocator engine/core"
   [offload]="allocator engine/core"
   [engine/comm]="allocator engine/core"
+  [engine/data]="allocator engine/core"
   [engine/grid]="allocator engine/core models engine/comm"
   [engine/pipeline]="allocator engine/core models schedule engine/comm"
   [engine/report]="allocator engine/core"
   [engine/snapshot]="allocator engine/core"
-  [engine/train]="allocator engine/core models schedule offload engine/comm engine/grid engine/pipeline engine/report"
-  [engine/cli]="allocator engine/core models schedule offload engine/comm engine/grid engine/pipeline engine/report engine/snapshot engine/train"
+  [engine/train]="allocator engine/core models schedule offload engine/comm engine/data engine/grid engine/pipeline engine/report"
+  [engine/cli]="allocator engine/core models schedule offload engine/comm engine/data engine/grid engine/pipeline engine/report engine/snapshot engine/train"
 )
 
 # The folder a path (a source file's or an include's) belongs to: engine/X for engine/, else its top folder.

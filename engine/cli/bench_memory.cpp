@@ -12,7 +12,7 @@
 #include "engine/cli/run_input.h"
 #include "engine/report/summary_file.h"
 #include "engine/train/model_config.h"
-#include "engine/train/token_data.h"
+#include "engine/data/token_data.h"
 #include "engine/train/training_setup.h"
 #include "engine/train/training_step.h"
 #include "models/activation_memory.h"

@@ -8,7 +8,7 @@
 #include "allocator/byte_size.h"
 #include "engine/report/summary_file.h"
 #include "engine/train/model_config.h"
-#include "engine/train/token_data.h"
+#include "engine/data/token_data.h"
 #include "engine/train/training_plan.h"
 #include "engine/train/training_setup.h"
 #include "engine/train/training_step.h"

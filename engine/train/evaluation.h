@@ -8,7 +8,7 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/core/device.h"
-#include "engine/train/token_data.h"
+#include "engine/data/token_data.h"
 #include "models/gpt_model.h"
 #include "schedule/pipeline_partition.h"
 #include "schedule/pipeline_schedule.h"

@@ -27,7 +27,7 @@
 #include "engine/train/resume_checks.h"
 #include "engine/train/run_summary.h"
 #include "engine/train/stage_snapshots.h"
-#include "engine/train/token_data.h"
+#include "engine/data/token_data.h"
 #include "engine/train/training_plan.h"
 #include "engine/train/training_profile.h"
 #include "engine/train/training_setup.h"

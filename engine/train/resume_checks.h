@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "engine/train/token_data.h"
+#include "engine/data/token_data.h"
 #include "engine/train/train_options.h"
 #include "engine/train/training_plan.h"
 #include "models/gpt_config.h"

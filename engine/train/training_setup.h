@@ -10,7 +10,7 @@
 
 #include "engine/core/device.h"
 #include "engine/core/dtype.h"
-#include "engine/train/token_data.h"
+#include "engine/data/token_data.h"
 #include "engine/train/train_options.h"
 #include "models/gpt_config.h"
 #include "offload/zero_offload_optimizer.h"

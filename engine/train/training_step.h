@@ -11,7 +11,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/core/device.h"
 #include "engine/train/loss_scaler.h"
-#include "engine/train/token_data.h"
+#include "engine/data/token_data.h"
 #include "engine/train/training_optimizer.h"
 #include "models/gpt_model.h"
 #include "schedule/recompute_policy.h"

@@ -16,7 +16,7 @@
 #include "engine/core/atomic_file.h"
 #include "engine/core/dtype.h"
 #include "engine/core/safetensors.h"
-#include "engine/train/token_data.h"
+#include "engine/data/token_data.h"
 
 namespace ferry {
 namespace {

@@ -11,7 +11,7 @@
 #include "models/gpt_model.h"
 #include "tests/models/micro_batch_statistics.h"
 #include "tests/models/random_tokens.h"
-#include "engine/train/token_data.h"
+#include "engine/data/token_data.h"
 #include "engine/train/training_step.h"
 #include "schedule/recompute_policy.h"
 

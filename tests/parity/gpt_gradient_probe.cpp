@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/core/safetensors.h"
-#include "engine/train/token_data.h"
+#include "engine/data/token_data.h"
 #include "engine/train/training_step.h"
 #include "models/gpt_model.h"
 #include "models/gpt_weights.h"

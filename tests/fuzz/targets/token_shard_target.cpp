@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/train/token_data.h"
+#include "engine/data/token_data.h"
 #include "tests/fuzz/targets/fuzz_target.h"
 
 namespace ferry::fuzz {

@@ -1,4 +1,4 @@
-#include "engine/train/embedded_corpus.h"
+#include "engine/data/embedded_corpus.h"
 
 // The assembler copies the file into read-only data between two symbols (FERRY_CORPUS_PATH comes from CMake).
 __asm__(

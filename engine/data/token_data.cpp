@@ -1,4 +1,4 @@
-#include "engine/train/token_data.h"
+#include "engine/data/token_data.h"
 
 #include <bit>
 #include <cerrno>
@@ -9,7 +9,7 @@
 
 #include "engine/core/atomic_file.h"
 #include "engine/core/xxhash64.h"
-#include "engine/train/embedded_corpus.h"
+#include "engine/data/embedded_corpus.h"
 
 namespace ferry {
 namespace {
