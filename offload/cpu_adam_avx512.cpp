@@ -39,27 +39,34 @@ void adamw_tile(const AdamWTile& tile, const AdamWConstants& c) {
   auto* out32 = static_cast<float*>(tile.parameter_out);
   auto* out16 = static_cast<std::uint16_t*>(tile.parameter_out);
 
-  // Full vectors use mask all-ones; the last partial vector masks its loads (zeros, harmless in the
-  // arithmetic) and its stores (nothing past the tile is touched).
-  for (std::int64_t i = 0; i < tile.count; i += kLanes) {
-    const std::int64_t remaining = tile.count - i;
-    const auto mask = static_cast<__mmask16>(remaining >= kLanes ? 0xffffu : (1u << remaining) - 1u);
-    const __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, tile.gradient + i), gradient_scale);
-    __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, tile.master + i), decay);
-    const __m512 m = _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, tile.first_moment + i), beta1),
-                                   _mm512_mul_ps(one_minus_beta1, g));
-    const __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, tile.second_moment + i), beta2),
+  // One vector: full vectors (mask all-ones) load and store whole; the last partial vector masks its
+  // loads (zeros, harmless in the arithmetic) and its stores (nothing past the tile is touched). Masked
+  // stores are kept to that tail: on some cores (AMD Zen 4) they are far slower than plain ones.
+  const auto update = [&](std::int64_t i, __mmask16 mask, auto load, auto store, auto store16) {
+    const __m512 g = _mm512_mul_ps(load(mask, tile.gradient + i), gradient_scale);
+    __m512 p = _mm512_mul_ps(load(mask, tile.master + i), decay);
+    const __m512 m = _mm512_add_ps(_mm512_mul_ps(load(mask, tile.first_moment + i), beta1), _mm512_mul_ps(one_minus_beta1, g));
+    const __m512 v = _mm512_add_ps(_mm512_mul_ps(load(mask, tile.second_moment + i), beta2),
                                    _mm512_mul_ps(_mm512_mul_ps(one_minus_beta2, g), g));
     const __m512 denominator = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(v), bias_correction2_sqrt), epsilon);
     p = _mm512_add_ps(p, _mm512_mul_ps(negative_step_size, _mm512_div_ps(m, denominator)));
-    _mm512_mask_storeu_ps(tile.first_moment + i, mask, m);
-    _mm512_mask_storeu_ps(tile.second_moment + i, mask, v);
-    _mm512_mask_storeu_ps(tile.master + i, mask, p);
-    if constexpr (kOutput == ParameterOutput::f32) _mm512_mask_storeu_ps(out32 + i, mask, p);
-    if constexpr (kOutput == ParameterOutput::bf16) _mm256_mask_storeu_epi16(out16 + i, mask, round_to_bf16(p));
-    if constexpr (kOutput == ParameterOutput::f16) {
-      _mm256_mask_storeu_epi16(out16 + i, mask, _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    }
+    store(tile.first_moment + i, mask, m);
+    store(tile.second_moment + i, mask, v);
+    store(tile.master + i, mask, p);
+    if constexpr (kOutput == ParameterOutput::f32) store(out32 + i, mask, p);
+    if constexpr (kOutput == ParameterOutput::bf16) store16(out16 + i, mask, round_to_bf16(p));
+    if constexpr (kOutput == ParameterOutput::f16) store16(out16 + i, mask, _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  };
+  const auto whole_load = [](__mmask16, const float* at) { return _mm512_loadu_ps(at); };
+  const auto whole_store = [](float* at, __mmask16, __m512 value) { _mm512_storeu_ps(at, value); };
+  const auto masked_load = [](__mmask16 mask, const float* at) { return _mm512_maskz_loadu_ps(mask, at); };
+  const auto masked_store = [](float* at, __mmask16 mask, __m512 value) { _mm512_mask_storeu_ps(at, mask, value); };
+  const auto whole_store16 = [](std::uint16_t* at, __mmask16, __m256i value) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), value); };
+  const auto masked_store16 = [](std::uint16_t* at, __mmask16 mask, __m256i value) { _mm256_mask_storeu_epi16(at, mask, value); };
+  const std::int64_t whole = tile.count / kLanes * kLanes;
+  for (std::int64_t i = 0; i < whole; i += kLanes) update(i, static_cast<__mmask16>(0xffffu), whole_load, whole_store, whole_store16);
+  if (whole < tile.count) {
+    update(whole, static_cast<__mmask16>((1u << (tile.count - whole)) - 1u), masked_load, masked_store, masked_store16);
   }
 }
 
