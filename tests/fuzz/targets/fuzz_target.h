@@ -5,8 +5,13 @@
 // which runs every checked-in input through it in the ordinary and the sanitizer builds.
 #pragma once
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #ifdef FERRY_LIBFUZZER
@@ -23,6 +28,30 @@ namespace ferry::fuzz {
 inline std::string_view text_of(const std::uint8_t* data, std::size_t size) {
   return {reinterpret_cast<const char*>(data), size};
 }
+
+// The input as a file in memory (memfd), for readers that open a path: /proc/self/fd/N while it lives.
+class MemoryFile {
+ public:
+  static std::optional<MemoryFile> of(const std::uint8_t* data, std::size_t size) {
+    const int fd = ::memfd_create("fuzz-input", MFD_CLOEXEC);
+    if (fd < 0) return std::nullopt;
+    MemoryFile file(fd);
+    if (size > 0 && ::write(fd, data, size) != static_cast<ssize_t>(size)) return std::nullopt;
+    return file;
+  }
+  MemoryFile(MemoryFile&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  MemoryFile(const MemoryFile&) = delete;
+  MemoryFile& operator=(const MemoryFile&) = delete;
+  MemoryFile& operator=(MemoryFile&&) = delete;
+  ~MemoryFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  std::string path() const { return "/proc/self/fd/" + std::to_string(fd_); }
+
+ private:
+  explicit MemoryFile(int fd) : fd_(fd) {}
+  int fd_;
+};
 
 int fuzz_alloc_conf(const std::uint8_t* data, std::size_t size);
 int fuzz_byte_size(const std::uint8_t* data, std::size_t size);

@@ -1,9 +1,7 @@
 // Training data (--data, --eval-data): an llm.c token shard (magic, version and token count against the
 // file's size) or, without the shard magic, plain text. The bytes go to a memory file so the real reader
 // opens them.
-#include <sys/mman.h>
-#include <unistd.h>
-
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -13,18 +11,13 @@
 namespace ferry::fuzz {
 
 int fuzz_token_shard(const std::uint8_t* data, std::size_t size) {
-  const int fd = ::memfd_create("fuzz.bin", MFD_CLOEXEC);
-  if (fd < 0) return 0;
-  if (size > 0 && ::write(fd, data, size) != static_cast<ssize_t>(size)) {
-    ::close(fd);
-    return 0;
-  }
+  const std::optional<MemoryFile> input = MemoryFile::of(data, size);
+  if (!input) return 0;
   try {
-    const TokenDataset dataset = TokenDataset::open("/proc/self/fd/" + std::to_string(fd));
+    const TokenDataset dataset = TokenDataset::open(input->path());
     (void)dataset.vocab_needed();
   } catch (const std::exception&) {  // DataError, FileError: the file and what is wrong
   }
-  ::close(fd);
   return 0;
 }
 
