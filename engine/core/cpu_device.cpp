@@ -3,8 +3,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
-#include <string>
 
 #include "allocator/range_segment_source.h"
 
@@ -17,17 +15,6 @@ constexpr std::size_t kDefaultMetaMemory = std::size_t{1} << 52;
 
 std::size_t physical_memory_bytes() {
   return static_cast<std::size_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-}
-
-std::size_t available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  unsigned long long kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return static_cast<std::size_t>(kib) * 1024;
-  }
-  return physical_memory_bytes();
 }
 
 HostDevice::HostDevice(const DeviceOptions& options) : kind_(options.kind) {

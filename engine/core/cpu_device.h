@@ -28,8 +28,5 @@ class HostDevice final : public Device {
 
 // Physical memory of this machine in bytes.
 std::size_t physical_memory_bytes();
-// Memory available to new allocations now (MemAvailable in /proc/meminfo; the physical memory where it
-// cannot be read), in bytes.
-std::size_t available_memory_bytes();
 
 }  // namespace ferry

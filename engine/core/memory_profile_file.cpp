@@ -94,34 +94,32 @@ MemoryProfile parse_memory_profile(std::string_view text, const std::string& fil
   }
   MemoryProfile profile;
   // Every integer whole and in its type's range (a float such as 1e21 would convert undefined).
-  const auto field = [&](const nlohmann::json& object, const char* key) -> const nlohmann::json& { return object.at(key); };
-  const auto column = [&](const nlohmann::json& row, std::size_t index) -> const nlohmann::json& { return row.at(index); };
   const auto named = [&](const char* what) { return file + ": " + what; };
   try {
-    profile.metadata = field(document, "metadata");
-    profile.memory_limit = json_integer<std::size_t>(field(document, "memory_limit"), named("memory_limit"));
+    profile.metadata = document.at("metadata");
+    profile.memory_limit = json_integer<std::size_t>(document.at("memory_limit"), named("memory_limit"));
     profile.start_ns = 0;
-    profile.end_ns = json_integer<std::uint64_t>(field(document, "duration_ns"), named("duration_ns"));
+    profile.end_ns = json_integer<std::uint64_t>(document.at("duration_ns"), named("duration_ns"));
     if (document.contains("clock_start_ns")) {
-      profile.clock_start_ns = json_integer<std::uint64_t>(field(document, "clock_start_ns"), named("clock_start_ns"));
+      profile.clock_start_ns = json_integer<std::uint64_t>(document.at("clock_start_ns"), named("clock_start_ns"));
     }
-    profile.initial_reserved = json_integer<std::int64_t>(field(document, "initial_reserved"), named("initial_reserved"));
-    for (const nlohmann::json& each : field(document, "initial_allocations")) {
+    profile.initial_reserved = json_integer<std::int64_t>(document.at("initial_reserved"), named("initial_reserved"));
+    for (const nlohmann::json& each : document.at("initial_allocations")) {
       const std::string what = named("an initial allocation's");
       profile.initial_allocations.push_back(LiveAllocation{
-          json_integer<std::uintptr_t>(column(each, 0), what + " address"), json_integer<std::size_t>(column(each, 1), what + " size"),
-          parse_category(column(each, 2).get<std::string>(), file), column(each, 3).get<std::string>(),
-          json_integer<StreamId>(column(each, 4), what + " stream")});
+          json_integer<std::uintptr_t>(each.at(0), what + " address"), json_integer<std::size_t>(each.at(1), what + " size"),
+          parse_category(each.at(2).get<std::string>(), file), each.at(3).get<std::string>(),
+          json_integer<StreamId>(each.at(4), what + " stream")});
     }
-    for (const nlohmann::json& each : field(document, "events")) {
+    for (const nlohmann::json& each : document.at("events")) {
       const std::string what = named("an event's");
       profile.events.push_back(TraceEvent{
-          parse_action(column(each, 1).get<std::string>(), file), parse_category(column(each, 2).get<std::string>(), file),
-          json_integer<TagId>(column(each, 3), what + " tag"), json_integer<std::uint64_t>(column(each, 0), what + " time_ns"),
-          json_integer<std::uintptr_t>(column(each, 4), what + " address"), json_integer<std::size_t>(column(each, 5), what + " size"),
-          json_integer<StreamId>(column(each, 6), what + " stream")});
+          parse_action(each.at(1).get<std::string>(), file), parse_category(each.at(2).get<std::string>(), file),
+          json_integer<TagId>(each.at(3), what + " tag"), json_integer<std::uint64_t>(each.at(0), what + " time_ns"),
+          json_integer<std::uintptr_t>(each.at(4), what + " address"), json_integer<std::size_t>(each.at(5), what + " size"),
+          json_integer<StreamId>(each.at(6), what + " stream")});
     }
-    for (const auto& [id, name] : field(document, "tags").items()) {
+    for (const auto& [id, name] : document.at("tags").items()) {
       TagId tag = 0;
       const auto [end, error] = std::from_chars(id.data(), id.data() + id.size(), tag);
       if (error != std::errc() || end != id.data() + id.size()) {
@@ -130,16 +128,16 @@ MemoryProfile parse_memory_profile(std::string_view text, const std::string& fil
       }
       profile.tags[tag] = name.get<std::string>();
     }
-    for (const nlohmann::json& each : field(document, "ops")) {
+    for (const nlohmann::json& each : document.at("ops")) {
       const std::string what = named("an op's");
-      profile.ops.push_back(OpMarker{column(each, 0).get<std::string>(), column(each, 1).get<std::string>(),
-                                     json_integer<StreamId>(column(each, 2), what + " stream"),
-                                     json_integer<std::uint64_t>(column(each, 3), what + " start_ns"),
-                                     json_integer<std::uint64_t>(column(each, 4), what + " end_ns"),
-                                     json_integer<std::int32_t>(column(each, 5), what + " depth")});
+      profile.ops.push_back(OpMarker{each.at(0).get<std::string>(), each.at(1).get<std::string>(),
+                                     json_integer<StreamId>(each.at(2), what + " stream"),
+                                     json_integer<std::uint64_t>(each.at(3), what + " start_ns"),
+                                     json_integer<std::uint64_t>(each.at(4), what + " end_ns"),
+                                     json_integer<std::int32_t>(each.at(5), what + " depth")});
     }
-    profile.dropped_events = json_integer<std::size_t>(field(document, "dropped_events"), named("dropped_events"));
-    profile.failure = field(document, "failure").get<std::string>();
+    profile.dropped_events = json_integer<std::size_t>(document.at("dropped_events"), named("dropped_events"));
+    profile.failure = document.at("failure").get<std::string>();
   } catch (const nlohmann::json::exception& error) {
     throw ProfileError(file + " is missing or has a malformed field (" + error.what() + "); record the profile again");
   } catch (const std::invalid_argument& error) {

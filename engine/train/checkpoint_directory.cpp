@@ -67,17 +67,12 @@ std::vector<std::pair<std::int64_t, fs::path>> complete_checkpoints(const fs::pa
   return found;
 }
 
-// The directory name `latest` holds (a symbolic link, or a file naming it as DeepSpeed's does).
+// The directory name the `latest` link holds, or nothing without one.
 std::optional<std::string> latest_name(const fs::path& root) {
   const fs::path latest = root / kLatest;
   std::error_code error;
-  const fs::file_status status = fs::symlink_status(latest, error);
-  if (error || !fs::exists(status)) return std::nullopt;
-  if (fs::is_symlink(status)) return fs::read_symlink(latest, error).string();
-  if (!fs::is_regular_file(status)) return std::nullopt;
-  std::string name = read_text_file(latest.string());
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ' || name.back() == '\r')) name.pop_back();
-  return name;
+  if (!fs::is_symlink(fs::symlink_status(latest, error))) return std::nullopt;
+  return fs::read_symlink(latest, error).string();
 }
 
 void remove_path(const fs::path& path) {

@@ -309,7 +309,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
                {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", plan.micro_batches},
                {"steps", o.steps}, {"first_step", first_step + 1}, {"checkpointing", policy.name()}, {"checkpointing_requested", plan.recompute.name()},
                {"loss_chunk", o.loss_chunk},
-               {"offload_optimizer", plan.to_json()["offload_optimizer"]}, {"data", data.name()}, {"shuffle", o.shuffle}, {"seed", o.seed},
+               {"offload_optimizer", offloaded ? offload::offload_device_name(*plan.offload_optimizer) : "none"}, {"data", data.name()}, {"shuffle", o.shuffle}, {"seed", o.seed},
                {"last_step", last_step}, {"lr", hyper.schedule.peak}, {"lr_schedule", learning_rate_kind_name(hyper.schedule.kind)},
                {"optimizer_settings", hyper.to_json()}, {"threads", cpu::compute_threads()}, {"blas_kernels", cpu::blas_core_name()},
                {"dry_run", !device->has_storage()}}},

@@ -209,8 +209,7 @@ void warn_about_device_memory(const TrainingPlan& plan, const RankEnvironment& e
   const std::string each = ranks > 1 ? " on each of " + std::to_string(ranks) + " ranks" : "";
   std::fprintf(stderr,
                "ferry: warning: --device-memory %s%s exceeds this machine's %s of RAM: the kernel's out-of-memory killer may end "
-               "the run before ferry can report; without --device-memory the cpu device takes %s (three quarters of the available "
-               "memory%s)\n",
+               "the run before ferry can report; without --device-memory the cpu device takes %s (three quarters of the RAM%s)\n",
                format_bytes(plan.device_memory_limit).c_str(), each.c_str(), format_bytes(physical).c_str(),
                format_bytes(default_cpu_device_memory(environment.local_size)).c_str(), ranks > 1 ? ", shared by the ranks" : "");
 }

@@ -19,7 +19,7 @@ DType parse_precision(const std::string& precision) {
 }
 
 std::size_t default_cpu_device_memory(int local_ranks) {
-  return available_memory_bytes() / 4 * 3 / static_cast<std::size_t>(std::max(local_ranks, 1));
+  return physical_memory_bytes() / 4 * 3 / static_cast<std::size_t>(std::max(local_ranks, 1));
 }
 
 std::unique_ptr<Device> make_training_device(const std::string& kind, const std::string& memory) {

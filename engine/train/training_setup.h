@@ -18,9 +18,9 @@
 namespace ferry {
 
 DType parse_precision(const std::string& precision);
-// The cpu device's memory is this machine's RAM: by default three quarters of what is available when the
-// run starts, shared by the ranks on this machine, so ferry's out-of-memory advice acts before the
-// kernel's OOM killer does.
+// The cpu device's memory is this machine's RAM: by default three quarters of it, shared by the ranks
+// on this machine, so ferry's out-of-memory advice acts before the kernel's OOM killer does. From the
+// physical size, not what is free now, so every rank derives the same limit (and the same choices).
 std::size_t default_cpu_device_memory(int local_ranks);
 // --device and --device-memory (cuda: create_device says when this build or machine has no GPU).
 std::unique_ptr<Device> make_training_device(const std::string& kind, const std::string& memory);

@@ -110,7 +110,7 @@ expect_error "need 8.00 MiB of host memory, past --offload-buffer-size 4.00 MiB:
 expect_error "--offload-buffer-size 100TiB is more than half of this machine's" "${run[@]}" train "${wide[@]}" --offload-buffer-size 100TiB
 "${run[@]}" train "${wide[@]}" --offload-buffer-size 8MiB --offload-buffer-count 2 --offload-sub-group 300000 > /dev/null
 
-# The cpu device's default limit leaves the machine room (three quarters of the memory available, so
+# The cpu device's default limit leaves the machine room (three quarters of the RAM, so
 # ferry's out-of-memory advice comes before the kernel's OOM killer); a limit past the RAM is said.
 "${run[@]}" train "${tiny[@]}" --steps 1 --summary "$work/default_limit.json" > /dev/null
 /usr/bin/python3 - "$work/default_limit.json" <<'PY'
