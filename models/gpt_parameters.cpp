@@ -11,16 +11,20 @@ namespace ferry {
 
 GptBlockParameters GptBlockParameters::allocate(Device& device, std::int64_t hidden, std::int64_t layer, DType dtype,
                                                 MemoryCategory category, const std::string& tag_prefix) {
-  const std::int64_t C = hidden;
-  const std::array<Shape, kCount> shapes{{{C}, {C}, {C, 3 * C}, {3 * C}, {C, C}, {C}, {C}, {C}, {C, 4 * C}, {4 * C}, {4 * C, C}, {C}}};
+  const std::array<Shape, kCount> block_shapes = shapes(hidden);
   const std::string prefix = tag_prefix + "h." + std::to_string(layer) + ".";
   GptBlockParameters block;
   const auto fields = block.fields();
   for (std::size_t i = 0; i < kCount; ++i) {
     // fields() lists this block's own members; they are written here, while the block is being built.
-    *const_cast<Tensor*>(fields[i].second) = Tensor::zeros(device, shapes[i], dtype, category, prefix + fields[i].first);
+    *const_cast<Tensor*>(fields[i].second) = Tensor::zeros(device, block_shapes[i], dtype, category, prefix + fields[i].first);
   }
   return block;
+}
+
+std::array<Shape, GptBlockParameters::kCount> GptBlockParameters::shapes(std::int64_t hidden) {
+  const std::int64_t C = hidden;
+  return {{{C}, {C}, {C, 3 * C}, {3 * C}, {C, C}, {C}, {C}, {C}, {C, 4 * C}, {4 * C}, {4 * C, C}, {C}}};
 }
 
 std::array<std::pair<const char*, const Tensor*>, GptBlockParameters::kCount> GptBlockParameters::fields() const {
@@ -110,6 +114,21 @@ std::vector<NamedTensor> GptParameters::named() const {
 std::vector<std::string> GptParameters::whole_model_names() const {
   std::vector<std::string> result;
   visit_every_tensor(*this, [&](std::string name, const Tensor*, std::size_t) { result.push_back(std::move(name)); });
+  return result;
+}
+
+std::vector<std::pair<std::string, Shape>> GptParameters::whole_model_shapes(const GptConfig& config) {
+  const std::int64_t C = config.hidden;
+  std::vector<std::pair<std::string, Shape>> result = {{"wte.weight", {config.vocab, C}}, {"wpe.weight", {config.max_sequence, C}}};
+  const std::array<Shape, GptBlockParameters::kCount> block_shapes = GptBlockParameters::shapes(C);
+  const std::array<std::pair<const char*, const Tensor*>, GptBlockParameters::kCount> fields = GptBlockParameters{}.fields();
+  for (std::int64_t layer = 0; layer < config.layers; ++layer) {
+    for (std::size_t i = 0; i < GptBlockParameters::kCount; ++i) {
+      result.emplace_back("h." + std::to_string(layer) + "." + fields[i].first, block_shapes[i]);
+    }
+  }
+  result.emplace_back("ln_f.weight", Shape{C});
+  result.emplace_back("ln_f.bias", Shape{C});
   return result;
 }
 

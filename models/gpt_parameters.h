@@ -27,6 +27,8 @@ struct GptBlockParameters {
   // Allocates one block's tensors (zeros); tags are `tag_prefix` + the HF name under h.`layer`.
   static GptBlockParameters allocate(Device& device, std::int64_t hidden, std::int64_t layer, DType dtype, MemoryCategory category,
                                      const std::string& tag_prefix = "");
+  // The shapes of a block's tensors of width `hidden`, in fields() order.
+  static std::array<Shape, kCount> shapes(std::int64_t hidden);
   // The tensors in HF order with their names after "h.N." (ln_1.weight, ...).
   std::array<std::pair<const char*, const Tensor*>, kCount> fields() const;
   const Tensor& field(std::size_t index) const { return *fields().at(index).second; }
@@ -66,6 +68,9 @@ struct GptParameters {
   std::vector<NamedTensor> named() const;
   // The names of the whole model's tensors, those a part does not hold included.
   std::vector<std::string> whole_model_names() const;
+  // Every tensor of the whole model of `config` with its HF name and shape, in named() order, without
+  // allocating (what a checkpoint's files list).
+  static std::vector<std::pair<std::string, Shape>> whole_model_shapes(const GptConfig& config);
   std::int64_t numel() const;
   // Positions in named(): the embeddings first, then each block's kCount tensors, then ln_f.
   static constexpr std::size_t kWteIndex = 0;

@@ -180,6 +180,23 @@ std::vector<float> SafetensorsFile::read_f32(const SafetensorsEntry& entry) cons
   return values;
 }
 
+std::string safetensors_header(std::vector<SafetensorsEntry>& entries, const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::uint64_t offset = 0;
+  for (SafetensorsEntry& entry : entries) {
+    entry.begin = offset;
+    entry.end = offset + static_cast<std::uint64_t>(shape_numel(entry.shape)) * dtype_size(entry.dtype);
+    header[entry.name] = {{"dtype", safetensors_dtype_name(entry.dtype)}, {"shape", entry.shape}, {"data_offsets", {entry.begin, entry.end}}};
+    offset = entry.end;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[static_cast<std::size_t>(i)] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  return bytes + text;
+}
+
 void SafetensorsWriter::add(std::string name, DType dtype, Shape shape, const void* data) {
   for (const auto& item : items_) {
     if (item.name == name) throw SafetensorsError("safetensors writer: tensor '" + name + "' added twice");
@@ -188,20 +205,9 @@ void SafetensorsWriter::add(std::string name, DType dtype, Shape shape, const vo
 }
 
 void SafetensorsWriter::write(AtomicFileWriter& writer) const {
-  nlohmann::json header = nlohmann::json::object();
-  if (!metadata_.empty()) header["__metadata__"] = metadata_;
-  std::uint64_t offset = 0;
-  for (const auto& item : items_) {
-    const std::uint64_t bytes = static_cast<std::uint64_t>(shape_numel(item.shape)) * dtype_size(item.dtype);
-    header[item.name] = {{"dtype", safetensors_dtype_name(item.dtype)}, {"shape", item.shape}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-  }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  unsigned char length_bytes[8];
-  for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>((text.size() >> (8 * i)) & 0xff);
-  writer.write(length_bytes, 8);
-  writer.write(text);
+  std::vector<SafetensorsEntry> entries;
+  for (const auto& item : items_) entries.push_back({item.name, item.dtype, item.shape});
+  writer.write(safetensors_header(entries, metadata_));
   for (const auto& item : items_) {
     writer.write(item.data, static_cast<std::size_t>(shape_numel(item.shape)) * dtype_size(item.dtype));
   }

@@ -35,6 +35,10 @@ struct SafetensorsEntry {
   std::int64_t numel() const { return shape_numel(shape); }
 };
 
+// The bytes a file starts with: the 8-byte length and the JSON header (padded to 8 bytes) listing
+// `entries` (name, dtype, shape; begin and end are laid end to end in this order) and `metadata`.
+std::string safetensors_header(std::vector<SafetensorsEntry>& entries, const std::map<std::string, std::string>& metadata);
+
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(std::string path);
@@ -47,6 +51,8 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // nullptr when absent.
   const SafetensorsEntry* find(std::string_view name) const;
+  // Where the data section starts in the file (after the length and the header).
+  std::uint64_t data_offset() const { return data_offset_; }
   // Raw bytes of an entry (entry.end - entry.begin of them).
   void read_raw(const SafetensorsEntry& entry, void* destination) const;
   // The entry converted to f32 (from F32, F16 or BF16).

@@ -95,29 +95,47 @@ void PartitionedAdamW::step(float learning_rate, float gradient_scale) {
   }
 }
 
+void PartitionedAdamW::export_range(const FlatRange& range, std::vector<float>& master, std::vector<float>& first_moment,
+                                    std::vector<float>& second_moment) {
+  if (range.intersect(owned_).size() != range.size()) {
+    throw std::invalid_argument("flat elements [" + std::to_string(range.begin) + ", " + std::to_string(range.end) +
+                                ") are not all in this rank's share [" + std::to_string(owned_.begin) + ", " + std::to_string(owned_.end) + ")");
+  }
+  const auto count = static_cast<std::size_t>(range.size());
+  master.assign(count, 0.0f);
+  first_moment.assign(count, 0.0f);
+  second_moment.assign(count, 0.0f);
+  if (count == 0) return;
+  for (const Segment& segment : segments_) {
+    const FlatRange piece = segment.range.intersect(range);
+    if (piece.empty()) continue;
+    float* destination = master.data() + (piece.begin - range.begin);
+    if (dtype_ == DType::f32) {
+      flat_view(*parameters_[segment.position].tensor, segment.offset + (piece.begin - segment.range.begin), piece.size()).copy_to_host(destination);
+    } else {
+      master_.narrow(0, piece.begin - owned_.begin, piece.size()).copy_to_host(destination);
+    }
+  }
+  first_moment_.narrow(0, range.begin - owned_.begin, range.size()).copy_to_host(first_moment.data());
+  second_moment_.narrow(0, range.begin - owned_.begin, range.size()).copy_to_host(second_moment.data());
+}
+
 void PartitionedAdamW::export_state(std::vector<float>& master, std::vector<float>& first_moment, std::vector<float>& second_moment) {
   const FlatLayout& layout = gradients_.layout();
   const auto total = static_cast<std::size_t>(layout.total());
-  master.assign(total, 0.0f);
-  first_moment.assign(total, 0.0f);
-  second_moment.assign(total, 0.0f);
-  const auto own = static_cast<std::size_t>(owned_.begin);
-  for (const Segment& segment : segments_) {
-    const auto at = static_cast<std::size_t>(segment.range.begin);
-    if (dtype_ == DType::f32) {
-      parameter_view(segment).copy_to_host(master.data() + at);
-    } else {
-      master_.narrow(0, segment.range.begin - owned_.begin, segment.range.size()).copy_to_host(master.data() + at);
-    }
-  }
-  if (owned_.size() > 0) {
-    first_moment_.narrow(0, 0, owned_.size()).copy_to_host(first_moment.data() + own);
-    second_moment_.narrow(0, 0, owned_.size()).copy_to_host(second_moment.data() + own);
+  const FlatRange share = owned_.intersect({0, layout.total()});
+  const std::int64_t at = std::min(share.begin, layout.total());  // a share of padding only is empty
+  std::vector<float> values[3];
+  export_range(share, values[0], values[1], values[2]);
+  std::vector<float>* wholes[3] = {&master, &first_moment, &second_moment};
+  for (int i = 0; i < 3; ++i) {
+    wholes[i]->assign(total, 0.0f);
+    std::copy(values[i].begin(), values[i].end(), wholes[i]->begin() + at);
   }
   if (gradients_.zero_stage() == 0) return;  // every rank holds everything
   const std::vector<std::size_t> counts = layout.owned_counts({0, layout.total()});
-  for (std::vector<float>* values : {&master, &first_moment, &second_moment}) {
-    dp_.all_gather_async(values->data() + own, values->data(), counts, CommDataType::f32)->wait();
+  for (std::vector<float>* values_of : wholes) {
+    dp_.all_gather_async(values_of->data() + at, values_of->data(), counts, CommDataType::f32)->wait();
   }
 }
 

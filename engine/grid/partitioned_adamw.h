@@ -35,6 +35,9 @@ class PartitionedAdamW {
   // The whole model's master weights and moments in host memory (every rank's share gathered), each
   // [total] f32 in the flat order.
   void export_state(std::vector<float>& master, std::vector<float>& first_moment, std::vector<float>& second_moment);
+  // Flat elements `range` (within this rank's share) of the master weights and moments, each
+  // [range.size()] f32, without communication: what the rank writes of a checkpoint.
+  void export_range(const FlatRange& range, std::vector<float>& master, std::vector<float>& first_moment, std::vector<float>& second_moment);
   // This rank's share from whole-model vectors; the parameters become the master weights in their dtype.
   void import_state(const std::vector<float>& master, const std::vector<float>& first_moment, const std::vector<float>& second_moment);
 

@@ -60,6 +60,7 @@ ProcessGrid ProcessGrid::split(Communicator& world, const GridShape& shape) {
     std::unique_ptr<Communicator> group = world.split(members.front(), axis_index(grid.coordinates_, axis));
     (axis == GridAxis::tp ? grid.tp_ : axis == GridAxis::dp ? grid.dp_ : grid.pp_) = std::move(group);
   }
+  grid.world_ = world.split(0, world.rank());  // the grid's own copy of the world (checkpoints' collectives)
   return grid;
 }
 
@@ -68,6 +69,7 @@ ProcessGrid ProcessGrid::dry_run(const GridShape& shape, int rank) {
   grid.tp_ = make_dry_run_communicator(grid.coordinates_.tp, shape.tp);
   grid.dp_ = make_dry_run_communicator(grid.coordinates_.dp, shape.dp);
   grid.pp_ = make_dry_run_communicator(grid.coordinates_.pp, shape.pp);
+  grid.world_ = make_dry_run_communicator(rank, shape.world());
   return grid;
 }
 

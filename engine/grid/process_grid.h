@@ -49,6 +49,8 @@ class ProcessGrid {
   Communicator& dp() const { return group(GridAxis::dp); }
   Communicator& tp() const { return group(GridAxis::tp); }
   Communicator& pp() const { return group(GridAxis::pp); }
+  // Every rank of the grid, in world order.
+  Communicator& world() const { return *world_; }
   // {rank, tp, dp, pp, groups: {tp: [...], dp: [...], pp: [...]}}
   nlohmann::json describe() const;
 
@@ -57,7 +59,7 @@ class ProcessGrid {
   GridShape shape_;
   int rank_ = 0;
   GridCoordinates coordinates_;
-  std::unique_ptr<Communicator> tp_, dp_, pp_;
+  std::unique_ptr<Communicator> tp_, dp_, pp_, world_;
 };
 
 }  // namespace ferry

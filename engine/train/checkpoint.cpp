@@ -1,5 +1,6 @@
 #include "engine/train/checkpoint.h"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "engine/core/atomic_file.h"
 #include "engine/core/file_hash.h"
 #include "engine/core/safetensors.h"
+#include "engine/core/safetensors_fill.h"
 #include "models/gpt_weights.h"
 
 namespace ferry {
@@ -80,47 +82,55 @@ void load_f32(const SafetensorsFile& file, const std::string& name, const Shape&
 
 }  // namespace
 
-void save_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer, const TrainerState& state) {
-  save_checkpoint(directory, model.config(), optimizer.snapshot(), state);
-}
-
-void save_checkpoint(const std::string& directory, const GptConfig& config, const OptimizerSnapshot& snapshot, const TrainerState& state) {
+void create_checkpoint_files(const std::string& directory, const GptConfig& config, std::int64_t optimizer_steps) {
+  if (fs::exists(in(directory, kDoneFile)) || fs::exists(in(directory, kModelFile))) {
+    throw CheckpointError("'" + directory + "' already holds a checkpoint; a checkpoint is written into a new directory");
+  }
   std::error_code error;
   fs::create_directories(directory, error);
   if (error) throw CheckpointError("cannot create checkpoint directory '" + directory + "': " + error.message());
-  SafetensorsWriter masters, moments;
-  masters.set_metadata("format", "pt");
-  moments.set_metadata("optimizer", "AdamW");
-  moments.set_metadata("steps", std::to_string(snapshot.steps));
-  for (std::size_t i = 0; i < snapshot.names.size(); ++i) {
-    const auto at = static_cast<std::size_t>(snapshot.offsets[i]);
-    masters.add(snapshot.names[i], DType::f32, snapshot.shapes[i], snapshot.master.data() + at);  // f32 master weights
-    moments.add("exp_avg." + snapshot.names[i], DType::f32, snapshot.shapes[i], snapshot.first_moment.data() + at);
-    moments.add("exp_avg_sq." + snapshot.names[i], DType::f32, snapshot.shapes[i], snapshot.second_moment.data() + at);
+  std::vector<SafetensorsEntry> masters, moments;
+  for (const auto& [name, shape] : GptParameters::whole_model_shapes(config)) {
+    masters.push_back({name, DType::f32, shape});  // f32 master weights
+    moments.push_back({"exp_avg." + name, DType::f32, shape});
+    moments.push_back({"exp_avg_sq." + name, DType::f32, shape});
   }
-  // Every file is written and fsynced under a temporary name first; only then does the old
-  // checkpoint lose its DONE marker and the new files take their names, DONE last. A crash while
-  // writing leaves the previous checkpoint intact; one during the renames leaves no DONE (partial).
-  AtomicFileWriter model_file(in(directory, kModelFile));
-  masters.write(model_file);
-  AtomicFileWriter config_file(in(directory, kConfigFile));
-  config_file.write(hf_gpt_config_json(config));
-  AtomicFileWriter optimizer_file(in(directory, kOptimizerFile));
-  moments.write(optimizer_file);
-  AtomicFileWriter state_file(in(directory, kStateFile));
-  state_file.write(trainer_state_text(state, snapshot.steps));
-  const std::array<AtomicFileWriter*, 4> files = {&model_file, &config_file, &optimizer_file, &state_file};
-  for (AtomicFileWriter* file : files) file->sync();
+  create_sized_safetensors(in(directory, kModelFile), masters, {{"format", "pt"}});
+  create_sized_safetensors(in(directory, kOptimizerFile), moments, {{"optimizer", "AdamW"}, {"steps", std::to_string(optimizer_steps)}});
+}
 
-  if (fs::exists(in(directory, kDoneFile))) {
-    fs::remove(in(directory, kDoneFile));
-    sync_directory(directory);
+void write_checkpoint_shard(const std::string& directory, const OptimizerSnapshot& shard, const std::vector<std::string>& skipped) {
+  SafetensorsFiller masters(in(directory, kModelFile));
+  SafetensorsFiller moments(in(directory, kOptimizerFile));
+  const auto end = shard.begin + static_cast<std::int64_t>(shard.master.size());
+  for (std::size_t i = 0; i < shard.names.size(); ++i) {
+    const std::int64_t first = shard.offsets[i];
+    const std::int64_t last = first + shape_numel(shard.shapes[i]);
+    const std::int64_t begin = std::max(first, shard.begin), stop = std::min(last, end);
+    if (begin >= stop || std::find(skipped.begin(), skipped.end(), shard.names[i]) != skipped.end()) continue;
+    const auto at = static_cast<std::size_t>(begin - shard.begin);
+    masters.write(shard.names[i], DType::f32, begin - first, stop - begin, shard.master.data() + at);
+    moments.write("exp_avg." + shard.names[i], DType::f32, begin - first, stop - begin, shard.first_moment.data() + at);
+    moments.write("exp_avg_sq." + shard.names[i], DType::f32, begin - first, stop - begin, shard.second_moment.data() + at);
   }
-  for (AtomicFileWriter* file : files) file->commit();
+  masters.sync();
+  moments.sync();
+}
+
+void finish_checkpoint(const std::string& directory, const GptConfig& config, const TrainerState& state, std::int64_t optimizer_steps) {
+  write_file_atomically(in(directory, kConfigFile), hf_gpt_config_json(config));
+  write_file_atomically(in(directory, kStateFile), trainer_state_text(state, optimizer_steps));
   // DONE names the step and each file's XXH64 (as `xxhsum -H1` prints it), checked on resume.
   std::string done = "step " + std::to_string(state.step) + "\n";
   for (const char* file : kCheckedFiles) done += hex64(xxhash64_of_file(in(directory, file))) + "  " + file + "\n";
   write_file_atomically(in(directory, kDoneFile), done);
+}
+
+void save_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer, const TrainerState& state) {
+  const OptimizerSnapshot shard = optimizer.shard();
+  create_checkpoint_files(directory, model.config(), shard.steps);
+  write_checkpoint_shard(directory, shard, {});
+  finish_checkpoint(directory, model.config(), state, shard.steps);
 }
 
 GptConfig read_checkpoint_config(const std::string& directory) {

@@ -1,8 +1,9 @@
 // Training checkpoints: DIR/model.safetensors (Hugging Face names, f32 master weights), DIR/config.json
 // (HF GPT-2 config), DIR/optimizer.safetensors (AdamW moments), DIR/trainer_state.json (step, seed,
-// data position, run settings, the optimizer's settings and the fp16 loss scaler's state), each written
-// atomically, and DIR/DONE last. Loading refuses a missing, partial (no DONE) or corrupt checkpoint with
-// an error that says which.
+// data position, run settings, the optimizer's settings and the fp16 loss scaler's state), and DIR/DONE
+// last. The tensor files are consolidated (every tensor whole, under its HF name, whatever the grid) and
+// written in place by the ranks that own each part, so a checkpoint resumes at any grid. Loading refuses
+// a missing, partial (no DONE) or corrupt checkpoint with an error that says which.
 #pragma once
 
 #include <cstdint>
@@ -17,11 +18,20 @@
 
 namespace ferry {
 
-// The optimizer's state is saved the same way wherever it lives (device, host memory or NVMe), so a
-// checkpoint resumes under any --offload-optimizer mode.
+// Writing a checkpoint into a new directory, in three parts so the ranks of a grid share it:
+// 1. (one rank) the directory and its two tensor files at full size, every tensor of the model of
+//    `config` listed and zero; throws CheckpointError when `directory` already holds a checkpoint.
+void create_checkpoint_files(const std::string& directory, const GptConfig& config, std::int64_t optimizer_steps);
+// 2. (every rank) its shard's master weights and moments written in place and synced, leaving out the
+//    parameters named in `skipped` (another rank writes them: a pipeline's second copy of the tied table).
+void write_checkpoint_shard(const std::string& directory, const OptimizerSnapshot& shard, const std::vector<std::string>& skipped);
+// 3. (one rank, after every shard is written) config.json, trainer_state.json and DONE with each file's
+//    checksum.
+void finish_checkpoint(const std::string& directory, const GptConfig& config, const TrainerState& state, std::int64_t optimizer_steps);
+
+// All three in one process. The optimizer's state is saved the same way wherever it lives (device, host
+// memory or NVMe), so a checkpoint resumes under any --offload-optimizer mode.
 void save_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer, const TrainerState& state);
-// The same from a snapshot of the whole model's state (a pipeline's stages gathered in one).
-void save_checkpoint(const std::string& directory, const GptConfig& config, const OptimizerSnapshot& snapshot, const TrainerState& state);
 
 // The trainer state of a complete checkpoint (trainer_state.json), without its tensors.
 TrainerState read_trainer_state(const std::string& directory);

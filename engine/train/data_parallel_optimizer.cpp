@@ -1,5 +1,6 @@
 #include "engine/train/data_parallel_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -48,6 +49,12 @@ class DataParallelBase : public TrainingOptimizer {
   }
 
  protected:
+  // The flat elements this rank writes of a checkpoint: its partition (ZeRO 0: the one it would own).
+  FlatRange shard_range() const {
+    const FlatLayout& layout = gradients_.layout();
+    const FlatRange range = (settings_.zero_stage > 0 ? gradients_.owned() : layout.partition(dp_.rank())).intersect({0, layout.total()});
+    return range.empty() ? FlatRange{0, 0} : range;
+  }
   // The step's reductions: those a pipeline step held back start now; then every one is waited for.
   void finish_reductions() {
     if (whole_step_) gradients_.reduce_accumulated();
@@ -78,6 +85,13 @@ class DataParallelAdamW final : public DataParallelBase {
   std::int64_t steps_taken() const override { return adam_.steps_taken(); }
   void set_steps_taken(std::int64_t steps) override { adam_.set_steps_taken(steps); }
   OptimizerSnapshot snapshot() override { return snapshot_of(model_, adam_); }
+  OptimizerSnapshot shard() override {
+    const FlatRange range = shard_range();
+    OptimizerSnapshot shard = shard_layout(model_, range.begin, 0);
+    shard.steps = adam_.steps_taken();
+    adam_.export_range(range, shard.master, shard.first_moment, shard.second_moment);
+    return shard;
+  }
   void restore(const OptimizerSnapshot& snapshot) override { restore_from(snapshot, model_, adam_); }
   nlohmann::json describe() const override {
     nlohmann::json description = DataParallelBase::describe();
@@ -165,6 +179,19 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
       }
     }
     return snapshot;
+  }
+  OptimizerSnapshot shard() override {
+    const FlatRange range = shard_range();
+    OptimizerSnapshot shard = shard_layout(model_, range.begin, range.size());
+    shard.steps = optimizer_.steps_taken();
+    std::vector<float> master, first, second;  // the rank's share, in flat order
+    optimizer_.export_state(master, first, second);
+    const auto skip = static_cast<std::size_t>(range.begin - std::min(gradients_.owned().begin, range.begin));
+    const auto count = static_cast<std::size_t>(range.size());
+    std::copy_n(master.begin() + static_cast<std::ptrdiff_t>(skip), count, shard.master.begin());
+    std::copy_n(first.begin() + static_cast<std::ptrdiff_t>(skip), count, shard.first_moment.begin());
+    std::copy_n(second.begin() + static_cast<std::ptrdiff_t>(skip), count, shard.second_moment.begin());
+    return shard;
   }
   void restore(const OptimizerSnapshot& snapshot) override {
     require_matching_snapshot(snapshot, model_);

@@ -26,7 +26,7 @@
 #include "engine/train/progress.h"
 #include "engine/train/resume_checks.h"
 #include "engine/train/run_summary.h"
-#include "engine/train/stage_snapshots.h"
+#include "engine/train/sharded_save.h"
 #include "engine/data/token_data.h"
 #include "engine/train/training_plan.h"
 #include "engine/train/training_profile.h"
@@ -200,14 +200,16 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
       }
     }
     last_step = stopping_step(o, first_step);
-    // Every dp rank gives its share of the optimizer state to its replica's dp rank 0, every pipeline
-    // stage its snapshot to rank 0, which writes the one checkpoint.
-    std::string saved_to;  // rank 0: the last checkpoint written
+    // Every rank writes its shard of the checkpoint's consolidated files (sharded_save.h).
+    std::string saved_to;
     if (!o.save.empty() && grid.rank() == 0) {
       for (const std::string& path : remove_stale_checkpoint_files(o.save)) {
         if (speaks) std::printf("  removed what an interrupted save left: %s\n", path.c_str());
       }
     }
+    // The last stage's copy of the tied table is the first stage's: only the first writes it.
+    const std::vector<std::string> skipped =
+        model.part().head && !model.part().embedding ? std::vector<std::string>{"wte.weight"} : std::vector<std::string>{};
     auto save = [&](std::int64_t steps_done) {
       TrainerState state;
       state.step = steps_done;
@@ -218,16 +220,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
       state.optimizer = hyper;
       if (scaler) state.loss_scaler = scaler->state();
       state.run["grid"] = plan.to_json();  // for people: a checkpoint resumes at any grid
-      OptimizerSnapshot snapshot = optimizer->snapshot();
-      if (grid.dp().rank() == 0) {
-        if (pipelined) snapshot = gather_stage_snapshots(grid.pp(), std::move(snapshot));
-        if (grid.rank() == 0) {
-          saved_to = save_checkpoint_step(o.save, steps_done, o.keep_checkpoints,
-                                          [&](const std::string& directory) { save_checkpoint(directory, config, snapshot, state); });
-        }
-        grid.pp().barrier();
-      }
-      grid.dp().barrier();
+      saved_to = save_sharded_checkpoint(grid.world(), o.save, steps_done, o.keep_checkpoints, config, optimizer->shard(), skipped, state);
     };
 
     if (speaks) {

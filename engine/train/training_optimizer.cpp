@@ -15,7 +15,7 @@ double TrainingOptimizer::gradient_sum_of_squares(std::optional<std::size_t> exc
   return sum;
 }
 
-OptimizerSnapshot snapshot_layout(const GptModel& model) {
+OptimizerSnapshot shard_layout(const GptModel& model, std::int64_t begin, std::int64_t count) {
   OptimizerSnapshot snapshot;
   std::int64_t offset = 0;
   for (const NamedTensor& each : model.parameters().named()) {
@@ -24,11 +24,18 @@ OptimizerSnapshot snapshot_layout(const GptModel& model) {
     snapshot.offsets.push_back(offset);
     offset += each.tensor->numel();
   }
-  snapshot.master.resize(static_cast<std::size_t>(offset));
-  snapshot.first_moment.resize(static_cast<std::size_t>(offset));
-  snapshot.second_moment.resize(static_cast<std::size_t>(offset));
+  if (begin < 0 || count < 0 || begin + count > offset) {
+    throw std::invalid_argument("an optimizer shard [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
+                                ") outside the model's " + std::to_string(offset) + " elements");
+  }
+  snapshot.begin = begin;
+  snapshot.master.resize(static_cast<std::size_t>(count));
+  snapshot.first_moment.resize(static_cast<std::size_t>(count));
+  snapshot.second_moment.resize(static_cast<std::size_t>(count));
   return snapshot;
 }
+
+OptimizerSnapshot snapshot_layout(const GptModel& model) { return shard_layout(model, 0, model.parameters().numel()); }
 
 void require_matching_snapshot(const OptimizerSnapshot& snapshot, const GptModel& model) {
   const std::vector<NamedTensor> parameters = model.parameters().named();

@@ -19,18 +19,22 @@
 
 namespace ferry {
 
-// Every parameter's f32 master weights and moments in host memory, parameters end to end in the
-// model's order (HF names).
+// The f32 master weights and moments of the model's parameters in host memory, parameters end to end
+// in the model's order (HF names): all of them (a snapshot), or the flat elements [begin, begin +
+// master.size()) of them (a rank's shard, what it writes of a checkpoint).
 struct OptimizerSnapshot {
   std::vector<std::string> names;
   std::vector<Shape> shapes;
   std::vector<std::int64_t> offsets;  // where each parameter starts
+  std::int64_t begin = 0;             // the flat element master[0] holds
   std::vector<float> master, first_moment, second_moment;
   std::int64_t steps = 0;
 };
 
 // A snapshot of the model's names, shapes and offsets with zeroed values (steps = 0).
 OptimizerSnapshot snapshot_layout(const GptModel& model);
+// The same for a shard of `count` flat elements from `begin`.
+OptimizerSnapshot shard_layout(const GptModel& model, std::int64_t begin, std::int64_t count);
 // Throws std::invalid_argument unless the snapshot holds the model's tensors.
 void require_matching_snapshot(const OptimizerSnapshot& snapshot, const GptModel& model);
 // The snapshot of an optimizer `state` that exports and imports the whole model's flat state
@@ -75,7 +79,11 @@ class TrainingOptimizer {
   virtual void step(float learning_rate, float gradient_scale) = 0;
   virtual std::int64_t steps_taken() const = 0;
   virtual void set_steps_taken(std::int64_t steps) = 0;
+  // The whole state (a data-parallel rank gathers every rank's share).
   virtual OptimizerSnapshot snapshot() = 0;
+  // The share of the state this rank writes of a checkpoint: a data-parallel rank's partition (ZeRO 0:
+  // the partition it would own), without gathering; otherwise the whole.
+  virtual OptimizerSnapshot shard() { return snapshot(); }
   // Replaces the state; the model's parameters become the master weights rounded to their dtype.
   virtual void restore(const OptimizerSnapshot& snapshot) = 0;
   // What the summary says about the optimizer (host memory, NVMe bytes, step phases).

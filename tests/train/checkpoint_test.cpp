@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <utility>
 
 #include "engine/train/checkpoint.h"
 #include "engine/train/checkpoint_directory.h"
+#include "engine/core/atomic_file.h"
+#include "engine/core/safetensors.h"
 #include "models/gpt_weights.h"
 
 namespace ferry {
@@ -110,24 +113,22 @@ TEST(Checkpoint, OptimizerStateMovesBetweenOffloadModes) {
   }
 }
 
-TEST(Checkpoint, AFailedSaveLeavesThePreviousCheckpointWhole) {
+// A checkpoint is written into a new directory (the trainer's go through staging directories): saving
+// over one is refused and leaves it whole.
+TEST(Checkpoint, SavingOverACheckpointIsRefusedAndLeavesItWhole) {
   auto device = create_device(DeviceOptions{});
   GptModel model(*device, tiny(), DType::f32);
   initialize_gpt_parameters(model.parameters(), tiny(), 7);
   const auto optimizer = make_device_optimizer(model, {});
-  const std::string directory = fresh_directory("failed_save");
+  const std::string directory = fresh_directory("saved_over");
   save_checkpoint(directory, model, *optimizer, trainer_state(2, 4, 1, nlohmann::json::object()));
-
-  // The optimizer file's temporary name is taken by a directory: its creation fails (even as root).
-  const fs::path blocker = fs::path(directory) / ("optimizer.safetensors.tmp." + std::to_string(::getpid()));
-  fs::create_directory(blocker);
   initialize_gpt_parameters(model.parameters(), tiny(), 8);
-  EXPECT_THROW(save_checkpoint(directory, model, *optimizer, trainer_state(9, 9, 1, nlohmann::json::object())), FileError);
-  fs::remove(blocker);
-
-  EXPECT_TRUE(fs::exists(fs::path(directory) / "DONE"));
-  for (const auto& entry : fs::directory_iterator(directory)) {
-    EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << "left behind: " << entry.path();
+  const auto changed = make_device_optimizer(model, {});
+  try {
+    save_checkpoint(directory, model, *changed, trainer_state(9, 9, 1, nlohmann::json::object()));
+    FAIL() << "saving over a checkpoint was not refused";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(std::string(error.what()).find("already holds a checkpoint"), std::string::npos) << error.what();
   }
   GptModel restored(*device, tiny(), DType::f32);
   const auto restored_optimizer = make_device_optimizer(restored, {});
@@ -136,6 +137,64 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousCheckpointWhole) {
   initialize_gpt_parameters(original.parameters(), tiny(), 7);
   EXPECT_EQ(copy_to_host_f32(restored.parameters().wte), copy_to_host_f32(original.parameters().wte));
   fs::remove_all(directory);
+}
+
+// The files several ranks write in place, each its shard (cut anywhere, mid-tensor included; a
+// pipeline's last stage leaving out its copy of the tied table), are byte for byte those one process
+// writes of the whole state, and load back to it.
+TEST(Checkpoint, ShardsWrittenInPlaceMakeTheWholeFiles) {
+  auto device = create_device(DeviceOptions{});
+  const GptConfig config{"tiny", 2, 8, 2, 11, 4};
+  GptModel model(*device, config, DType::f32);
+  initialize_gpt_parameters(model.parameters(), config, 7);
+  const auto optimizer = make_device_optimizer(model, {});
+  OptimizerSnapshot whole = optimizer->snapshot();
+  for (std::size_t i = 0; i < whole.master.size(); ++i) {
+    whole.first_moment[i] = 0.5f + static_cast<float>(i);
+    whole.second_moment[i] = 2.0f * static_cast<float>(i);
+  }
+  whole.steps = 4;
+  optimizer->restore(whole);
+  const TrainerState state = trainer_state(4, 3, 1, nlohmann::json::object());
+  const std::string one = fresh_directory("one_writer");
+  save_checkpoint(one, model, *optimizer, state);
+
+  auto shard_of = [&](std::int64_t begin, std::int64_t end) {
+    OptimizerSnapshot shard = whole;
+    shard.begin = begin;
+    for (std::vector<float>* values : {&shard.master, &shard.first_moment, &shard.second_moment}) {
+      *values = std::vector<float>(values->begin() + begin, values->begin() + end);
+    }
+    return shard;
+  };
+  const auto total = static_cast<std::int64_t>(whole.master.size());
+  const std::string many = fresh_directory("many_writers");
+  create_checkpoint_files(many, config, whole.steps);
+  const std::int64_t table = whole.offsets[1];  // wte's elements
+  // Three shards cut mid-tensor; then the "last stage": the table with other values, left out.
+  for (const auto& [begin, end] : {std::pair<std::int64_t, std::int64_t>{0, table / 2 + 3}, {table / 2 + 3, total - 17}, {total - 17, total}}) {
+    write_checkpoint_shard(many, shard_of(begin, end), {});
+  }
+  OptimizerSnapshot last_stage = shard_of(0, table);
+  std::fill(last_stage.master.begin(), last_stage.master.end(), -1.0f);
+  write_checkpoint_shard(many, last_stage, {"wte.weight"});
+  finish_checkpoint(many, config, state, whole.steps);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors", "DONE", "config.json", "trainer_state.json"}) {
+    EXPECT_EQ(read_text_file((fs::path(one) / file).string()), read_text_file((fs::path(many) / file).string())) << file;
+  }
+  GptModel restored(*device, config, DType::f32);
+  const auto restored_optimizer = make_device_optimizer(restored, {});
+  EXPECT_EQ(load_checkpoint(many, restored, *restored_optimizer).step, 4);
+  const OptimizerSnapshot loaded = restored_optimizer->snapshot();
+  EXPECT_EQ(loaded.master, whole.master);
+  EXPECT_EQ(loaded.first_moment, whole.first_moment);
+  EXPECT_EQ(loaded.second_moment, whole.second_moment);
+  // A shard naming a tensor the files lack is an error naming it.
+  OptimizerSnapshot stranger = shard_of(0, 4);
+  stranger.names[0] = "lm_head.weight";
+  EXPECT_THROW(write_checkpoint_shard(many, stranger, {}), SafetensorsError);
+  fs::remove_all(one);
+  fs::remove_all(many);
 }
 
 TEST(CheckpointDirectory, AFailedSaveLeavesLatestAndNoStagingBehind) {
