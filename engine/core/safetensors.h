@@ -55,6 +55,8 @@ class SafetensorsFile {
   std::uint64_t data_offset() const { return data_offset_; }
   // Raw bytes of an entry (entry.end - entry.begin of them).
   void read_raw(const SafetensorsEntry& entry, void* destination) const;
+  // Raw bytes of the entry's elements [first, first + count) (row-major); throws SafetensorsError past its end.
+  void read_elements(const SafetensorsEntry& entry, std::int64_t first, std::int64_t count, void* destination) const;
   // The entry converted to f32 (from F32, F16 or BF16).
   std::vector<float> read_f32(const SafetensorsEntry& entry) const;
 

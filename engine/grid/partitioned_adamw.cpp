@@ -139,21 +139,25 @@ void PartitionedAdamW::export_state(std::vector<float>& master, std::vector<floa
   }
 }
 
-void PartitionedAdamW::import_state(const std::vector<float>& master, const std::vector<float>& first_moment,
+void PartitionedAdamW::import_share(const FlatRange& share, const std::vector<float>& master, const std::vector<float>& first_moment,
                                     const std::vector<float>& second_moment) {
-  const FlatLayout& layout = gradients_.layout();
-  const auto total = static_cast<std::size_t>(layout.total());
-  if (master.size() != total || first_moment.size() != total || second_moment.size() != total) {
-    throw std::invalid_argument("optimizer state of " + std::to_string(master.size()) + " elements for a model of " + std::to_string(total));
+  const FlatRange expected = owned_.intersect({0, gradients_.layout().total()});
+  const auto count = static_cast<std::size_t>(share.size());
+  if (share.size() != expected.size() || (count > 0 && share.begin != expected.begin) || master.size() != count ||
+      first_moment.size() != count || second_moment.size() != count) {
+    throw std::invalid_argument("optimizer state of " + std::to_string(master.size()) + " elements at [" + std::to_string(share.begin) + ", " +
+                                std::to_string(share.end) + ") for a share of " + std::to_string(expected.size()) + " at [" +
+                                std::to_string(expected.begin) + ", " + std::to_string(expected.end) + ")");
   }
-  if (owned_.size() > 0) {
-    first_moment_.narrow(0, 0, owned_.size()).copy_from_host(first_moment.data() + owned_.begin);
-    second_moment_.narrow(0, 0, owned_.size()).copy_from_host(second_moment.data() + owned_.begin);
-    if (master_.defined()) master_.narrow(0, 0, owned_.size()).copy_from_host(master.data() + owned_.begin);
+  if (count > 0) {
+    first_moment_.narrow(0, 0, share.size()).copy_from_host(first_moment.data());
+    second_moment_.narrow(0, 0, share.size()).copy_from_host(second_moment.data());
+    if (master_.defined()) master_.narrow(0, 0, share.size()).copy_from_host(master.data());
   }
-  for (std::size_t position = 0; position < parameters_.size(); ++position) {
-    copy_from_host_f32(*parameters_[position].tensor, master.data() + layout.parameter(position).begin);
+  for (const Segment& segment : segments_) {
+    copy_from_host_f32(parameter_view(segment), master.data() + (segment.range.begin - share.begin));
   }
+  if (gradients_.zero_stage() > 0) gather_parameters(parameters_, gradients_.layout(), owned_, dp_, allgather_bucket_elements_);
 }
 
 }  // namespace ferry

@@ -38,8 +38,11 @@ class PartitionedAdamW {
   // Flat elements `range` (within this rank's share) of the master weights and moments, each
   // [range.size()] f32, without communication: what the rank writes of a checkpoint.
   void export_range(const FlatRange& range, std::vector<float>& master, std::vector<float>& first_moment, std::vector<float>& second_moment);
-  // This rank's share from whole-model vectors; the parameters become the master weights in their dtype.
-  void import_state(const std::vector<float>& master, const std::vector<float>& first_moment, const std::vector<float>& second_moment);
+  // This rank's share (flat elements `share`: its partition cut to the parameters) from vectors of
+  // [share.size()] f32; the parameters become the master weights in their dtype, the other ranks'
+  // shares all-gathered (stages 1, 2: every rank of the dp group calls it together).
+  void import_share(const FlatRange& share, const std::vector<float>& master, const std::vector<float>& first_moment,
+                    const std::vector<float>& second_moment);
 
  private:
   // A parameter's elements inside this rank's share.

@@ -68,8 +68,9 @@ void require_complete(const std::string& directory) {
   }
 }
 
-// Reads tensor `name` (F32, of `shape`) into `destination`.
-void load_f32(const SafetensorsFile& file, const std::string& name, const Shape& shape, float* destination) {
+// Reads elements [first, first + count) of tensor `name` (F32, of `shape`) into `destination`.
+void load_f32(const SafetensorsFile& file, const std::string& name, const Shape& shape, std::int64_t first, std::int64_t count,
+              float* destination) {
   const SafetensorsEntry* entry = file.find(name);
   if (entry == nullptr) throw CheckpointError("checkpoint file '" + file.path() + "' is corrupt: tensor '" + name + "' is missing");
   if (entry->dtype != DType::f32 || entry->shape != shape) {
@@ -77,7 +78,7 @@ void load_f32(const SafetensorsFile& file, const std::string& name, const Shape&
                           std::string(safetensors_dtype_name(entry->dtype)) + " " + shape_to_string(entry->shape) + ", expected F32 " +
                           shape_to_string(shape) + " (a checkpoint of another model?)");
   }
-  file.read_raw(*entry, destination);
+  file.read_elements(*entry, first, count, destination);
 }
 
 }  // namespace
@@ -150,16 +151,23 @@ TrainerState read_trainer_state(const std::string& directory) {
 TrainerState load_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer) {
   verify_checksums(directory);
   const TrainerState state = read_trainer_state(directory);
-  OptimizerSnapshot snapshot = snapshot_layout(model);
+  // Only the rank's share of the state is read (a data-parallel rank's partition, of each tensor the
+  // elements in it); the optimizer's restore fills in the rest of the parameters.
+  const FlatRange share = optimizer.state_range();
+  OptimizerSnapshot snapshot = shard_layout(model, share.begin, share.size());
   snapshot.steps = state.optimizer_steps;
   try {
     const SafetensorsFile weights(in(directory, kModelFile));
     const SafetensorsFile moments(in(directory, kOptimizerFile));
     for (std::size_t i = 0; i < snapshot.names.size(); ++i) {
-      const auto at = static_cast<std::size_t>(snapshot.offsets[i]);
-      load_f32(weights, snapshot.names[i], snapshot.shapes[i], snapshot.master.data() + at);
-      load_f32(moments, "exp_avg." + snapshot.names[i], snapshot.shapes[i], snapshot.first_moment.data() + at);
-      load_f32(moments, "exp_avg_sq." + snapshot.names[i], snapshot.shapes[i], snapshot.second_moment.data() + at);
+      const FlatRange tensor{snapshot.offsets[i], snapshot.offsets[i] + shape_numel(snapshot.shapes[i])};
+      const FlatRange piece = tensor.intersect(share);
+      if (piece.empty()) continue;
+      const std::int64_t first = piece.begin - tensor.begin;
+      const auto at = static_cast<std::size_t>(piece.begin - share.begin);
+      load_f32(weights, snapshot.names[i], snapshot.shapes[i], first, piece.size(), snapshot.master.data() + at);
+      load_f32(moments, "exp_avg." + snapshot.names[i], snapshot.shapes[i], first, piece.size(), snapshot.first_moment.data() + at);
+      load_f32(moments, "exp_avg_sq." + snapshot.names[i], snapshot.shapes[i], first, piece.size(), snapshot.second_moment.data() + at);
     }
   } catch (const SafetensorsError& error) {
     throw CheckpointError(std::string("checkpoint '") + directory + "' is corrupt: " + error.what());

@@ -49,6 +49,11 @@ class DataParallelBase : public TrainingOptimizer {
   }
 
  protected:
+  // The rank's share of the state, cut to the parameters (empty where its partition is padding only).
+  FlatRange state_range() const override {
+    const FlatRange share = gradients_.owned().intersect({0, gradients_.layout().total()});
+    return share.empty() ? FlatRange{0, 0} : share;
+  }
   // The flat elements this rank writes of a checkpoint: its partition (ZeRO 0: the one it would own).
   FlatRange shard_range() const {
     const FlatLayout& layout = gradients_.layout();
@@ -92,7 +97,12 @@ class DataParallelAdamW final : public DataParallelBase {
     adam_.export_range(range, shard.master, shard.first_moment, shard.second_moment);
     return shard;
   }
-  void restore(const OptimizerSnapshot& snapshot) override { restore_from(snapshot, model_, adam_); }
+  void restore(const OptimizerSnapshot& snapshot) override {
+    const FlatRange share = state_range();
+    const SnapshotValues values = values_of(snapshot, share);
+    adam_.import_share(share, values.master, values.first_moment, values.second_moment);
+    adam_.set_steps_taken(snapshot.steps);
+  }
   nlohmann::json describe() const override {
     nlohmann::json description = DataParallelBase::describe();
     description["mode"] = "none";
@@ -186,7 +196,7 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
     shard.steps = optimizer_.steps_taken();
     std::vector<float> master, first, second;  // the rank's share, in flat order
     optimizer_.export_state(master, first, second);
-    const auto skip = static_cast<std::size_t>(range.begin - std::min(gradients_.owned().begin, range.begin));
+    const auto skip = static_cast<std::size_t>(range.begin - state_range().begin);
     const auto count = static_cast<std::size_t>(range.size());
     std::copy_n(master.begin() + static_cast<std::ptrdiff_t>(skip), count, shard.master.begin());
     std::copy_n(first.begin() + static_cast<std::ptrdiff_t>(skip), count, shard.first_moment.begin());
@@ -194,17 +204,19 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
     return shard;
   }
   void restore(const OptimizerSnapshot& snapshot) override {
-    require_matching_snapshot(snapshot, model_);
-    const FlatRange owned = gradients_.owned();
-    auto share = [&](const std::vector<float>& values) {
-      return std::vector<float>(values.begin() + owned.begin, values.begin() + owned.end);
-    };
-    optimizer_.import_state(share(snapshot.master), share(snapshot.first_moment), share(snapshot.second_moment));
+    const FlatRange share = state_range();
+    const SnapshotValues values = values_of(snapshot, share);
+    optimizer_.import_state(values.master, values.first_moment, values.second_moment);
     optimizer_.set_steps_taken(snapshot.steps);
-    // The parameters outside the share come from the snapshot too (every rank reads the whole of it).
-    const std::vector<NamedTensor> parameters = model_.parameters().named();
-    for (std::size_t position = 0; position < parameters.size(); ++position) {
-      copy_from_host_f32(*parameters[position].tensor, snapshot.master.data() + gradients_.layout().parameter(position).begin);
+    // The rank's pieces of the parameters from its master weights; the other ranks' pieces gathered.
+    std::size_t index = 0;
+    for (std::size_t position = 0; position < gradients_.layout().parameter_count(); ++position) {
+      if (const auto piece = gradients_.owned_piece(position)) {
+        copy_from_host_f32(views_[index++], values.master.data() + (piece->range.begin - share.begin));
+      }
+    }
+    if (settings_.zero_stage > 0) {
+      gather_parameters(model_.parameters().named(), gradients_.layout(), gradients_.owned(), dp_, settings_.allgather_bucket_elements);
     }
   }
   nlohmann::json describe() const override {

@@ -37,6 +37,19 @@ OptimizerSnapshot shard_layout(const GptModel& model, std::int64_t begin, std::i
 
 OptimizerSnapshot snapshot_layout(const GptModel& model) { return shard_layout(model, 0, model.parameters().numel()); }
 
+SnapshotValues values_of(const OptimizerSnapshot& snapshot, const FlatRange& range) {
+  const auto size = static_cast<std::int64_t>(snapshot.master.size());
+  if (range.begin < snapshot.begin || range.end > snapshot.begin + size) {
+    throw std::invalid_argument("optimizer state of flat elements [" + std::to_string(snapshot.begin) + ", " + std::to_string(snapshot.begin + size) +
+                                ") does not cover [" + std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
+  }
+  const std::int64_t skip = range.begin - snapshot.begin;
+  auto cut = [&](const std::vector<float>& values) {
+    return std::vector<float>(values.begin() + skip, values.begin() + skip + range.size());
+  };
+  return {cut(snapshot.master), cut(snapshot.first_moment), cut(snapshot.second_moment)};
+}
+
 void require_matching_snapshot(const OptimizerSnapshot& snapshot, const GptModel& model) {
   const std::vector<NamedTensor> parameters = model.parameters().named();
   if (snapshot.names.size() != parameters.size() || snapshot.master.size() != static_cast<std::size_t>(model.parameters().numel())) {
@@ -88,6 +101,7 @@ class DeviceAdamW final : public TrainingOptimizer {
     return snapshot;
   }
 
+  FlatRange state_range() const override { return {0, model_.parameters().numel()}; }
   void restore(const OptimizerSnapshot& snapshot) override {
     require_matching_snapshot(snapshot, model_);
     const std::vector<NamedTensor> masters = optimizer_.master_weights();
@@ -178,6 +192,7 @@ class OffloadedAdamW final : public TrainingOptimizer {
   void set_steps_taken(std::int64_t steps) override { optimizer_.set_steps_taken(steps); }
 
   OptimizerSnapshot snapshot() override { return snapshot_of(model_, optimizer_); }
+  FlatRange state_range() const override { return {0, model_.parameters().numel()}; }
   void restore(const OptimizerSnapshot& snapshot) override { restore_from(snapshot, model_, optimizer_); }
 
   nlohmann::json describe() const override {
@@ -221,6 +236,7 @@ class DiscardingOptimizer final : public TrainingOptimizer {
   std::int64_t steps_taken() const override { return steps_; }
   void set_steps_taken(std::int64_t steps) override { steps_ = steps; }
   OptimizerSnapshot snapshot() override { throw std::logic_error("a dry run has no optimizer state to save"); }
+  FlatRange state_range() const override { return {0, model_.parameters().numel()}; }
   void restore(const OptimizerSnapshot&) override { throw std::logic_error("a dry run has no optimizer state to load"); }
   nlohmann::json describe() const override { return {{"mode", "dry run"}}; }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
+#include "engine/grid/flat_layout.h"
 #include "models/gpt_model.h"
 #include "models/kernels/cpu/adamw.h"
 #include "offload/zero_offload_optimizer.h"
@@ -84,11 +85,22 @@ class TrainingOptimizer {
   // The share of the state this rank writes of a checkpoint: a data-parallel rank's partition (ZeRO 0:
   // the partition it would own), without gathering; otherwise the whole.
   virtual OptimizerSnapshot shard() { return snapshot(); }
-  // Replaces the state; the model's parameters become the master weights rounded to their dtype.
+  // The flat elements of the model's parameters whose state this rank holds: all of them, or a
+  // data-parallel rank's share (ZeRO 1, 2: its partition).
+  virtual FlatRange state_range() const = 0;
+  // Replaces the state of state_range() from `snapshot`, which must cover it (the whole state, or a
+  // shard of that range); the model's parameters become the master weights rounded to their dtype (a
+  // data-parallel rank gathers the other ranks' shares, so its whole dp group restores together).
   virtual void restore(const OptimizerSnapshot& snapshot) = 0;
   // What the summary says about the optimizer (host memory, NVMe bytes, step phases).
   virtual nlohmann::json describe() const = 0;
 };
+
+// The values of `range` from a snapshot that covers it; throws std::invalid_argument when it does not.
+struct SnapshotValues {
+  std::vector<float> master, first_moment, second_moment;
+};
+SnapshotValues values_of(const OptimizerSnapshot& snapshot, const FlatRange& range);
 
 // AdamW on the model's device over its whole gradients.
 std::unique_ptr<TrainingOptimizer> make_device_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters);

@@ -122,19 +122,40 @@ steps = load("r_offload")["steps"]
 assert [s["step"] for s in steps] == [3] and abs(steps[0]["loss"] - expected[2]) <= 1e-6 * expected[2], (steps, expected)
 PY
 
-# A checkpoint saved at dp 4 (stage 2) resumes at dp 2 (stage 1) and on one rank with the same next loss.
+# A checkpoint saved at dp 4 (stage 2), each rank writing its partition, resumes at dp 2 (stage 1, and
+# stage 2 under ZeRO-Offload, each rank reading its partition) and on one rank: the next loss of a run
+# that never stopped, and after that step the master weights and moments of a resume at dp 4.
 launch 4 train "${model[@]}" --grad-accum 1 --zero-stage 2 --exit-interval 2 --save "$work/ck" > "$work/out.txt" 2>&1 ||
   { cat "$work/out.txt"; exit 1; }
-launch 2 train "${model[@]}" --grad-accum 2 --zero-stage 1 --resume "$work/ck" --summary "$work/r2.json" > "$work/out.txt" 2>&1 ||
+launch 4 train "${model[@]}" --grad-accum 1 --zero-stage 2 --resume "$work/ck" --save "$work/ck_unchanged" > "$work/out.txt" 2>&1 ||
   { cat "$work/out.txt"; exit 1; }
-"$ferry" train "${model[@]}" --grad-accum 4 --resume "$work/ck" --summary "$work/r1.json" > "$work/out.txt"
+launch 2 train "${model[@]}" --grad-accum 2 --zero-stage 1 --resume "$work/ck" --summary "$work/r2.json" --save "$work/ck_r2" \
+  > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+launch 2 train "${model[@]}" --grad-accum 2 --zero-stage 2 --offload-optimizer cpu --resume "$work/ck" --summary "$work/r2o.json" \
+  --save "$work/ck_r2o" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+"$ferry" train "${model[@]}" --grad-accum 4 --resume "$work/ck" --summary "$work/r1.json" --save "$work/ck_r1" > "$work/out.txt"
 /usr/bin/python3 - "$work" <<'PY'
-import json, sys
+import json, struct, sys
+import numpy as np
 work = sys.argv[1]
 straight = json.load(open(f"{work}/one.json"))["steps"][2]["loss"]
-for name in ("r2", "r1"):
+def tensors(path):
+    data = open(path, "rb").read()
+    size = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + size])
+    header.pop("__metadata__", None)
+    return {name: np.frombuffer(data[8 + size + e["data_offsets"][0]:8 + size + e["data_offsets"][1]], dtype=np.float32)
+            for name, e in header.items()}
+expected = {f: tensors(f"{work}/ck_unchanged/latest/{f}.safetensors") for f in ("model", "optimizer")}
+for name in ("r2", "r2o", "r1"):
     steps = json.load(open(f"{work}/{name}.json"))["steps"]
     assert [s["step"] for s in steps] == [3] and abs(steps[0]["loss"] - straight) <= 1e-6 * straight, (name, steps, straight)
+    for f in ("model", "optimizer"):
+        actual = tensors(f"{work}/ck_{name}/latest/{f}.safetensors")
+        assert actual.keys() == expected[f].keys(), (name, f)
+        for tensor, values in expected[f].items():
+            worst = float(np.max(np.abs(actual[tensor] - values)))
+            assert worst <= 1e-5 * max(float(np.max(np.abs(values))), 1e-30), (name, tensor, worst, float(np.max(np.abs(values))))
 PY
 # Resuming with a different global batch is refused.
 expect_error "micro_batches_per_step" "$ferry" train "${model[@]}" --grad-accum 2 --resume "$work/ck"
