@@ -86,8 +86,8 @@ steps = json.load(open(sys.argv[1]))['steps']
 assert all(s['loss_scale'] == 65536 and s['skipped'] is False for s in steps), steps
 " "$work/fp16_pipe.json"
 
-# Checkpoints across grids: pp 2 stops at step 2 (--exit-interval) and saves one model (every stage's
-# share gathered on rank 0); it resumes at pp 2 and at one rank, and a one-rank checkpoint resumes at
+# Checkpoints across grids: pp 2 stops at step 2 (--exit-interval) and saves one model (each stage
+# writes its tensors in place); it resumes at pp 2 and at one rank, and a one-rank checkpoint resumes at
 # pp 2, each with the losses of the run that never stopped.
 "$ferry" train "${small[@]}" --steps 4 --summary "$work/straight.json" > /dev/null
 launch 2 train "${small[@]}" --steps 4 --pp 2 --exit-interval 2 --save "$work/ck_pp2" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
