@@ -14,11 +14,13 @@ declare -A allowed=(
   [engine/comm]="allocator engine/core"
   [engine/data]="allocator engine/core"
   [engine/grid]="allocator engine/core models engine/comm"
+  [engine/optim]="allocator engine/core models offload engine/comm engine/grid"
+  [engine/checkpoint]="allocator engine/core models offload engine/comm engine/grid engine/optim"
   [engine/pipeline]="allocator engine/core models schedule engine/comm"
   [engine/report]="allocator engine/core"
   [engine/snapshot]="allocator engine/core"
-  [engine/train]="allocator engine/core models schedule offload engine/comm engine/data engine/grid engine/pipeline engine/report"
-  [engine/cli]="allocator engine/core models schedule offload engine/comm engine/data engine/grid engine/pipeline engine/report engine/snapshot engine/train"
+  [engine/train]="allocator engine/core models schedule offload engine/comm engine/data engine/grid engine/optim engine/checkpoint engine/pipeline engine/report"
+  [engine/cli]="allocator engine/core models schedule offload engine/comm engine/data engine/grid engine/optim engine/checkpoint engine/pipeline engine/report engine/snapshot engine/train"
 )
 
 # The folder a path (a source file's or an include's) belongs to: engine/X for engine/, else its top folder.

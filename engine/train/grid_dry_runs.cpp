@@ -1,6 +1,6 @@
 #include <algorithm>
 
-#include "engine/train/checkpoint.h"
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/train/pipeline_advice.h"
 #include "engine/train/rank_training.h"
 #include "engine/train/run_summary.h"

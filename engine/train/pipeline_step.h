@@ -8,7 +8,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/pipeline/pipeline_executor.h"
 #include "engine/train/training_step.h"
-#include "engine/train/training_optimizer.h"
+#include "engine/optim/training_optimizer.h"
 
 namespace ferry {
 

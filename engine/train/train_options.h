@@ -9,7 +9,7 @@
 
 #include "models/gpt_config.h"
 
-#include "engine/train/optimizer_settings.h"
+#include "engine/optim/optimizer_settings.h"
 
 namespace ferry {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/train/data_parallel_optimizer.h"
+#include "engine/optim/data_parallel_optimizer.h"
 #include "models/activation_memory.h"
 #include "models/adamw_optimizer.h"
 #include "models/kernel_backend.h"

@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <utility>
 
-#include "engine/train/checkpoint.h"
-#include "engine/train/checkpoint_directory.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/core/atomic_file.h"
 #include "engine/core/safetensors.h"
 #include "models/gpt_weights.h"

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "engine/cli/train_options.h"
-#include "engine/train/loss_scaler.h"
+#include "engine/optim/loss_scaler.h"
 #include "engine/train/trainer.h"
-#include "engine/train/training_optimizer.h"
+#include "engine/optim/training_optimizer.h"
 #include "engine/train/training_step.h"
 #include "tests/train/tiny_training.h"
 

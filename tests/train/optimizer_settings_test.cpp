@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/train/loss_scaler.h"
-#include "engine/train/optimizer_settings.h"
+#include "engine/optim/loss_scaler.h"
+#include "engine/optim/optimizer_settings.h"
 
 namespace ferry {
 namespace {

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "engine/core/atomic_file.h"
-#include "engine/train/checkpoint.h"
-#include "engine/train/checkpoint_directory.h"
-#include "engine/train/sharded_save.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/checkpoint_directory.h"
+#include "engine/checkpoint/sharded_save.h"
 #include "models/gpt_weights.h"
 #include "tests/comm/mpi_test_world.h"
 

@@ -2,7 +2,7 @@
 // run's settings, the optimizer's schedule and hyperparameters and the fp16 loss scaler's state.
 #include <stdexcept>
 
-#include "engine/train/trainer_state.h"
+#include "engine/checkpoint/trainer_state.h"
 #include "tests/fuzz/targets/fuzz_target.h"
 
 namespace ferry::fuzz {

@@ -1,4 +1,4 @@
-#include "engine/train/loss_scaler.h"
+#include "engine/optim/loss_scaler.h"
 
 #include <algorithm>
 #include <cmath>

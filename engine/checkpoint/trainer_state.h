@@ -10,8 +10,8 @@
 #include <string>
 #include <string_view>
 
-#include "engine/train/loss_scaler.h"
-#include "engine/train/optimizer_settings.h"
+#include "engine/optim/loss_scaler.h"
+#include "engine/optim/optimizer_settings.h"
 
 namespace ferry {
 

@@ -1,4 +1,4 @@
-#include "engine/train/checkpoint_directory.h"
+#include "engine/checkpoint/checkpoint_directory.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include <system_error>
 
 #include "engine/core/atomic_file.h"
-#include "engine/train/checkpoint.h"
+#include "engine/checkpoint/checkpoint.h"
 
 namespace ferry {
 namespace {

@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "engine/comm/communicator.h"
-#include "engine/train/training_optimizer.h"
+#include "engine/optim/training_optimizer.h"
 #include "models/gpt_model.h"
 #include "offload/zero_offload_optimizer.h"
 

@@ -1,4 +1,4 @@
-#include "engine/train/trainer_state.h"
+#include "engine/checkpoint/trainer_state.h"
 
 #include <filesystem>
 

@@ -1,4 +1,4 @@
-#include "engine/train/data_parallel_optimizer.h"
+#include "engine/optim/data_parallel_optimizer.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "engine/train/training_optimizer.h"
+#include "engine/optim/training_optimizer.h"
 
 #include <cmath>
 #include <stdexcept>

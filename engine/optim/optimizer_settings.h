@@ -9,8 +9,8 @@
 #include <string>
 
 #include "engine/core/adamw_hyperparameters.h"
-#include "engine/train/learning_rate.h"
-#include "engine/train/loss_scaler.h"
+#include "engine/optim/learning_rate.h"
+#include "engine/optim/loss_scaler.h"
 
 namespace ferry {
 

@@ -1,4 +1,4 @@
-#include "engine/train/learning_rate.h"
+#include "engine/optim/learning_rate.h"
 
 #include <cmath>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "engine/train/optimizer_settings.h"
+#include "engine/optim/optimizer_settings.h"
 
 #include <charconv>
 #include <cmath>

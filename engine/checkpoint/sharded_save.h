@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
-#include "engine/train/trainer_state.h"
-#include "engine/train/training_optimizer.h"
+#include "engine/checkpoint/trainer_state.h"
+#include "engine/optim/training_optimizer.h"
 #include "models/gpt_config.h"
 
 namespace ferry {

@@ -12,8 +12,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/train/trainer_state.h"
-#include "engine/train/training_optimizer.h"
+#include "engine/checkpoint/trainer_state.h"
+#include "engine/optim/training_optimizer.h"
 #include "models/gpt_model.h"
 
 namespace ferry {

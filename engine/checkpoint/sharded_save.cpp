@@ -1,10 +1,10 @@
-#include "engine/train/sharded_save.h"
+#include "engine/checkpoint/sharded_save.h"
 
 #include <exception>
 #include <functional>
 
-#include "engine/train/checkpoint.h"
-#include "engine/train/checkpoint_directory.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/checkpoint_directory.h"
 
 namespace ferry {
 namespace {
