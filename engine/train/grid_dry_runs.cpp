@@ -9,12 +9,10 @@
 namespace ferry {
 namespace {
 
-// The options of a dry run of `o` on meta: one step (past a resumed checkpoint's), no output, nothing
-// written, no limit.
-TrainOptions dry_run_options(const TrainOptions& o, const TrainingPlan& plan) {
+// The run settings of a dry run of `o` on meta: one step (past a resumed checkpoint's), no output,
+// nothing written.
+TrainOptions dry_run_options(const TrainOptions& o) {
   TrainOptions dry = o;
-  dry.device = "meta";
-  dry.device_memory = "1024TiB";  // a dry run measures; it does not enforce a limit
   dry.steps = o.resume.empty() ? 1 : read_trainer_state(o.resume).step + 1;
   dry.exit_interval.reset();
   dry.quiet = true;
@@ -24,9 +22,19 @@ TrainOptions dry_run_options(const TrainOptions& o, const TrainingPlan& plan) {
   dry.save_every = 0;
   dry.eval_data.clear();
   dry.eval_every = 0;
-  dry.dp = plan.grid.dp;
-  if (dry.offload_optimizer == "nvme") dry.offload_optimizer = "cpu";  // the same device memory, nothing written
-  dry.nvme_path.clear();
+  return dry;
+}
+
+// `plan` dry-run on meta, every rank in this process, without a limit (a dry run measures).
+TrainingPlan dry_run_plan(const TrainingPlan& plan) {
+  TrainingPlan dry = plan;
+  dry.device = DeviceKind::meta;
+  dry.device_memory_limit = std::size_t{1} << 50;
+  dry.dry_run = true;
+  dry.world = 1;
+  dry.notes.clear();
+  if (dry.offload_optimizer == offload::OffloadDevice::nvme) dry.offload_optimizer = offload::OffloadDevice::cpu;  // the same device memory, nothing written
+  dry.offload.nvme_path.clear();
   return dry;
 }
 
@@ -48,11 +56,10 @@ namespace {
 
 // Each rank's peak reserved bytes in a dry run of `o` with `layout` (every rank computes the same).
 std::vector<std::int64_t> dry_run_rank_peaks(const TrainOptions& o, const TrainingPlan& plan, const PipelineLayout& layout) {
-  TrainOptions dry = dry_run_options(o, plan);
-  dry.checkpointing = layout.policy.name();
-  const TrainingPlan dry_plan = make_training_plan(dry, RankEnvironment{});
+  TrainingPlan dry_plan = dry_run_plan(plan);
+  dry_plan.recompute = layout.policy;
   const PipelineLayoutChoice given{layout, nullptr};
-  const nlohmann::json summary = simulate_every_rank(dry, dry_plan, &given);
+  const nlohmann::json summary = simulate_every_rank(dry_run_options(o), dry_plan, &given);
   std::vector<std::int64_t> peaks;
   for (const nlohmann::json& rank : summary["ranks"]) peaks.push_back(rank["peak_reserved"].get<std::int64_t>());
   return peaks;
@@ -67,12 +74,9 @@ PipelineLayoutChoice choose_grid_layout(const TrainOptions& o, const TrainingPla
 }
 
 MemoryAdvice advise_grid_memory(const TrainOptions& o, const TrainingPlan& plan, const RunShape& shape, std::size_t limit) {
-  RankEnvironment environment;
-  environment.world_size = plan.world;
-  return advise_pipeline_memory(o, shape.config.layers, limit, [&](const TrainOptions& variant) {
-    const TrainingPlan variant_plan = make_training_plan(variant, environment);  // the variant's recompute, batch, offload
-    const PipelineLayoutChoice choice = choose_grid_layout(variant, variant_plan, shape, false);
-    const std::vector<std::int64_t> peaks = dry_run_rank_peaks(variant, variant_plan, choice.layout);
+  return advise_pipeline_memory(plan, shape.config.layers, limit, [&](const TrainingPlan& variant) {
+    const PipelineLayoutChoice choice = choose_grid_layout(o, variant, shape, false);
+    const std::vector<std::int64_t> peaks = dry_run_rank_peaks(o, variant, choice.layout);
     return *std::max_element(peaks.begin(), peaks.end());
   });
 }

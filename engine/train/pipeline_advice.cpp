@@ -7,11 +7,11 @@
 
 namespace ferry {
 
-MemoryAdvice advise_pipeline_memory(const TrainOptions& o, std::int64_t layers, std::size_t memory_limit,
+MemoryAdvice advise_pipeline_memory(const TrainingPlan& plan, std::int64_t layers, std::size_t memory_limit,
                                     const PipelineMeasure& fullest_rank) {
   MemoryAdvice advice;
-  advice.current.peak_reserved = fullest_rank(o);
-  auto measure = [&](const std::string& flags, const TrainOptions& variant) {
+  advice.current.peak_reserved = fullest_rank(plan);
+  auto measure = [&](const std::string& flags, const TrainingPlan& variant) {
     DryRun dry_run;
     dry_run.peak_reserved = fullest_rank(variant);
     if (dry_run.peak_reserved < advice.current.peak_reserved) {
@@ -20,23 +20,22 @@ MemoryAdvice advise_pipeline_memory(const TrainOptions& o, std::int64_t layers, 
     return !advice.options.empty() && advice.options.back().fits && advice.options.back().flags == flags;
   };
   for (const RecomputePolicy& policy : recompute_overview(layers)) {
-    if (policy.name() == o.checkpointing) continue;
-    TrainOptions variant = o;
-    variant.checkpointing = policy.name();
+    if (policy.name() == plan.recompute.name()) continue;
+    TrainingPlan variant = plan;
+    variant.recompute = policy;
     measure("--checkpointing " + policy.name(), variant);
   }
   // Smaller micro-batches, the same tokens per step: the largest that fits.
-  const std::int64_t micro_batches = o.micro_batches.value_or(o.grad_accum);
-  for (std::int64_t batch = o.batch / 2; batch >= 1; batch /= 2) {
-    if (o.batch % batch != 0) continue;
-    TrainOptions variant = o;
-    variant.batch = batch;
-    variant.micro_batches = micro_batches * (o.batch / batch);
-    if (measure("--batch " + std::to_string(batch) + " --micro-batches " + std::to_string(*variant.micro_batches), variant)) break;
+  for (std::int64_t batch = plan.micro_batch / 2; batch >= 1; batch /= 2) {
+    if (plan.micro_batch % batch != 0) continue;
+    TrainingPlan variant = plan;
+    variant.micro_batch = batch;
+    variant.micro_batches = plan.micro_batches * (plan.micro_batch / batch);
+    if (measure("--batch " + std::to_string(batch) + " --micro-batches " + std::to_string(variant.micro_batches), variant)) break;
   }
-  if (o.offload_optimizer == "none") {
-    TrainOptions variant = o;
-    variant.offload_optimizer = "cpu";
+  if (!plan.offload_optimizer) {
+    TrainingPlan variant = plan;
+    variant.offload_optimizer = offload::OffloadDevice::cpu;
     measure("--offload-optimizer cpu", variant);
   }
   sort_memory_options(advice);

@@ -8,14 +8,16 @@
 #include <functional>
 
 #include "engine/train/memory_advice.h"
-#include "engine/train/train_options.h"
+#include "engine/train/training_plan.h"
 
 namespace ferry {
 
-// The fullest rank's peak reserved bytes of a pipeline run of `options` (its own layout choice).
-using PipelineMeasure = std::function<std::int64_t(const TrainOptions& options)>;
+// The fullest rank's peak reserved bytes of a pipeline run of `plan` (its own layout choice).
+using PipelineMeasure = std::function<std::int64_t(const TrainingPlan& plan)>;
 
-MemoryAdvice advise_pipeline_memory(const TrainOptions& options, std::int64_t layers, std::size_t memory_limit,
+// Each alternative is `plan` with one setting changed (the recompute policy, the micro-batch geometry,
+// the optimizer's offload), measured by `fullest_rank`.
+MemoryAdvice advise_pipeline_memory(const TrainingPlan& plan, std::int64_t layers, std::size_t memory_limit,
                                     const PipelineMeasure& fullest_rank);
 
 }  // namespace ferry

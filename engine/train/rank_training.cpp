@@ -44,7 +44,8 @@ using Clock = std::chrono::steady_clock;
 // ZeRO-Offload's settings for this rank: with several ranks each keeps its NVMe state in a directory of
 // its own (nvme_path/rank-R), as DeepSpeed's ranks do.
 offload::ZeroOffloadSettings rank_offload_settings(const TrainOptions& o, const TrainingPlan& plan, const ProcessGrid& grid) {
-  offload::ZeroOffloadSettings settings = offload_settings(o, *plan.offload_optimizer);
+  offload::ZeroOffloadSettings settings = plan.offload;
+  settings.device = *plan.offload_optimizer;
   if (grid.shape().world() > 1 && !settings.nvme_path.empty()) settings.nvme_path += "/rank-" + std::to_string(grid.rank());
   if (o.threads == 0) settings.adam.threads = cpu::compute_threads();
   return settings;
@@ -96,16 +97,16 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   }
   const TokenDataset data = open_training_data(o.data);
   check_vocabulary(data, config);
-  DataLoader loader(data, o.batch, sequence, o.shuffle, o.seed);
+  DataLoader loader(data, plan.micro_batch, sequence, o.shuffle, o.seed);
   const std::optional<TokenDataset> eval_data = o.eval_data.empty() ? std::nullopt : std::optional(TokenDataset::open(o.eval_data));
   if (eval_data) {
     check_vocabulary(*eval_data, config);
-    DataLoader(*eval_data, o.batch, sequence, false, 0);  // refuses data shorter than one micro-batch, before training
+    DataLoader(*eval_data, plan.micro_batch, sequence, false, 0);  // refuses data shorter than one micro-batch, before training
   }
   MetricsFile metrics(grid.rank() == 0 ? o.metrics : std::string());  // rank 0's lines; the loss is the job's already
 
   const GptDropout dropout{o.dropout, o.dropout, o.dropout};
-  const StepSettings settings{o.batch, sequence, plan.micro_batches, o.seed, hyper.grad_clip, plan.data_parallel() ? &grid.dp() : nullptr};
+  const StepSettings settings{plan.micro_batch, sequence, plan.micro_batches, o.seed, hyper.grad_clip, plan.data_parallel() ? &grid.dp() : nullptr};
   RecomputePolicy policy = plan.recompute;
   const bool offloaded = plan.offload_optimizer.has_value();
   DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, AllocatorConfig::from_environment(),
@@ -144,8 +145,8 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   const std::string rank_directory = plan.grid.world() == 1 ? std::string() : "/rank-" + std::to_string(grid.rank());
   TrainingProfile profile(*device, o.profile.empty() ? o.profile : o.profile + rank_directory, ProfileSteps::parse(o.profile_steps),
                           {{"command", "train"}, {"model", config.name}, {"parameters", config.parameter_count()}, {"grid", plan.to_json()},
-                           {"rank", grid.rank()}, {"device", std::string(device_kind_name(device->kind()))}, {"precision", o.precision},
-                           {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", plan.micro_batches}, {"checkpointing", policy.name()}},
+                           {"rank", grid.rank()}, {"device", std::string(device_kind_name(device->kind()))}, {"precision", precision_name(plan.precision)},
+                           {"micro_batch", plan.micro_batch}, {"seq", sequence}, {"grad_accum", plan.micro_batches}, {"checkpointing", policy.name()}},
                           std::string(TrainingProfile::kFailureDirectory) + rank_directory);
   ProgressPrinter progress(speaks ? stdout : nullptr, speaks && plan.world == 1 && is_terminal(stdout), o.log_every);
   nlohmann::json steps = nlohmann::json::array();
@@ -226,10 +227,10 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
     if (speaks) {
       std::printf("ferry train: %s (%lld layers, hidden %lld, %lld heads, vocab %lld), %s parameters, %s on %s, grid %s\n", config.name.c_str(),
                   static_cast<long long>(config.layers), static_cast<long long>(config.hidden), static_cast<long long>(config.heads),
-                  static_cast<long long>(config.vocab), std::to_string(config.parameter_count()).c_str(), o.precision.c_str(),
+                  static_cast<long long>(config.vocab), std::to_string(config.parameter_count()).c_str(), precision_name(plan.precision).c_str(),
                   device->name().c_str(), plan.grid.text().c_str());
       std::printf("  data %s (%s, %lld tokens), batch %lld x seq %lld x grad-accum %lld, steps %lld..%lld, %d threads, BLAS kernels %s\n",
-                  data.name().c_str(), data.format().c_str(), static_cast<long long>(data.size()), static_cast<long long>(o.batch),
+                  data.name().c_str(), data.format().c_str(), static_cast<long long>(data.size()), static_cast<long long>(plan.micro_batch),
                   static_cast<long long>(sequence), static_cast<long long>(plan.micro_batches), static_cast<long long>(first_step + 1),
                   static_cast<long long>(last_step), cpu::compute_threads(), cpu::blas_core_name().c_str());
       if (pipelined) {
@@ -260,7 +261,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
       std::optional<double> eval_loss;
       if (eval_data && ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || step + 1 == last_step)) {
         const OpScope op(*device, "eval", "eval after step " + std::to_string(step + 1));
-        eval_loss = (stage ? stage->evaluate(*eval_data, o.eval_batches) : evaluate_loss(*device, model, *eval_data, o.batch, sequence, o.eval_batches)).loss;
+        eval_loss = (stage ? stage->evaluate(*eval_data, o.eval_batches) : evaluate_loss(*device, model, *eval_data, plan.micro_batch, sequence, o.eval_batches)).loss;
         steps.back()["eval_loss"] = *eval_loss;
         last_eval_loss = *eval_loss;
       }
@@ -285,9 +286,9 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
     progress.finish();
     const std::string directory = profile.save_failure(error.what());
     const std::size_t limit = device->memory_limit();
-    TrainOptions current = o;
-    current.checkpointing = policy.name();  // alternatives against the configuration that ran
-    const MemoryAdvice advice = pipelined ? advise_grid_memory(current, plan, shape, limit) : advise_memory(dry_run_setup, limit);
+    TrainingPlan current = plan;
+    current.recompute = policy;  // alternatives against the configuration that ran
+    const MemoryAdvice advice = pipelined ? advise_grid_memory(o, current, shape, limit) : advise_memory(dry_run_setup, limit);
     throw std::runtime_error("out of device memory" + (plan.grid.world() > 1 ? " on rank " + std::to_string(grid.rank()) : std::string()) +
                              (current_step == 0 ? std::string(" while building the model and optimizer")
                                                 : " in step " + std::to_string(current_step)) +
@@ -299,7 +300,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
       {"command", "train"},
       {"model", model_summary(config)},
       {"run", {{"device", std::string(device_kind_name(device->kind()))}, {"device_memory_limit", device->memory_limit()},
-               {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", plan.micro_batches},
+               {"precision", precision_name(plan.precision)}, {"micro_batch", plan.micro_batch}, {"seq", sequence}, {"grad_accum", plan.micro_batches},
                {"steps", o.steps}, {"first_step", first_step + 1}, {"checkpointing", policy.name()}, {"checkpointing_requested", plan.recompute.name()},
                {"loss_chunk", o.loss_chunk},
                {"offload_optimizer", offloaded ? offload::offload_device_name(*plan.offload_optimizer) : "none"}, {"data", data.name()}, {"shuffle", o.shuffle}, {"seed", o.seed},

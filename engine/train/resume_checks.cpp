@@ -1,5 +1,6 @@
 #include "engine/train/resume_checks.h"
 #include "engine/core/bounded_json.h"
+#include "engine/train/training_setup.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -15,7 +16,8 @@ nlohmann::json resume_contract(const TrainOptions& o, const TrainingPlan& plan, 
   const TokenDataset::Identity identity = data.identity();
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(identity.xxh64));
-  return {{"batch", o.batch}, {"seq", sequence}, {"micro_batches_per_step", plan.micro_batches * plan.grid.dp}, {"precision", o.precision},
+  return {{"batch", plan.micro_batch}, {"seq", sequence}, {"micro_batches_per_step", plan.micro_batches * plan.grid.dp},
+          {"precision", precision_name(plan.precision)},
           {"data", {{"tokens", identity.tokens}, {"xxh64", hash}}}, {"shuffle", o.shuffle}, {"seed", o.seed}};
 }
 

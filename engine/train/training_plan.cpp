@@ -118,6 +118,7 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   plan.zero_stage = o.zero_stage;
   plan.overlap_comm = o.overlap_comm.value_or(true);
   if (o.offload_optimizer != "none") plan.offload_optimizer = offload::parse_offload_device(o.offload_optimizer);
+  plan.offload = offload_settings(o, plan.offload_optimizer.value_or(offload::OffloadDevice::cpu));
   plan.device = parse_device_kind(o.device);
   plan.device_memory_limit = o.device_memory.empty() ? 0 : parse_byte_size(o.device_memory);
   plan.recompute = RecomputePolicy::parse(o.checkpointing);

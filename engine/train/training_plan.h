@@ -32,6 +32,7 @@ struct TrainingPlan {
   RecomputePolicy recompute;              // --checkpointing (automatic: chosen by dry runs at the start)
   int zero_stage = 0;
   std::optional<offload::OffloadDevice> offload_optimizer;  // ZeRO-Offload's tier: cpu or nvme
+  offload::ZeroOffloadSettings offload;   // its buffers, NVMe path and sub-groups (device: the tier when offloading)
   std::int64_t reduce_bucket_elements = 0;     // DeepSpeed's reduce_bucket_size (0: one bucket)
   std::int64_t allgather_bucket_elements = 0;  // DeepSpeed's allgather_bucket_size (0: one bucket)
   bool overlap_comm = true;                    // DeepSpeed's overlap_comm: bucket reductions overlap backward

@@ -18,6 +18,16 @@ DType parse_precision(const std::string& precision) {
   throw std::invalid_argument("--precision '" + precision + "' is not one of fp32, bf16, fp16");
 }
 
+std::string precision_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "fp32";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "fp16";
+    default: break;
+  }
+  throw std::invalid_argument("no training precision is " + std::string(dtype_name(dtype)));
+}
+
 std::size_t default_cpu_device_memory(int local_ranks) {
   return physical_memory_bytes() / 4 * 3 / static_cast<std::size_t>(std::max(local_ranks, 1));
 }

@@ -18,6 +18,8 @@
 namespace ferry {
 
 DType parse_precision(const std::string& precision);
+// The --precision name of a dtype parse_precision gives ("fp32", "bf16", "fp16").
+std::string precision_name(DType dtype);
 // The cpu device's memory is this machine's RAM: by default three quarters of it, shared by the ranks
 // on this machine, so ferry's out-of-memory advice acts before the kernel's OOM killer does. From the
 // physical size, not what is free now, so every rank derives the same limit (and the same choices).
