@@ -1,5 +1,6 @@
 #include "engine/grid/data_parallel_gradients.h"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -22,7 +23,8 @@ Tensor f32_buffer(Device& device, std::int64_t elements, MemoryCategory category
 }  // namespace
 
 DataParallelGradients::DataParallelGradients(Device& device, const std::vector<NamedTensor>& parameters, Communicator& dp,
-                                             int zero_stage, std::int64_t bucket_elements, bool overlap, bool partition_off_device)
+                                             int zero_stage, std::int64_t bucket_elements, bool overlap, bool partition_off_device,
+                                             std::optional<std::size_t> held)
     : device_(device), dp_(dp), zero_stage_(zero_stage), layout_(sizes_of(parameters), dp.size()), overlap_(overlap),
       partition_off_device_(partition_off_device) {
   if (partition_off_device && zero_stage != 2) {
@@ -37,11 +39,15 @@ DataParallelGradients::DataParallelGradients(Device& device, const std::vector<N
     if (positions_.size() <= index) positions_.resize(index + 1);
     positions_[index] = position;
   }
-  buckets_ = layout_.buckets(bucket_elements);
+  const std::optional<std::size_t> held_position =
+      zero_stage == 2 && held && *held < positions_.size() ? positions_[*held] : std::optional<std::size_t>();
+  buckets_ = layout_.buckets(bucket_elements, held_position);
   bucket_of_.resize(parameters.size());
   for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
     for (std::size_t position = buckets_[bucket].first; position <= buckets_[bucket].last; ++position) bucket_of_[position] = bucket;
   }
+  if (held_position) held_bucket_ = bucket_of_[*held_position];
+  completed_.assign(parameters.size(), 0);
   pending_.resize(buckets_.size());
   open_buckets_.resize(buckets_.size());
   owned_ = zero_stage == 0 ? FlatRange{0, layout_.total()} : layout_.partition(dp.rank());
@@ -72,6 +78,7 @@ void DataParallelGradients::begin_step() {
   if (partition_off_device_ && partition_sink_ == nullptr) throw std::logic_error("stage 2 with its partition off the device has no sink");
   wait_seconds_ = 0;
   for (Tensor& bucket : open_buckets_) bucket = Tensor();
+  whole_step_ = pipeline_step_ = false;
 }
 
 void DataParallelGradients::begin_micro_batch(bool last) {
@@ -80,25 +87,34 @@ void DataParallelGradients::begin_micro_batch(bool last) {
 }
 
 void DataParallelGradients::accumulate_whole_step() {
-  if (zero_stage_ == 2) {
-    throw std::logic_error("ZeRO stage 2 reduces every micro-batch's buckets as backward fills them; it cannot hold a whole step's");
-  }
   begin_micro_batch(false);
+  reducing_ = zero_stage_ == 2;  // stage 2 reduces as buckets fill; stages 0 and 1 wait for reduce_accumulated()
+  std::fill(completed_.begin(), completed_.end(), 0);
+  whole_step_ = pipeline_step_ = true;
 }
 
 void DataParallelGradients::reduce_accumulated() {
-  if (zero_stage_ == 2 || reducing_) throw std::logic_error("reduce_accumulated() without accumulate_whole_step()");
+  if (!whole_step_) throw std::logic_error("reduce_accumulated() without accumulate_whole_step()");
+  whole_step_ = false;
   reducing_ = true;
   for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
+    if (zero_stage_ == 2 && !open_buckets_[bucket].defined()) continue;  // reduced already, nothing since
     pending_[bucket] = 0;
     launch(bucket);
   }
 }
 
-Tensor DataParallelGradients::accumulated_gradient(std::size_t index) const {
-  if (zero_stage_ == 2 || reducing_) throw std::logic_error("a parameter's accumulated gradient is kept only while a whole step accumulates");
-  const FlatRange parameter = layout_.parameter(position_of(index));
-  return full_.narrow(0, parameter.begin, parameter.size());
+Tensor DataParallelGradients::accumulated_gradient(std::size_t index) {
+  if (!whole_step_) throw std::logic_error("a parameter's accumulated gradient is kept only while a whole step accumulates");
+  const std::size_t position = position_of(index);
+  if (zero_stage_ < 2) {
+    const FlatRange parameter = layout_.parameter(position);
+    return full_.narrow(0, parameter.begin, parameter.size());
+  }
+  if (!held_bucket_ || bucket_of_[position] != *held_bucket_) {
+    throw std::logic_error("at ZeRO stage 2 a pipeline step holds only the tied table's gradient whole, not parameter " + std::to_string(index) + "'s");
+  }
+  return target(position, 0, layout_.parameter(position).size());
 }
 
 Tensor DataParallelGradients::target(std::size_t position, std::int64_t offset, std::int64_t count) {
@@ -131,7 +147,17 @@ void DataParallelGradients::accumulate_rows(std::size_t index, const Tensor& ids
 
 void DataParallelGradients::parameter_complete(std::size_t index) {
   if (!reducing_) return;
-  const std::size_t bucket = bucket_of_[position_of(index)];
+  const std::size_t position = position_of(index);
+  const std::size_t bucket = bucket_of_[position];
+  if (whole_step_) {  // stage 2 in a pipeline: once every parameter of the bucket has completed, in any micro-batches
+    if (bucket == held_bucket_ || completed_[position] != 0) return;
+    completed_[position] = 1;
+    if (--pending_[bucket] > 0) return;
+    for (std::size_t each = buckets_[bucket].first; each <= buckets_[bucket].last; ++each) completed_[each] = 0;
+    pending_[bucket] = buckets_[bucket].last - buckets_[bucket].first + 1;
+    launch(bucket);
+    return;
+  }
   if (pending_[bucket] == 0) throw std::logic_error("parameter " + std::to_string(index) + " completed twice in one micro-batch");
   if (--pending_[bucket] == 0) launch(bucket);
 }
@@ -187,7 +213,8 @@ void DataParallelGradients::land_oldest() {
 
 void DataParallelGradients::finish_step() {
   while (!in_flight_.empty()) land_oldest();
-  if (!reducing_) throw std::logic_error("a data-parallel step finished before its last micro-batch");
+  if (!reducing_ || whole_step_) throw std::logic_error("a data-parallel step finished before its last micro-batch");
+  if (pipeline_step_) return;  // every bucket was started by the step's end (reduce_accumulated())
   for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
     if (pending_[bucket] != 0) {
       throw std::logic_error("gradient bucket " + std::to_string(bucket) + " still waits for " + std::to_string(pending_[bucket]) +

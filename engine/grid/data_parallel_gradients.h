@@ -2,7 +2,8 @@
 // gradient here; buckets of whole parameters are averaged over the dp group as soon as their parameters
 // are complete, overlapping the rest of backward. ZeRO stage 0 all-reduces a full flat f32 buffer;
 // stage 1 reduce-scatters it (a rank keeps the average of its partition); stage 2 holds only its
-// partition plus the buckets in flight, reducing every micro-batch's buckets as they fill.
+// partition plus the buckets in flight, reducing every micro-batch's buckets as they fill (in a
+// pipeline too, where the tied table's bucket alone waits for the stages' sum).
 #pragma once
 
 #include <cstdint>
@@ -31,8 +32,11 @@ class DataParallelGradients final : public GradientSink {
   // starts, so none of it hides behind backward.
   // `partition_off_device` (stage 2 only): the partition's averaged gradients are not kept on the
   // device; each landed piece goes to the sink set_partition_sink() names (ZeRO-Offload's host gradients).
+  // `held` (a model index; a pipeline stage's tied token table): at stage 2 a bucket of its own, which a
+  // pipeline step accumulates whole until reduce_accumulated(), after the stages have summed it.
   DataParallelGradients(Device& device, const std::vector<NamedTensor>& parameters, Communicator& dp, int zero_stage,
-                        std::int64_t bucket_elements, bool overlap = true, bool partition_off_device = false);
+                        std::int64_t bucket_elements, bool overlap = true, bool partition_off_device = false,
+                        std::optional<std::size_t> held = std::nullopt);
   // Where stage 2 with the partition off the device hands each landed piece: accumulate(owned index,
   // offset, piece), the owned index counting the parameters that have elements in owned() (in order)
   // and the offset within that parameter's owned part. Set before the first step.
@@ -50,14 +54,16 @@ class DataParallelGradients final : public GradientSink {
   void begin_step();
   // Before each micro-batch's backward: stages 0 and 1 reduce during the step's last one only.
   void begin_micro_batch(bool last);
-  // Stages 0 and 1 in a pipeline, after begin_step(): the step's micro-batches only accumulate (a
-  // schedule interleaves their backwards, so none is "the last"); reduce_accumulated() then starts every
-  // bucket's reduction at once, after the pipeline has summed the tied table into the accumulated sums.
+  // A pipeline step, after begin_step(): a schedule interleaves the micro-batches' backwards, so none is
+  // "the last". Stages 0 and 1 only accumulate; reduce_accumulated() then starts every bucket's
+  // reduction at once, after the pipeline has summed the tied table into the accumulated sums. Stage 2
+  // starts a bucket's reduction once each of its parameters has completed (in whichever micro-batches),
+  // holds the `held` bucket whole, and reduce_accumulated() starts it and every bucket still open.
   void accumulate_whole_step();
   void reduce_accumulated();
   // The accumulated, not yet reduced, f32 gradient of model parameter `index` (accumulate_whole_step()
-  // only, before reduce_accumulated()).
-  Tensor accumulated_gradient(std::size_t index) const;
+  // only, before reduce_accumulated(); at stage 2 only the `held` parameter's).
+  Tensor accumulated_gradient(std::size_t index);
   // Waits for every reduction; then owned_gradients() holds the dp-averaged gradients of owned().
   void finish_step();
   // Seconds this step spent blocked waiting for reductions (the part of the communication backward did
@@ -102,6 +108,10 @@ class DataParallelGradients final : public GradientSink {
   std::vector<GradientBucket> buckets_;
   std::vector<std::size_t> bucket_of_;   // [position] -> bucket
   std::vector<std::size_t> pending_;     // [bucket] -> parameters not yet complete this micro-batch
+  std::vector<char> completed_;          // stage 2 in a pipeline step: [position] -> completed since its bucket opened
+  std::optional<std::size_t> held_bucket_;  // stage 2: the `held` parameter's bucket
+  bool whole_step_ = false;              // between accumulate_whole_step() and reduce_accumulated()
+  bool pipeline_step_ = false;           // since accumulate_whole_step(), until the next begin_step()
   FlatRange owned_;
   Tensor full_;       // stages 0, 1: f32 [total]
   Tensor partition_;  // stage 2: f32 [owned().size()]

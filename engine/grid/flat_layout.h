@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,8 @@ class FlatLayout {
 
   // Buckets of whole parameters from the last to the first (backward finishes parameters in about that
   // order), each holding parameters while it stays within `bucket_elements` (0: one bucket for all); a
-  // parameter larger than the bound is a bucket of its own.
-  std::vector<GradientBucket> buckets(std::int64_t bucket_elements) const;
+  // parameter larger than the bound is a bucket of its own, and so is the parameter at position `alone`.
+  std::vector<GradientBucket> buckets(std::int64_t bucket_elements, std::optional<std::size_t> alone = std::nullopt) const;
   // Contiguous ranges of at most `elements` (0: one range) covering [0, total): the all-gather's buckets.
   std::vector<FlatRange> chunks(std::int64_t elements) const;
 

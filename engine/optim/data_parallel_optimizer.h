@@ -20,6 +20,9 @@ struct DataParallelSettings {
   std::int64_t reduce_bucket_elements = 0;     // 0: one bucket
   std::int64_t allgather_bucket_elements = 0;  // 0: one bucket
   bool overlap_comm = true;
+  // A pipeline stage's tied token table (its model index): the stages sum its gradient before the dp
+  // group reduces it, so stage 2 holds it whole for the step (DataParallelGradients' `held`).
+  std::optional<std::size_t> tied_parameter;
 };
 
 // Over a model built with GradientStorage::streamed (it becomes the model's gradient sink). With

@@ -182,11 +182,6 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   if (o.overlap_comm && plan.grid.dp == 1) {
     plan.notes.push_back("zero_optimization.overlap_comm has no effect on one data-parallel rank: there are no gradient reductions to overlap");
   }
-  if (plan.data_parallel() && plan.grid.pp > 1 && o.zero_stage == 2) {
-    throw std::invalid_argument("--zero-stage 2 with --pp " + number(plan.grid.pp) + " (dp " + number(plan.grid.dp) + "): stage 2 reduces each "
-                                "micro-batch's gradients as its backward completes, and a pipeline schedule interleaves the micro-batches' "
-                                "backwards (DeepSpeed refuses it too); use --zero-stage 1 with pipelines");
-  }
   if (o.train_batch_size && *o.train_batch_size != plan.global_batch()) {
     throw std::invalid_argument("train_batch_size " + number(*o.train_batch_size) + " != train_micro_batch_size_per_gpu (--batch) " +
                                 number(plan.micro_batch) + " x gradient_accumulation_steps (--grad-accum) " + number(plan.micro_batches) +

@@ -130,14 +130,20 @@ PY
 done
 
 # dp 2 x pp 2 (ranks in Megatron's order: dp fastest after tp, then pp): each stage's dp group averages
-# its gradients (ZeRO 0: all-reduce; 1: reduce-scatter, each rank stepping its share) after the tied
-# table is summed between the first and last stage of each replica; with dropout the losses are one
-# rank's with the whole global batch (1e-6 in fp32, bf16 within 1e-4). Saved at dp 2 x pp 2, resumed at
-# one rank. The dry run of all four ranks in one process gives mpirun's peaks within a message.
+# its gradients (ZeRO 0: all-reduce; 1: reduce-scatter, each rank stepping its share; 2: each bucket
+# reduce-scattered as soon as its parameters completed, the tied table's held whole for the stages' sum)
+# after the tied table is summed between the first and last stage of each replica; with dropout the
+# losses are one rank's with the whole global batch (1e-6 in fp32, bf16 within 1e-4). Saved at dp 2 x
+# pp 2, resumed at one rank. The dry run of all four ranks in one process gives mpirun's peaks within a
+# message. With buckets small beside a stage (hidden 64, 3000 elements), stage 2 peaks below stage 1
+# on every rank, its gradient bytes too (with buckets of the whole stage, the default, its open bucket
+# is the stage's size, and at hidden 32 the held tied table and the buckets eat the half saved); with
+# an interleaved schedule, where a bucket's parameters complete in different micro-batches, the losses
+# stay one rank's.
 grid=(--model gpt2-tiny --layers 4 --hidden 32 --heads 2 --vocab 256 --seq 16 --batch 2 --lr 3e-3 --threads 1 --dropout 0.1)
 "$ferry" train "${grid[@]}" --steps 4 --grad-accum 8 --summary "$work/grid_one.json" > /dev/null
 "$ferry" train "${grid[@]}" --steps 3 --grad-accum 8 --precision bf16 --summary "$work/grid_one_bf16.json" > /dev/null
-for stage in 0 1; do
+for stage in 0 1 2; do
   launch 4 train "${grid[@]}" --steps 4 --pp 2 --micro-batches 4 --zero-stage "$stage" --exit-interval 2 --save "$work/grid_ck$stage" \
     --summary "$work/grid_$stage.json" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
   "$ferry" train "${grid[@]}" --steps 4 --grad-accum 8 --resume "$work/grid_ck$stage" --summary "$work/grid_resumed_$stage.json" > /dev/null
@@ -145,6 +151,15 @@ done
 launch 4 train "${grid[@]}" --steps 3 --pp 2 --micro-batches 4 --zero-stage 1 --precision bf16 --summary "$work/grid_bf16.json" > "$work/out.txt" 2>&1 \
   || { cat "$work/out.txt"; exit 1; }
 "$ferry" train "${grid[@]}" --steps 2 --pp 2 --dp 2 --micro-batches 4 --zero-stage 1 --device meta --summary "$work/grid_dry.json" > /dev/null
+small=(--steps 2 --pp 2 --micro-batches 4 --reduce-bucket-size 3000)
+wide=(--model gpt2-tiny --layers 4 --hidden 64 --heads 2 --vocab 256 --seq 16 --batch 2 --lr 3e-3 --threads 1 --dropout 0.1)
+for stage in 1 2; do
+  launch 4 train "${wide[@]}" "${small[@]}" --zero-stage "$stage" --summary "$work/grid_small_$stage.json" > "$work/out.txt" 2>&1 ||
+    { cat "$work/out.txt"; exit 1; }
+done
+"$ferry" train "${wide[@]}" "${small[@]}" --dp 2 --zero-stage 2 --device meta --summary "$work/grid_small_dry.json" > /dev/null
+launch 4 train "${grid[@]}" "${small[@]}" --schedule interleaved:2 --zero-stage 2 --summary "$work/grid_interleaved_2.json" > "$work/out.txt" 2>&1 ||
+  { cat "$work/out.txt"; exit 1; }
 /usr/bin/python3 - "$work" <<'PY'
 import json, sys
 load = lambda name: json.load(open(f"{sys.argv[1]}/{name}.json"))
@@ -152,7 +167,7 @@ losses = lambda s: [step["loss"] for step in s["steps"]]
 def same(actual, expected, relative, what):
     assert len(actual) == len(expected) > 0 and all(abs(a - e) <= relative * abs(e) for a, e in zip(actual, expected)), (what, actual, expected)
 one = losses(load("grid_one"))
-for stage in (0, 1):
+for stage in (0, 1, 2):
     run = load(f"grid_{stage}")
     same(losses(run), one[:2], 1e-6, f"dp 2 x pp 2 zero {stage}")
     same(losses(load(f"grid_resumed_{stage}")), one[2:], 1e-6, f"resumed from dp 2 x pp 2 zero {stage} at one rank")
@@ -163,13 +178,18 @@ same(losses(load("grid_bf16")), losses(load("grid_one_bf16")), 1e-4, "dp 2 x pp 
 for r in load("grid_1")["ranks"]:
     stage_states = [x for x in load("grid_0")["ranks"] if x["pp"] == r["pp"]][0]["max_by_category"]["optimizer_states"]
     assert abs(r["max_by_category"]["optimizer_states"] - stage_states / 2) <= 2 * 64 * 4 * 2, (r["rank"], r["max_by_category"], stage_states)
-message = 2 * 16 * 32 * 4
-for d, m in zip(load("grid_dry")["ranks"], load("grid_1")["ranks"]):
-    assert (d["dp"], d["pp"]) == (m["dp"], m["pp"]) and d["activation_stash"] == m["activation_stash"], (d["rank"],)
-    assert d["peak_reserved"] == m["peak_reserved"] and abs(d["peak_allocated"] - m["peak_allocated"]) <= message, (d["rank"], d["peak_allocated"], m["peak_allocated"])
+for dry, measured, hidden in (("grid_dry", "grid_1", 32), ("grid_small_dry", "grid_small_2", 64)):
+    message = 2 * 16 * hidden * 4
+    for d, m in zip(load(dry)["ranks"], load(measured)["ranks"]):
+        assert (d["dp"], d["pp"]) == (m["dp"], m["pp"]) and d["activation_stash"] == m["activation_stash"], (measured, d["rank"])
+        assert d["peak_reserved"] == m["peak_reserved"] and abs(d["peak_allocated"] - m["peak_allocated"]) <= message, (measured, d["rank"], d["peak_allocated"], m["peak_allocated"])
+        assert d["max_by_category"]["gradients"] == m["max_by_category"]["gradients"], (measured, d["rank"])
+same(losses(load("grid_interleaved_2")), one[:2], 1e-6, "dp 2 x pp 2 zero 2, interleaved, small buckets")
+for one_rank, two in zip(load("grid_small_1")["ranks"], load("grid_small_2")["ranks"]):
+    assert two["max_by_category"]["gradients"] < one_rank["max_by_category"]["gradients"], (two["rank"], two["max_by_category"], one_rank["max_by_category"])
+    assert two["peak_allocated"] < one_rank["peak_allocated"], (two["rank"], two["peak_allocated"], one_rank["peak_allocated"])
 PY
-echo "dp 2 x pp 2, ZeRO 0 and 1, fp32 and bf16: one rank's losses; saved there, resumed at one rank; the dry run's peaks"
-expect_error "--zero-stage 2 with --pp 2 (dp 2)" "$ferry" train "${grid[@]}" --pp 2 --dp 2 --zero-stage 2 --device meta
+echo "dp 2 x pp 2, ZeRO 0, 1 and 2, fp32 and bf16: one rank's losses; saved there, resumed at one rank; the dry run's peaks"
 # ZeRO-Offload on a dp x pp grid (ZeRO 1, cpu and nvme): each rank's share of its stage's state on the
 # host, stepped by CpuAdam; one rank's losses.
 for tier in cpu nvme; do
