@@ -91,7 +91,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   const OptimizerSettings hyper = saved ? resolve_resumed_settings(o.optimizer, saved->optimizer, o.resume)
                                         : resolve_new_run_settings(o.optimizer, o.steps);
 
-  const std::unique_ptr<Device> device = make_training_device(plan.device, plan.device_memory_limit);
+  const std::unique_ptr<Device> device = make_training_device(plan.device, plan.device_memory_limit, plan.allocator);
   if (!device->has_storage() && !o.save.empty()) {
     throw std::invalid_argument("--device meta is a dry run without values: it cannot --save (--init-from and --resume give it the shape)");
   }
@@ -109,7 +109,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   const StepSettings settings{plan.micro_batch, sequence, plan.micro_batches, o.seed, hyper.grad_clip, plan.data_parallel() ? &grid.dp() : nullptr};
   RecomputePolicy policy = plan.recompute;
   const bool offloaded = plan.offload_optimizer.has_value();
-  DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, AllocatorConfig::from_environment(),
+  DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, plan.allocator,
                             offloaded, device->kind() == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu,
                             plan.reduce_bucket_elements, o.weight_copy_elements,
                             {grid.dp().rank(), grid.dp().size(), plan.zero_stage, plan.allgather_bucket_elements, plan.overlap_comm}};

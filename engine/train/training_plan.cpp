@@ -94,6 +94,7 @@ nlohmann::json TrainingPlan::to_json() const {
           {"reduce_bucket_elements", reduce_bucket_elements},
           {"allgather_bucket_elements", allgather_bucket_elements},
           {"overlap_comm", overlap_comm},
+          {"allocator", allocator.to_string()},
           {"dry_run", dry_run}};
 }
 
@@ -122,6 +123,7 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   plan.device = parse_device_kind(o.device);
   plan.device_memory_limit = o.device_memory.empty() ? 0 : parse_byte_size(o.device_memory);
   plan.recompute = RecomputePolicy::parse(o.checkpointing);
+  plan.allocator = AllocatorConfig::from_environment();
   plan.grid.tp = o.tp;
   plan.grid.pp = o.pipeline_stages;
   if (o.tp < 1) throw std::invalid_argument("--tp must be at least 1, got " + number(o.tp));

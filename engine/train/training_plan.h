@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "allocator/allocator_config.h"
 #include "engine/comm/communicator.h"
 #include "engine/core/device.h"
 #include "engine/core/dtype.h"
@@ -36,6 +37,7 @@ struct TrainingPlan {
   std::int64_t reduce_bucket_elements = 0;     // DeepSpeed's reduce_bucket_size (0: one bucket)
   std::int64_t allgather_bucket_elements = 0;  // DeepSpeed's allgather_bucket_size (0: one bucket)
   bool overlap_comm = true;                    // DeepSpeed's overlap_comm: bucket reductions overlap backward
+  AllocatorConfig allocator;                   // the caching allocator's settings (FERRY_ALLOC_CONF, PyTorch's keys)
   bool dry_run = false;                        // --device meta
   std::vector<std::string> notes;              // settings without effect in this plan, said once at the start
 

@@ -33,17 +33,17 @@ std::size_t default_cpu_device_memory(int local_ranks) {
 }
 
 std::unique_ptr<Device> make_training_device(const std::string& kind, const std::string& memory) {
-  return make_training_device(parse_device_kind(kind), memory.empty() ? 0 : parse_byte_size(memory));
+  return make_training_device(parse_device_kind(kind), memory.empty() ? 0 : parse_byte_size(memory), AllocatorConfig::from_environment());
 }
 
-std::unique_ptr<Device> make_training_device(DeviceKind kind, std::size_t memory_limit) {
+std::unique_ptr<Device> make_training_device(DeviceKind kind, std::size_t memory_limit, const AllocatorConfig& allocator) {
   DeviceOptions device_options;
   device_options.kind = kind;
   device_options.memory_limit = memory_limit;
   if (device_options.kind == DeviceKind::cpu && memory_limit == 0) {
     device_options.memory_limit = default_cpu_device_memory(detect_rank_environment().local_size);
   }
-  device_options.allocator_config = AllocatorConfig::from_environment();
+  device_options.allocator_config = allocator;
   try {
     return create_device(device_options);
   } catch (const SegmentSourceError& error) {

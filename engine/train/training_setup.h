@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "allocator/allocator_config.h"
 #include "engine/core/device.h"
 #include "engine/core/dtype.h"
 #include "engine/data/token_data.h"
@@ -26,8 +27,8 @@ std::string precision_name(DType dtype);
 std::size_t default_cpu_device_memory(int local_ranks);
 // --device and --device-memory (cuda: create_device says when this build or machine has no GPU).
 std::unique_ptr<Device> make_training_device(const std::string& kind, const std::string& memory);
-// The same, typed: memory_limit 0 is the device's default.
-std::unique_ptr<Device> make_training_device(DeviceKind kind, std::size_t memory_limit);
+// The same, typed: memory_limit 0 is the device's default; `allocator` its caching allocator's settings.
+std::unique_ptr<Device> make_training_device(DeviceKind kind, std::size_t memory_limit, const AllocatorConfig& allocator);
 TokenDataset open_training_data(const std::string& path);  // empty: the embedded corpus
 void check_vocabulary(const TokenDataset& data, const GptConfig& config);
 double median(std::vector<double> values);
