@@ -1,5 +1,5 @@
-// make_communicator: the backend the launcher's environment calls for (MPI for several ranks, one rank
-// otherwise; torchrun is refused, MPI cannot join its jobs), with FERRY_COMM_TIMEOUT_SECONDS applied.
+// make_communicator: the backend the launcher's environment calls for (MPI for several ranks, those of
+// mpirun, srun or torchrun; one rank otherwise), with FERRY_COMM_TIMEOUT_SECONDS applied.
 #include "engine/comm/communicator.h"
 #include "engine/comm/mpi_communicator.h"
 
@@ -8,11 +8,6 @@ namespace ferry {
 std::unique_ptr<Communicator> make_communicator(bool force_mpi) {
   const RankEnvironment environment = detect_rank_environment();
   const std::chrono::milliseconds timeout = comm_timeout_from_environment();
-  if (environment.launcher == "torchrun") {
-    throw CommunicationError("this process was started by torchrun (rank " + std::to_string(environment.rank) + " of " +
-                             std::to_string(environment.world_size) +
-                             "): ferry's host transport is MPI: launch with mpirun -np N or srun, not torchrun");
-  }
   std::unique_ptr<Communicator> communicator = environment.world_size > 1 || force_mpi
                                                    ? make_mpi_communicator(environment)
                                                    : make_single_rank_communicator();

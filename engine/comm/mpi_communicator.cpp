@@ -27,21 +27,21 @@ int shared_memory_rank(MPI_Comm comm) {
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(const RankEnvironment& environment, const MpiCommunicatorOptions& options)
-    : context_(std::make_shared<MpiContext>()),
+    : context_(std::make_shared<MpiContext>(environment)),
       max_chunk_bytes_(options.max_message_chunk_bytes),
       owner_thread_(std::this_thread::get_id()) {
-  FERRY_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-  FERRY_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  FERRY_MPI_CHECK(MPI_Comm_rank(context_->world, &rank_));
+  FERRY_MPI_CHECK(MPI_Comm_size(context_->world, &size_));
   if (environment.launcher != "none" && (rank_ != environment.rank || size_ != environment.world_size)) {
     throw CommunicationError("MPI says this is rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
                              " but the " + environment.launcher + " environment says rank " +
                              std::to_string(environment.rank) + " of " + std::to_string(environment.world_size) +
-                             ": start every rank through the launcher (mpirun -np N or srun), not by hand inside "
+                             ": start every rank through the launcher (mpirun -np N, srun or torchrun), not by hand inside "
                              "its allocation");
   }
   world_ranks_.resize(static_cast<std::size_t>(size_));
   for (int rank = 0; rank < size_; ++rank) world_ranks_[static_cast<std::size_t>(rank)] = rank;
-  FERRY_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+  FERRY_MPI_CHECK(MPI_Comm_dup(context_->world, &comm_));
   try {
     FERRY_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     int* tag_upper_bound = nullptr;
@@ -186,7 +186,7 @@ void MpiCommunicator::barrier() {
 
 void MpiCommunicator::abort(int exit_code) {
   flush_standard_streams();
-  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  MPI_Abort(context_->world, exit_code);  // the job's ranks (torchrun's joined world too)
   std::_Exit(exit_code);  // MPI_Abort does not return; should it, this process still ends
 }
 

@@ -160,6 +160,38 @@ PY
 # Resuming with a different global batch is refused.
 expect_error "micro_batches_per_step" "$ferry" train "${model[@]}" --grad-accum 2 --resume "$work/ck"
 
+# torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as
+# torchrun sets them for each process it starts; Debian's torch 1.13 torchrun cannot start processes on
+# Python 3.11): the ranks join through ompi-server and train as under mpirun, one rank's losses. A rank
+# that never comes makes rank 0 fail within the timeout, naming it.
+torchrun_like() {  # torchrun_like RANKS ARGS...: ferry once per rank with torchrun's variables
+  local ranks=$1 port=$((20000 + RANDOM % 20000)) pids=() status=0; shift
+  for ((rank = 0; rank < ranks; ++rank)); do
+    RANK=$rank WORLD_SIZE=$ranks LOCAL_RANK=$rank LOCAL_WORLD_SIZE=$ranks MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      timeout 300 "$ferry" "$@" > "$work/torchrun_$rank.txt" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  return $status
+}
+torchrun_like 2 train "${model[@]}" --grad-accum 2 --zero-stage 1 --summary "$work/torchrun.json" ||
+  { cat "$work"/torchrun_*.txt; exit 1; }
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+expected = [s["loss"] for s in json.load(open(f"{work}/one.json"))["steps"]]
+run = json.load(open(f"{work}/torchrun.json"))
+actual = [s["loss"] for s in run["steps"]]
+assert len(actual) == 3 and all(abs(a - e) <= 1e-6 * e for a, e in zip(actual, expected)), (actual, expected)
+assert [r["dp"] for r in run["ranks"]] == [0, 1] and run["grid"]["world"] == 2, run["ranks"]
+PY
+if FERRY_COMM_TIMEOUT_SECONDS=3 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+   MASTER_PORT=$((20000 + RANDOM % 20000)) timeout 60 "$ferry" train "${model[@]}" > "$work/out.txt" 2> "$work/err.txt"; then
+  echo "rank 0 of 2 trained without rank 1"; exit 1
+fi
+grep -q "torchrun rendezvous: timed out waiting for rank 1 of 2 to connect" "$work/err.txt" || { echo "no error naming rank 1:"; cat "$work/err.txt"; exit 1; }
+if pgrep -x ompi-server > /dev/null; then echo "ompi-server outlived the job"; exit 1; fi
+
 # One rank gathers nothing: its all-gather bucket is said to have no effect.
 "$ferry" train "${model[@]}" --steps 1 --allgather-bucket-size 1000 > "$work/one_rank.txt"
 grep -q "note: allgather_bucket_size has no effect on one data-parallel rank" "$work/one_rank.txt"

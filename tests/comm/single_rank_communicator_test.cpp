@@ -1,6 +1,6 @@
 // The world of one rank: collectives leave or copy the data, messages have nowhere to go and say why,
 // abort ends the process with its code after flushing what was printed; make_communicator picks this
-// backend without a launcher and refuses torchrun.
+// backend without a launcher, and torchrun's rendezvous names what it lacks.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -149,12 +149,15 @@ TEST(MakeCommunicator, BadTimeoutIsRejected) {
   EXPECT_THROW(make_communicator(), std::invalid_argument);
 }
 
-TEST(MakeCommunicator, TorchrunIsRefused) {
+// torchrun's one rank is one rank; of several, the rendezvous names what it lacks before MPI starts.
+TEST(MakeCommunicator, TorchrunOfOneRankIsOneRankAndOfSeveralNeedsItsMaster) {
   skip_under_a_launcher();
   const ScopedVariable rank("RANK", "0");
   const ScopedVariable world_size("WORLD_SIZE", "1");
+  EXPECT_EQ(make_communicator()->backend(), "single");
+  const ScopedVariable two("WORLD_SIZE", "2");
   const std::string error = error_of<CommunicationError>([] { make_communicator(); });
-  EXPECT_TRUE(contains(error, "launch with mpirun -np N or srun, not torchrun")) << error;
+  EXPECT_TRUE(contains(error, "torchrun rendezvous: MASTER_ADDR is not set")) << error;
 }
 
 }  // namespace
