@@ -1,6 +1,7 @@
 #include "engine/checkpoint/sharded_save.h"
 
 #include <exception>
+#include <filesystem>
 #include <functional>
 
 #include "engine/checkpoint/checkpoint.h"
@@ -73,7 +74,11 @@ std::string save_sharded_checkpoint(Communicator& world, const std::string& root
     outcome = broadcast_text(world, outcome);
   } else {
     const std::string staging = broadcast_text(world, {});
-    const std::string own = staging.empty() ? std::string() : failure_of([&] { write_checkpoint_shard(staging, shard, skipped); });
+    std::string own = staging.empty() ? std::string() : failure_of([&] { write_checkpoint_shard(staging, shard, skipped); });
+    std::error_code error;
+    if (!own.empty() && !std::filesystem::is_directory(staging, error)) {
+      own += " (rank 0 made '" + staging + "', which this rank does not see: --save must name a filesystem every rank shares)";
+    }
     world.gather_strings(own, 0);
     outcome = broadcast_text(world, {});
   }
