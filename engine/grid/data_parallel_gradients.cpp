@@ -24,7 +24,7 @@ Tensor f32_buffer(Device& device, std::int64_t elements, MemoryCategory category
 
 DataParallelGradients::DataParallelGradients(Device& device, const std::vector<NamedTensor>& parameters, Communicator& dp,
                                              int zero_stage, std::int64_t bucket_elements, bool overlap, bool partition_off_device,
-                                             std::optional<std::size_t> held)
+                                             const PipelineBuckets& pipeline)
     : device_(device), dp_(dp), zero_stage_(zero_stage), layout_(sizes_of(parameters), dp.size()), overlap_(overlap),
       partition_off_device_(partition_off_device) {
   if (partition_off_device && zero_stage != 2) {
@@ -39,9 +39,18 @@ DataParallelGradients::DataParallelGradients(Device& device, const std::vector<N
     if (positions_.size() <= index) positions_.resize(index + 1);
     positions_[index] = position;
   }
-  const std::optional<std::size_t> held_position =
-      zero_stage == 2 && held && *held < positions_.size() ? positions_[*held] : std::optional<std::size_t>();
-  buckets_ = layout_.buckets(bucket_elements, held_position);
+  auto position_of_index = [&](std::optional<std::size_t> index) {
+    return index && *index < positions_.size() ? positions_[*index] : std::optional<std::size_t>();
+  };
+  const std::optional<std::size_t> held_position = zero_stage == 2 ? position_of_index(pipeline.held) : std::nullopt;
+  std::vector<std::size_t> group_starts;
+  if (held_position) group_starts = {*held_position, *held_position + 1};
+  if (zero_stage == 2) {
+    for (const std::size_t index : pipeline.stage_starts) {
+      if (const auto position = position_of_index(index)) group_starts.push_back(*position);
+    }
+  }
+  buckets_ = layout_.buckets(bucket_elements, group_starts);
   bucket_of_.resize(parameters.size());
   for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
     for (std::size_t position = buckets_[bucket].first; position <= buckets_[bucket].last; ++position) bucket_of_[position] = bucket;

@@ -32,11 +32,18 @@ class DataParallelGradients final : public GradientSink {
   // starts, so none of it hides behind backward.
   // `partition_off_device` (stage 2 only): the partition's averaged gradients are not kept on the
   // device; each landed piece goes to the sink set_partition_sink() names (ZeRO-Offload's host gradients).
-  // `held` (a model index; a pipeline stage's tied token table): at stage 2 a bucket of its own, which a
-  // pipeline step accumulates whole until reduce_accumulated(), after the stages have summed it.
+  // `pipeline` (stage 2): how a pipeline rank's buckets are cut.
+  struct PipelineBuckets {
+    // A model index (the tied token table): a bucket of its own, which a pipeline step accumulates
+    // whole until reduce_accumulated(), after the stages have summed it.
+    std::optional<std::size_t> held;
+    // Model indices of the parameters that start each of the rank's pipeline stages (after the first): no
+    // bucket spans two stages, so each stage's backward completes its own buckets.
+    std::vector<std::size_t> stage_starts;
+  };
   DataParallelGradients(Device& device, const std::vector<NamedTensor>& parameters, Communicator& dp, int zero_stage,
                         std::int64_t bucket_elements, bool overlap = true, bool partition_off_device = false,
-                        std::optional<std::size_t> held = std::nullopt);
+                        const PipelineBuckets& pipeline = {});
   // Where stage 2 with the partition off the device hands each landed piece: accumulate(owned index,
   // offset, piece), the owned index counting the parameters that have elements in owned() (in order)
   // and the offset within that parameter's owned part. Set before the first step.

@@ -35,13 +35,17 @@ std::vector<std::size_t> FlatLayout::owned_counts(const FlatRange& range) const 
   return counts;
 }
 
-std::vector<GradientBucket> FlatLayout::buckets(std::int64_t bucket_elements, std::optional<std::size_t> alone) const {
+std::vector<GradientBucket> FlatLayout::buckets(std::int64_t bucket_elements, const std::vector<std::size_t>& group_starts) const {
+  std::vector<bool> starts(sizes_.size() + 1, false);
+  for (const std::size_t position : group_starts) {
+    if (position < starts.size()) starts[position] = true;
+  }
   std::vector<GradientBucket> result;
   std::size_t end = sizes_.size();  // one past the bucket's last parameter
   while (end > 0) {
     std::size_t first = end - 1;
     std::int64_t elements = sizes_[first];
-    while (first > 0 && first != alone && first - 1 != alone && (bucket_elements == 0 || elements + sizes_[first - 1] <= bucket_elements)) {
+    while (first > 0 && !starts[first] && (bucket_elements == 0 || elements + sizes_[first - 1] <= bucket_elements)) {
       elements += sizes_[--first];
     }
     result.push_back({first, end - 1, {offsets_[first], offsets_[end - 1] + sizes_[end - 1]}});

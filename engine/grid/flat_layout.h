@@ -5,7 +5,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,8 +47,9 @@ class FlatLayout {
 
   // Buckets of whole parameters from the last to the first (backward finishes parameters in about that
   // order), each holding parameters while it stays within `bucket_elements` (0: one bucket for all); a
-  // parameter larger than the bound is a bucket of its own, and so is the parameter at position `alone`.
-  std::vector<GradientBucket> buckets(std::int64_t bucket_elements, std::optional<std::size_t> alone = std::nullopt) const;
+  // parameter larger than the bound is a bucket of its own. No bucket holds both the parameter before
+  // a position in `group_starts` and the one at it (a pipeline rank's stages; a parameter kept alone).
+  std::vector<GradientBucket> buckets(std::int64_t bucket_elements, const std::vector<std::size_t>& group_starts = {}) const;
   // Contiguous ranges of at most `elements` (0: one range) covering [0, total): the all-gather's buckets.
   std::vector<FlatRange> chunks(std::int64_t elements) const;
 

@@ -20,7 +20,7 @@ class DataParallelBase : public TrainingOptimizer {
   DataParallelBase(GptModel& model, Communicator& dp, const DataParallelSettings& settings, bool partition_off_device = false)
       : model_(model), dp_(dp), settings_(settings),
         gradients_(model.device(), model.parameters().named(), dp, settings.zero_stage, settings.reduce_bucket_elements,
-                   settings.overlap_comm, partition_off_device, settings.tied_parameter) {
+                   settings.overlap_comm, partition_off_device, settings.pipeline) {
     if (model.gradient_storage() != GradientStorage::streamed) {
       throw std::logic_error("data parallelism needs a model whose gradients stream to its sink (GradientStorage::streamed)");
     }

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "engine/comm/communicator.h"
+#include "engine/grid/data_parallel_gradients.h"
 #include "engine/optim/training_optimizer.h"
 #include "models/gpt_model.h"
 #include "offload/zero_offload_optimizer.h"
@@ -20,9 +21,9 @@ struct DataParallelSettings {
   std::int64_t reduce_bucket_elements = 0;     // 0: one bucket
   std::int64_t allgather_bucket_elements = 0;  // 0: one bucket
   bool overlap_comm = true;
-  // A pipeline stage's tied token table (its model index): the stages sum its gradient before the dp
-  // group reduces it, so stage 2 holds it whole for the step (DataParallelGradients' `held`).
-  std::optional<std::size_t> tied_parameter;
+  // A pipeline rank's: the tied token table (the stages sum its gradient before the dp group reduces
+  // it, so stage 2 holds it whole for the step) and where each of its stages starts.
+  DataParallelGradients::PipelineBuckets pipeline;
 };
 
 // Over a model built with GradientStorage::streamed (it becomes the model's gradient sink). With

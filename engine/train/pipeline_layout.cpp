@@ -109,4 +109,28 @@ PipelineLayoutChoice choose_pipeline_layout(const TrainingPlan& plan, const Pipe
   return {{policy.policy, choice.split}, describe(choice, candidates.front(), limit, prints)};
 }
 
+DataParallelGradients::PipelineBuckets pipeline_buckets(const std::vector<NamedTensor>& parameters, const std::vector<StageBlocks>& stage_blocks,
+                                                        std::int64_t layers) {
+  const auto last_stage = static_cast<std::int64_t>(stage_blocks.size()) - 1;
+  const std::size_t first_block = GptParameters::block_index(0), past_blocks = GptParameters::block_index(layers);
+  DataParallelGradients::PipelineBuckets buckets;
+  std::optional<std::int64_t> previous;
+  for (const NamedTensor& each : parameters) {
+    std::int64_t stage = 0;  // the embeddings': the first stage's
+    if (each.index >= past_blocks) {
+      stage = last_stage;  // ln_f
+    } else if (each.index >= first_block) {
+      const auto layer = static_cast<std::int64_t>((each.index - first_block) / GptBlockParameters::kCount);
+      while (stage < last_stage && stage_blocks[static_cast<std::size_t>(stage)].end <= layer) ++stage;
+    }
+    if (each.index == GptParameters::kWteIndex) {
+      buckets.held = each.index;  // on the first and the last stage: summed between them
+      continue;
+    }
+    if (previous && *previous != stage) buckets.stage_starts.push_back(each.index);
+    previous = stage;
+  }
+  return buckets;
+}
+
 }  // namespace ferry

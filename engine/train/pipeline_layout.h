@@ -10,7 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/grid/data_parallel_gradients.h"
 #include "engine/train/training_plan.h"
+#include "models/gpt_parameters.h"
 #include "models/gpt_config.h"
 #include "schedule/pipeline_partition.h"
 #include "schedule/recompute_policy.h"
@@ -43,5 +45,11 @@ struct PipelineShape {
 // auto: the fewest recomputed FLOPs for which some split fits (throws std::invalid_argument naming the smallest
 // need when none does).
 PipelineLayoutChoice choose_pipeline_layout(const TrainingPlan& plan, const PipelineShape& shape, bool prints, const PipelineDryRun& dry_run);
+
+// How a pipeline rank's data-parallel gradient buckets are cut (ZeRO 2): the tied token table alone,
+// held for the stages' sum, and no bucket across two of the rank's stages (an interleaved schedule's
+// rank holds several), so each stage's backward completes its own buckets. `parameters`: the rank's.
+DataParallelGradients::PipelineBuckets pipeline_buckets(const std::vector<NamedTensor>& parameters, const std::vector<StageBlocks>& stage_blocks,
+                                                        std::int64_t layers);
 
 }  // namespace ferry

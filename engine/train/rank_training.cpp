@@ -174,12 +174,12 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
     } else {
       initialize_gpt_parameters(model.parameters(), config, o.seed);
     }
-    const std::optional<std::size_t> tied_parameter =
-        pipelined && model.part().has_token_table() ? std::optional<std::size_t>(GptParameters::kWteIndex) : std::nullopt;
+    const DataParallelGradients::PipelineBuckets buckets =
+        pipelined ? pipeline_buckets(model.parameters().named(), chosen->layout.stage_blocks, config.layers) : DataParallelGradients::PipelineBuckets{};
     const std::unique_ptr<TrainingOptimizer> optimizer =
         plan.data_parallel()       ? make_data_parallel_optimizer(model, hyper.adamw(), grid.dp(),
                                                                   {plan.zero_stage, plan.reduce_bucket_elements, plan.allgather_bucket_elements,
-                                                                   plan.overlap_comm, tied_parameter},
+                                                                   plan.overlap_comm, buckets},
                                                                   offloaded ? std::optional(rank_offload_settings(o, plan, grid)) : std::nullopt)
         : !offloaded               ? make_device_optimizer(model, hyper.adamw())
         : device->has_storage()    ? make_offload_optimizer(model, hyper.adamw(), rank_offload_settings(o, plan, grid))

@@ -136,10 +136,9 @@ done
 # losses are one rank's with the whole global batch (1e-6 in fp32, bf16 within 1e-4). Saved at dp 2 x
 # pp 2, resumed at one rank. The dry run of all four ranks in one process gives mpirun's peaks within a
 # message. With buckets small beside a stage (hidden 64, 3000 elements), stage 2 peaks below stage 1
-# on every rank, its gradient bytes too (with buckets of the whole stage, the default, its open bucket
-# is the stage's size, and at hidden 32 the held tied table and the buckets eat the half saved); with
-# an interleaved schedule, where a bucket's parameters complete in different micro-batches, the losses
-# stay one rank's.
+# on every rank, its gradient bytes too, under 1f1b and interleaved:2 (whose ranks hold two stages each:
+# no bucket spans two); with buckets of the whole stage, the default, its open bucket is the stage's
+# size, and at hidden 32 the held tied table and the buckets eat the half saved.
 grid=(--model gpt2-tiny --layers 4 --hidden 32 --heads 2 --vocab 256 --seq 16 --batch 2 --lr 3e-3 --threads 1 --dropout 0.1)
 "$ferry" train "${grid[@]}" --steps 4 --grad-accum 8 --summary "$work/grid_one.json" > /dev/null
 "$ferry" train "${grid[@]}" --steps 3 --grad-accum 8 --precision bf16 --summary "$work/grid_one_bf16.json" > /dev/null
@@ -151,15 +150,16 @@ done
 launch 4 train "${grid[@]}" --steps 3 --pp 2 --micro-batches 4 --zero-stage 1 --precision bf16 --summary "$work/grid_bf16.json" > "$work/out.txt" 2>&1 \
   || { cat "$work/out.txt"; exit 1; }
 "$ferry" train "${grid[@]}" --steps 2 --pp 2 --dp 2 --micro-batches 4 --zero-stage 1 --device meta --summary "$work/grid_dry.json" > /dev/null
-small=(--steps 2 --pp 2 --micro-batches 4 --reduce-bucket-size 3000)
+bucketed=(--steps 2 --pp 2 --micro-batches 4 --reduce-bucket-size 3000)
 wide=(--model gpt2-tiny --layers 4 --hidden 64 --heads 2 --vocab 256 --seq 16 --batch 2 --lr 3e-3 --threads 1 --dropout 0.1)
-for stage in 1 2; do
-  launch 4 train "${wide[@]}" "${small[@]}" --zero-stage "$stage" --summary "$work/grid_small_$stage.json" > "$work/out.txt" 2>&1 ||
-    { cat "$work/out.txt"; exit 1; }
+"$ferry" train "${wide[@]}" --steps 2 --grad-accum 8 --summary "$work/wide_one.json" > /dev/null
+for schedule in 1f1b interleaved:2; do
+  for stage in 1 2; do
+    launch 4 train "${wide[@]}" "${bucketed[@]}" --schedule "$schedule" --zero-stage "$stage" --summary "$work/small_${schedule%%:*}_$stage.json" \
+      > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+  done
 done
-"$ferry" train "${wide[@]}" "${small[@]}" --dp 2 --zero-stage 2 --device meta --summary "$work/grid_small_dry.json" > /dev/null
-launch 4 train "${grid[@]}" "${small[@]}" --schedule interleaved:2 --zero-stage 2 --summary "$work/grid_interleaved_2.json" > "$work/out.txt" 2>&1 ||
-  { cat "$work/out.txt"; exit 1; }
+"$ferry" train "${wide[@]}" "${bucketed[@]}" --dp 2 --zero-stage 2 --device meta --summary "$work/small_dry.json" > /dev/null
 /usr/bin/python3 - "$work" <<'PY'
 import json, sys
 load = lambda name: json.load(open(f"{sys.argv[1]}/{name}.json"))
@@ -178,16 +178,17 @@ same(losses(load("grid_bf16")), losses(load("grid_one_bf16")), 1e-4, "dp 2 x pp 
 for r in load("grid_1")["ranks"]:
     stage_states = [x for x in load("grid_0")["ranks"] if x["pp"] == r["pp"]][0]["max_by_category"]["optimizer_states"]
     assert abs(r["max_by_category"]["optimizer_states"] - stage_states / 2) <= 2 * 64 * 4 * 2, (r["rank"], r["max_by_category"], stage_states)
-for dry, measured, hidden in (("grid_dry", "grid_1", 32), ("grid_small_dry", "grid_small_2", 64)):
+for dry, measured, hidden in (("grid_dry", "grid_1", 32), ("small_dry", "small_1f1b_2", 64)):
     message = 2 * 16 * hidden * 4
     for d, m in zip(load(dry)["ranks"], load(measured)["ranks"]):
         assert (d["dp"], d["pp"]) == (m["dp"], m["pp"]) and d["activation_stash"] == m["activation_stash"], (measured, d["rank"])
         assert d["peak_reserved"] == m["peak_reserved"] and abs(d["peak_allocated"] - m["peak_allocated"]) <= message, (measured, d["rank"], d["peak_allocated"], m["peak_allocated"])
         assert d["max_by_category"]["gradients"] == m["max_by_category"]["gradients"], (measured, d["rank"])
-same(losses(load("grid_interleaved_2")), one[:2], 1e-6, "dp 2 x pp 2 zero 2, interleaved, small buckets")
-for one_rank, two in zip(load("grid_small_1")["ranks"], load("grid_small_2")["ranks"]):
-    assert two["max_by_category"]["gradients"] < one_rank["max_by_category"]["gradients"], (two["rank"], two["max_by_category"], one_rank["max_by_category"])
-    assert two["peak_allocated"] < one_rank["peak_allocated"], (two["rank"], two["peak_allocated"], one_rank["peak_allocated"])
+for schedule in ("1f1b", "interleaved"):
+    same(losses(load(f"small_{schedule}_2")), losses(load("wide_one")), 1e-6, f"dp 2 x pp 2 zero 2, {schedule}, small buckets")
+    for one_rank, two in zip(load(f"small_{schedule}_1")["ranks"], load(f"small_{schedule}_2")["ranks"]):
+        assert two["max_by_category"]["gradients"] < one_rank["max_by_category"]["gradients"], (schedule, two["rank"], two["max_by_category"], one_rank["max_by_category"])
+        assert two["peak_allocated"] < one_rank["peak_allocated"], (schedule, two["rank"], two["peak_allocated"], one_rank["peak_allocated"])
 PY
 echo "dp 2 x pp 2, ZeRO 0, 1 and 2, fp32 and bf16: one rank's losses; saved there, resumed at one rank; the dry run's peaks"
 # ZeRO-Offload on a dp x pp grid (ZeRO 1, cpu and nvme): each rank's share of its stage's state on the

@@ -49,8 +49,8 @@ TEST(FlatLayout, BucketsGroupWholeParametersFromTheEnd) {
   EXPECT_EQ(buckets[2].range.begin, 0);
   EXPECT_EQ(buckets[2].range.end, 107);
   EXPECT_EQ(layout.buckets(0).size(), 1u);
-  // A parameter asked to be alone (a pipeline's tied table) splits the one bucket around it.
-  const std::vector<GradientBucket> split = layout.buckets(0, 1);
+  // Groups (a pipeline rank's stages; a parameter kept alone) split the one bucket at their starts.
+  const std::vector<GradientBucket> split = layout.buckets(0, {1, 2});
   ASSERT_EQ(split.size(), 3u);
   EXPECT_EQ(split[0].first, 2u);
   EXPECT_EQ(split[0].last, 4u);
@@ -60,8 +60,8 @@ TEST(FlatLayout, BucketsGroupWholeParametersFromTheEnd) {
   EXPECT_EQ(split[1].range.end, 107);
   EXPECT_EQ(split[2].first, 0u);
   EXPECT_EQ(split[2].last, 0u);
-  ASSERT_EQ(layout.buckets(0, 0).size(), 2u);
-  EXPECT_EQ(layout.buckets(0, 0)[1].range.end, 100);
+  ASSERT_EQ(layout.buckets(0, {0, 1}).size(), 2u);
+  EXPECT_EQ(layout.buckets(0, {0, 1})[1].range.end, 100);
 }
 
 TEST(FlatLayout, ChunksCoverTheSpace) {
