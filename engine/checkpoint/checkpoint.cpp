@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <vector>
 
 #include "engine/core/atomic_file.h"
@@ -129,6 +130,9 @@ void finish_checkpoint(const std::string& directory, const GptConfig& config, co
 
 void save_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer, const TrainerState& state) {
   const OptimizerSnapshot shard = optimizer.shard();
+  if (shard.begin != 0 || static_cast<std::int64_t>(shard.master.size()) != model.parameters().numel() || !model.part().whole()) {
+    throw std::logic_error("save_checkpoint writes a whole model from one process; a grid's ranks save together (save_sharded_checkpoint)");
+  }
   create_checkpoint_files(directory, model.config(), shard.steps);
   write_checkpoint_shard(directory, shard, {});
   finish_checkpoint(directory, model.config(), state, shard.steps);

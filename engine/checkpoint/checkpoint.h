@@ -29,8 +29,9 @@ void write_checkpoint_shard(const std::string& directory, const OptimizerSnapsho
 //    checksum.
 void finish_checkpoint(const std::string& directory, const GptConfig& config, const TrainerState& state, std::int64_t optimizer_steps);
 
-// All three in one process. The optimizer's state is saved the same way wherever it lives (device, host
-// memory or NVMe), so a checkpoint resumes under any --offload-optimizer mode.
+// All three in one process, for a whole model whose optimizer holds all of its state (one rank). The
+// optimizer's state is saved the same way wherever it lives (device, host memory or NVMe), so a
+// checkpoint resumes under any --offload-optimizer mode.
 void save_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer, const TrainerState& state);
 
 // The trainer state of a complete checkpoint (trainer_state.json), without its tensors.
