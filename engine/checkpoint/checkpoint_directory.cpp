@@ -11,8 +11,8 @@
 #include <optional>
 #include <system_error>
 
-#include "engine/core/atomic_file.h"
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/core/atomic_file.h"
 
 namespace ferry {
 namespace {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/comm/communicator.h"
 #include "engine/checkpoint/trainer_state.h"
+#include "engine/comm/communicator.h"
 #include "engine/optim/training_optimizer.h"
 #include "models/gpt_config.h"
 

@@ -155,14 +155,17 @@ void SafetensorsFile::read_raw(const SafetensorsEntry& entry, void* destination)
   read_exactly(fd_, destination, entry.end - entry.begin, data_offset_ + entry.begin, path_);
 }
 
-void SafetensorsFile::read_elements(const SafetensorsEntry& entry, std::int64_t first, std::int64_t count, void* destination) const {
+std::uint64_t safetensors_elements_offset(const SafetensorsEntry& entry, std::int64_t first, std::int64_t count, const std::string& path) {
   if (first < 0 || count < 0 || first + count > entry.numel()) {
-    throw SafetensorsError("'" + path_ + "' tensor '" + entry.name + "' has " + std::to_string(entry.numel()) + " elements, not [" +
+    throw SafetensorsError("'" + path + "' tensor '" + entry.name + "' has " + std::to_string(entry.numel()) + " elements, not [" +
                            std::to_string(first) + ", " + std::to_string(first + count) + ")");
   }
-  const std::uint64_t element = dtype_size(entry.dtype);
-  read_exactly(fd_, destination, static_cast<std::uint64_t>(count) * element,
-               data_offset_ + entry.begin + static_cast<std::uint64_t>(first) * element, path_);
+  return entry.begin + static_cast<std::uint64_t>(first) * dtype_size(entry.dtype);
+}
+
+void SafetensorsFile::read_elements(const SafetensorsEntry& entry, std::int64_t first, std::int64_t count, void* destination) const {
+  const std::uint64_t at = safetensors_elements_offset(entry, first, count, path_);
+  read_exactly(fd_, destination, static_cast<std::uint64_t>(count) * dtype_size(entry.dtype), data_offset_ + at, path_);
 }
 
 std::vector<float> SafetensorsFile::read_f32(const SafetensorsEntry& entry) const {

@@ -39,6 +39,10 @@ struct SafetensorsEntry {
 // `entries` (name, dtype, shape; begin and end are laid end to end in this order) and `metadata`.
 std::string safetensors_header(std::vector<SafetensorsEntry>& entries, const std::map<std::string, std::string>& metadata);
 
+// Where elements [first, first + count) of `entry` start in the data section (bytes); throws
+// SafetensorsError naming `path` and the tensor when the range passes the tensor's end.
+std::uint64_t safetensors_elements_offset(const SafetensorsEntry& entry, std::int64_t first, std::int64_t count, const std::string& path);
+
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(std::string path);

@@ -60,13 +60,8 @@ void SafetensorsFiller::write(const std::string& name, DType dtype, std::int64_t
     throw SafetensorsError("'" + layout_.path() + "' tensor '" + name + "' is " + std::string(safetensors_dtype_name(entry->dtype)) +
                            ", not " + std::string(safetensors_dtype_name(dtype)));
   }
-  if (first < 0 || count < 0 || first + count > entry->numel()) {
-    throw SafetensorsError("'" + layout_.path() + "' tensor '" + name + "' has " + std::to_string(entry->numel()) + " elements, not [" +
-                           std::to_string(first) + ", " + std::to_string(first + count) + ")");
-  }
-  const std::uint64_t element = dtype_size(dtype);
-  write_exactly(fd_, data, static_cast<std::uint64_t>(count) * element,
-                layout_.data_offset() + entry->begin + static_cast<std::uint64_t>(first) * element, layout_.path());
+  const std::uint64_t at = safetensors_elements_offset(*entry, first, count, layout_.path());
+  write_exactly(fd_, data, static_cast<std::uint64_t>(count) * dtype_size(dtype), layout_.data_offset() + at, layout_.path());
 }
 
 void SafetensorsFiller::sync() {

@@ -120,42 +120,19 @@ void PartitionedAdamW::export_range(const FlatRange& range, std::vector<float>& 
   second_moment_.narrow(0, range.begin - owned_.begin, range.size()).copy_to_host(second_moment.data());
 }
 
-void PartitionedAdamW::export_state(std::vector<float>& master, std::vector<float>& first_moment, std::vector<float>& second_moment) {
-  const FlatLayout& layout = gradients_.layout();
-  const auto total = static_cast<std::size_t>(layout.total());
-  const FlatRange share = owned_.intersect({0, layout.total()});
-  const std::int64_t at = std::min(share.begin, layout.total());  // a share of padding only is empty
-  std::vector<float> values[3];
-  export_range(share, values[0], values[1], values[2]);
-  std::vector<float>* wholes[3] = {&master, &first_moment, &second_moment};
-  for (int i = 0; i < 3; ++i) {
-    wholes[i]->assign(total, 0.0f);
-    std::copy(values[i].begin(), values[i].end(), wholes[i]->begin() + at);
-  }
-  if (gradients_.zero_stage() == 0) return;  // every rank holds everything
-  const std::vector<std::size_t> counts = layout.owned_counts({0, layout.total()});
-  for (std::vector<float>* values_of : wholes) {
-    dp_.all_gather_async(values_of->data() + at, values_of->data(), counts, CommDataType::f32)->wait();
-  }
-}
-
-void PartitionedAdamW::import_share(const FlatRange& share, const std::vector<float>& master, const std::vector<float>& first_moment,
+void PartitionedAdamW::import_share(const std::vector<float>& master, const std::vector<float>& first_moment,
                                     const std::vector<float>& second_moment) {
-  const FlatRange expected = owned_.intersect({0, gradients_.layout().total()});
-  const auto count = static_cast<std::size_t>(share.size());
-  if (share.size() != expected.size() || (count > 0 && share.begin != expected.begin) || master.size() != count ||
-      first_moment.size() != count || second_moment.size() != count) {
-    throw std::invalid_argument("optimizer state of " + std::to_string(master.size()) + " elements at [" + std::to_string(share.begin) + ", " +
-                                std::to_string(share.end) + ") for a share of " + std::to_string(expected.size()) + " at [" +
-                                std::to_string(expected.begin) + ", " + std::to_string(expected.end) + ")");
+  const auto count = static_cast<std::size_t>(owned_.size());
+  if (master.size() != count || first_moment.size() != count || second_moment.size() != count) {
+    throw std::invalid_argument("optimizer state of " + std::to_string(master.size()) + " elements for a share of " + std::to_string(count));
   }
   if (count > 0) {
-    first_moment_.narrow(0, 0, share.size()).copy_from_host(first_moment.data());
-    second_moment_.narrow(0, 0, share.size()).copy_from_host(second_moment.data());
-    if (master_.defined()) master_.narrow(0, 0, share.size()).copy_from_host(master.data());
+    first_moment_.narrow(0, 0, owned_.size()).copy_from_host(first_moment.data());
+    second_moment_.narrow(0, 0, owned_.size()).copy_from_host(second_moment.data());
+    if (master_.defined()) master_.narrow(0, 0, owned_.size()).copy_from_host(master.data());
   }
   for (const Segment& segment : segments_) {
-    copy_from_host_f32(parameter_view(segment), master.data() + (segment.range.begin - share.begin));
+    copy_from_host_f32(parameter_view(segment), master.data() + (segment.range.begin - owned_.begin));
   }
   if (gradients_.zero_stage() > 0) gather_parameters(parameters_, gradients_.layout(), owned_, dp_, allgather_bucket_elements_);
 }

@@ -32,17 +32,13 @@ class PartitionedAdamW {
   std::int64_t steps_taken() const { return steps_; }
   void set_steps_taken(std::int64_t steps) { steps_ = steps; }
 
-  // The whole model's master weights and moments in host memory (every rank's share gathered), each
-  // [total] f32 in the flat order.
-  void export_state(std::vector<float>& master, std::vector<float>& first_moment, std::vector<float>& second_moment);
   // Flat elements `range` (within this rank's share) of the master weights and moments, each
   // [range.size()] f32, without communication: what the rank writes of a checkpoint.
   void export_range(const FlatRange& range, std::vector<float>& master, std::vector<float>& first_moment, std::vector<float>& second_moment);
-  // This rank's share (flat elements `share`: its partition cut to the parameters) from vectors of
-  // [share.size()] f32; the parameters become the master weights in their dtype, the other ranks'
+  // This rank's share (its partition, cut to the parameters; stage 0: everything) from vectors of
+  // [share's size] f32; the parameters become the master weights in their dtype, the other ranks'
   // shares all-gathered (stages 1, 2: every rank of the dp group calls it together).
-  void import_share(const FlatRange& share, const std::vector<float>& master, const std::vector<float>& first_moment,
-                    const std::vector<float>& second_moment);
+  void import_share(const std::vector<float>& master, const std::vector<float>& first_moment, const std::vector<float>& second_moment);
 
  private:
   // A parameter's elements inside this rank's share.

@@ -1,7 +1,7 @@
 #include "engine/optim/data_parallel_optimizer.h"
 
-#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -49,17 +49,10 @@ class DataParallelBase : public TrainingOptimizer {
   }
 
  protected:
-  // The rank's share of the state, cut to the parameters (empty where its partition is padding only).
-  FlatRange state_range() const override {
-    const FlatRange share = gradients_.owned().intersect({0, gradients_.layout().total()});
-    return share.empty() ? FlatRange{0, 0} : share;
-  }
+  // The rank's share of the state (partitions are cut to the parameters: empty where padding only).
+  FlatRange state_range() const override { return gradients_.owned(); }
   // The flat elements this rank writes of a checkpoint: its partition (ZeRO 0: the one it would own).
-  FlatRange shard_range() const {
-    const FlatLayout& layout = gradients_.layout();
-    const FlatRange range = (settings_.zero_stage > 0 ? gradients_.owned() : layout.partition(dp_.rank())).intersect({0, layout.total()});
-    return range.empty() ? FlatRange{0, 0} : range;
-  }
+  FlatRange shard_range() const { return settings_.zero_stage > 0 ? gradients_.owned() : gradients_.layout().partition(dp_.rank()); }
   // The step's reductions: those a pipeline step held back start now; then every one is waited for.
   void finish_reductions() {
     if (whole_step_) gradients_.reduce_accumulated();
@@ -89,7 +82,6 @@ class DataParallelAdamW final : public DataParallelBase {
   void step(float learning_rate, float gradient_scale) override { adam_.step(learning_rate, gradient_scale); }
   std::int64_t steps_taken() const override { return adam_.steps_taken(); }
   void set_steps_taken(std::int64_t steps) override { adam_.set_steps_taken(steps); }
-  OptimizerSnapshot snapshot() override { return snapshot_of(model_, adam_); }
   OptimizerSnapshot shard() override {
     const FlatRange range = shard_range();
     OptimizerSnapshot shard = shard_layout(model_, range.begin, 0);
@@ -98,9 +90,8 @@ class DataParallelAdamW final : public DataParallelBase {
     return shard;
   }
   void restore(const OptimizerSnapshot& snapshot) override {
-    const FlatRange share = state_range();
-    const SnapshotValues values = values_of(snapshot, share);
-    adam_.import_share(share, values.master, values.first_moment, values.second_moment);
+    const SnapshotValues values = values_of(snapshot, state_range());
+    adam_.import_share(values.master, values.first_moment, values.second_moment);
     adam_.set_steps_taken(snapshot.steps);
   }
   nlohmann::json describe() const override {
@@ -172,36 +163,17 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
   }
   std::int64_t steps_taken() const override { return optimizer_.steps_taken(); }
   void set_steps_taken(std::int64_t steps) override { optimizer_.set_steps_taken(steps); }
-  OptimizerSnapshot snapshot() override {
-    OptimizerSnapshot snapshot = snapshot_layout(model_);
-    snapshot.steps = optimizer_.steps_taken();
-    std::vector<float> master, first, second;  // the rank's share, in flat order
-    optimizer_.export_state(master, first, second);
-    const FlatRange owned = gradients_.owned();
-    const std::int64_t at = std::min(owned.begin, gradients_.layout().total());
-    std::copy(master.begin(), master.end(), snapshot.master.begin() + at);
-    std::copy(first.begin(), first.end(), snapshot.first_moment.begin() + at);
-    std::copy(second.begin(), second.end(), snapshot.second_moment.begin() + at);
-    if (settings_.zero_stage > 0) {
-      const std::vector<std::size_t> counts = gradients_.layout().owned_counts({0, gradients_.layout().total()});
-      for (std::vector<float>* values : {&snapshot.master, &snapshot.first_moment, &snapshot.second_moment}) {
-        dp_.all_gather(values->data() + at, values->data(), counts, CommDataType::f32);
-      }
-    }
-    return snapshot;
-  }
   OptimizerSnapshot shard() override {
-    const FlatRange range = shard_range();
-    OptimizerSnapshot shard = shard_layout(model_, range.begin, range.size());
-    shard.steps = optimizer_.steps_taken();
-    std::vector<float> master, first, second;  // the rank's share, in flat order
-    optimizer_.export_state(master, first, second);
-    const auto skip = static_cast<std::size_t>(range.begin - state_range().begin);
-    const auto count = static_cast<std::size_t>(range.size());
-    std::copy_n(master.begin() + static_cast<std::ptrdiff_t>(skip), count, shard.master.begin());
-    std::copy_n(first.begin() + static_cast<std::ptrdiff_t>(skip), count, shard.first_moment.begin());
-    std::copy_n(second.begin() + static_cast<std::ptrdiff_t>(skip), count, shard.second_moment.begin());
-    return shard;
+    const FlatRange share = state_range(), range = shard_range();
+    OptimizerSnapshot held = shard_layout(model_, share.begin, 0);  // the rank's share, then cut to the shard
+    held.steps = optimizer_.steps_taken();
+    optimizer_.export_state(held.master, held.first_moment, held.second_moment);
+    SnapshotValues values = values_of(held, range);
+    held.begin = range.begin;
+    held.master = std::move(values.master);
+    held.first_moment = std::move(values.first_moment);
+    held.second_moment = std::move(values.second_moment);
+    return held;
   }
   void restore(const OptimizerSnapshot& snapshot) override {
     const FlatRange share = state_range();
@@ -271,7 +243,7 @@ class DryRunOffloadedDataParallel final : public DataParallelBase {
   }
   std::int64_t steps_taken() const override { return steps_; }
   void set_steps_taken(std::int64_t steps) override { steps_ = steps; }
-  OptimizerSnapshot snapshot() override { throw std::logic_error("a dry run has no optimizer state to save"); }
+  OptimizerSnapshot shard() override { throw std::logic_error("a dry run has no optimizer state to save"); }
   void restore(const OptimizerSnapshot&) override { throw std::logic_error("a dry run has no optimizer state to load"); }
   nlohmann::json describe() const override {
     nlohmann::json description = DataParallelBase::describe();

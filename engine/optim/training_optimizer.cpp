@@ -66,8 +66,6 @@ OptimizerSnapshot empty_snapshot(const GptModel& model, std::int64_t steps) {
   return snapshot;
 }
 
-
-
 class DeviceAdamW final : public TrainingOptimizer {
  public:
   DeviceAdamW(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters)
@@ -89,7 +87,7 @@ class DeviceAdamW final : public TrainingOptimizer {
   std::int64_t steps_taken() const override { return optimizer_.steps_taken(); }
   void set_steps_taken(std::int64_t steps) override { optimizer_.set_steps_taken(steps); }
 
-  OptimizerSnapshot snapshot() override {
+  OptimizerSnapshot shard() override {
     OptimizerSnapshot snapshot = empty_snapshot(model_, optimizer_.steps_taken());
     const std::vector<NamedTensor> masters = optimizer_.master_weights();
     for (std::size_t i = 0; i < masters.size(); ++i) {
@@ -191,9 +189,17 @@ class OffloadedAdamW final : public TrainingOptimizer {
   std::int64_t steps_taken() const override { return optimizer_.steps_taken(); }
   void set_steps_taken(std::int64_t steps) override { optimizer_.set_steps_taken(steps); }
 
-  OptimizerSnapshot snapshot() override { return snapshot_of(model_, optimizer_); }
+  OptimizerSnapshot shard() override {
+    OptimizerSnapshot snapshot = empty_snapshot(model_, optimizer_.steps_taken());
+    optimizer_.export_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
+    return snapshot;
+  }
   FlatRange state_range() const override { return {0, model_.parameters().numel()}; }
-  void restore(const OptimizerSnapshot& snapshot) override { restore_from(snapshot, model_, optimizer_); }
+  void restore(const OptimizerSnapshot& snapshot) override {
+    require_matching_snapshot(snapshot, model_);
+    optimizer_.import_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
+    optimizer_.set_steps_taken(snapshot.steps);
+  }
 
   nlohmann::json describe() const override {
     const offload::OffloadStepTimes& times = optimizer_.last_step_times();
@@ -235,7 +241,7 @@ class DiscardingOptimizer final : public TrainingOptimizer {
   void step(float, float) override { ++steps_; }
   std::int64_t steps_taken() const override { return steps_; }
   void set_steps_taken(std::int64_t steps) override { steps_ = steps; }
-  OptimizerSnapshot snapshot() override { throw std::logic_error("a dry run has no optimizer state to save"); }
+  OptimizerSnapshot shard() override { throw std::logic_error("a dry run has no optimizer state to save"); }
   FlatRange state_range() const override { return {0, model_.parameters().numel()}; }
   void restore(const OptimizerSnapshot&) override { throw std::logic_error("a dry run has no optimizer state to load"); }
   nlohmann::json describe() const override { return {{"mode", "dry run"}}; }

@@ -38,21 +38,6 @@ OptimizerSnapshot snapshot_layout(const GptModel& model);
 OptimizerSnapshot shard_layout(const GptModel& model, std::int64_t begin, std::int64_t count);
 // Throws std::invalid_argument unless the snapshot holds the model's tensors.
 void require_matching_snapshot(const OptimizerSnapshot& snapshot, const GptModel& model);
-// The snapshot of an optimizer `state` that exports and imports the whole model's flat state
-// (export_state/import_state over master, first and second moments, and a step count).
-template <typename State>
-OptimizerSnapshot snapshot_of(const GptModel& model, State& state) {
-  OptimizerSnapshot snapshot = snapshot_layout(model);
-  snapshot.steps = state.steps_taken();
-  state.export_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
-  return snapshot;
-}
-template <typename State>
-void restore_from(const OptimizerSnapshot& snapshot, const GptModel& model, State& state) {
-  require_matching_snapshot(snapshot, model);
-  state.import_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
-  state.set_steps_taken(snapshot.steps);
-}
 
 class TrainingOptimizer {
  public:
@@ -80,11 +65,9 @@ class TrainingOptimizer {
   virtual void step(float learning_rate, float gradient_scale) = 0;
   virtual std::int64_t steps_taken() const = 0;
   virtual void set_steps_taken(std::int64_t steps) = 0;
-  // The whole state (a data-parallel rank gathers every rank's share).
-  virtual OptimizerSnapshot snapshot() = 0;
-  // The share of the state this rank writes of a checkpoint: a data-parallel rank's partition (ZeRO 0:
-  // the partition it would own), without gathering; otherwise the whole.
-  virtual OptimizerSnapshot shard() { return snapshot(); }
+  // The state this rank writes of a checkpoint, without communication: the whole state of a model (or
+  // of a pipeline rank's part), or a data-parallel rank's partition (ZeRO 0: the one it would own).
+  virtual OptimizerSnapshot shard() = 0;
   // The flat elements of the model's parameters whose state this rank holds: all of them, or a
   // data-parallel rank's share (ZeRO 1, 2: its partition).
   virtual FlatRange state_range() const = 0;

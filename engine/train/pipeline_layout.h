@@ -12,8 +12,8 @@
 
 #include "engine/grid/data_parallel_gradients.h"
 #include "engine/train/training_plan.h"
-#include "models/gpt_parameters.h"
 #include "models/gpt_config.h"
+#include "models/gpt_parameters.h"
 #include "schedule/pipeline_partition.h"
 #include "schedule/recompute_policy.h"
 

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
+#include "engine/optim/training_optimizer.h"
 #include "engine/pipeline/pipeline_executor.h"
 #include "engine/train/training_step.h"
-#include "engine/optim/training_optimizer.h"
 
 namespace ferry {
 

@@ -5,8 +5,8 @@
 #include <new>
 #include <optional>
 
-#include "engine/core/safetensors.h"
 #include "engine/checkpoint/checkpoint_directory.h"
+#include "engine/core/safetensors.h"
 #include "engine/train/evaluation.h"
 #include "engine/train/model_config.h"
 #include "engine/train/rank_training.h"

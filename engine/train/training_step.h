@@ -10,8 +10,8 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/core/device.h"
-#include "engine/optim/loss_scaler.h"
 #include "engine/data/token_data.h"
+#include "engine/optim/loss_scaler.h"
 #include "engine/optim/training_optimizer.h"
 #include "models/gpt_model.h"
 #include "schedule/recompute_policy.h"

@@ -41,7 +41,7 @@ TEST(Checkpoint, RoundTripRestoresWeightsMomentsAndState) {
   GptModel model(*device, tiny(), DType::f32);
   initialize_gpt_parameters(model.parameters(), tiny(), 7);
   const auto optimizer = make_device_optimizer(model, {});
-  OptimizerSnapshot values = optimizer->snapshot();
+  OptimizerSnapshot values = optimizer->shard();
   std::fill_n(values.first_moment.begin(), 11 * 8, 0.25f);  // wte's first moment
   values.steps = 3;
   optimizer->restore(values);
@@ -64,7 +64,7 @@ TEST(Checkpoint, RoundTripRestoresWeightsMomentsAndState) {
   EXPECT_EQ(state.loss_scaler->to_json(), saved.loss_scaler->to_json());
   EXPECT_EQ(restored_optimizer->steps_taken(), 3);
   EXPECT_EQ(copy_to_host_f32(restored.parameters().wte), copy_to_host_f32(model.parameters().wte));
-  const OptimizerSnapshot loaded = restored_optimizer->snapshot();
+  const OptimizerSnapshot loaded = restored_optimizer->shard();
   EXPECT_EQ(loaded.first_moment, values.first_moment);
   EXPECT_EQ(loaded.second_moment, values.second_moment);
   EXPECT_EQ(loaded.master, values.master);
@@ -83,7 +83,7 @@ TEST(Checkpoint, OptimizerStateMovesBetweenOffloadModes) {
     settings.nvme_path = fresh_directory("nvme_state");
     settings.sub_group_elements = 100;  // several sub-groups
     const auto offloaded = make_offload_optimizer(source, {}, settings);
-    OptimizerSnapshot values = offloaded->snapshot();
+    OptimizerSnapshot values = offloaded->shard();
     for (std::size_t i = 0; i < values.master.size(); ++i) {
       values.master[i] = 0.001f * static_cast<float>(i % 997);
       values.first_moment[i] = 0.5f + static_cast<float>(i);
@@ -97,7 +97,7 @@ TEST(Checkpoint, OptimizerStateMovesBetweenOffloadModes) {
     GptModel restored(*device, tiny(), DType::bf16);
     const auto on_device = make_device_optimizer(restored, {});
     EXPECT_EQ(load_checkpoint(directory, restored, *on_device).step, 5) << mode;
-    const OptimizerSnapshot loaded = on_device->snapshot();
+    const OptimizerSnapshot loaded = on_device->shard();
     EXPECT_EQ(loaded.master, values.master) << mode;
     EXPECT_EQ(loaded.first_moment, values.first_moment) << mode;
     EXPECT_EQ(loaded.second_moment, values.second_moment) << mode;
@@ -107,7 +107,7 @@ TEST(Checkpoint, OptimizerStateMovesBetweenOffloadModes) {
     // ... and back into the offloaded tier.
     const auto again = make_offload_optimizer(source, {}, settings);
     load_checkpoint(directory, source, *again);
-    EXPECT_EQ(again->snapshot().second_moment, values.second_moment) << mode;
+    EXPECT_EQ(again->shard().second_moment, values.second_moment) << mode;
     fs::remove_all(directory);
     fs::remove_all(settings.nvme_path);
   }
@@ -148,7 +148,7 @@ TEST(Checkpoint, ShardsWrittenInPlaceMakeTheWholeFiles) {
   GptModel model(*device, config, DType::f32);
   initialize_gpt_parameters(model.parameters(), config, 7);
   const auto optimizer = make_device_optimizer(model, {});
-  OptimizerSnapshot whole = optimizer->snapshot();
+  OptimizerSnapshot whole = optimizer->shard();
   for (std::size_t i = 0; i < whole.master.size(); ++i) {
     whole.first_moment[i] = 0.5f + static_cast<float>(i);
     whole.second_moment[i] = 2.0f * static_cast<float>(i);
@@ -185,7 +185,7 @@ TEST(Checkpoint, ShardsWrittenInPlaceMakeTheWholeFiles) {
   GptModel restored(*device, config, DType::f32);
   const auto restored_optimizer = make_device_optimizer(restored, {});
   EXPECT_EQ(load_checkpoint(many, restored, *restored_optimizer).step, 4);
-  const OptimizerSnapshot loaded = restored_optimizer->snapshot();
+  const OptimizerSnapshot loaded = restored_optimizer->shard();
   EXPECT_EQ(loaded.master, whole.master);
   EXPECT_EQ(loaded.first_moment, whole.first_moment);
   EXPECT_EQ(loaded.second_moment, whole.second_moment);

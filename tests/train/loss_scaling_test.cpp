@@ -12,8 +12,8 @@
 
 #include "engine/cli/train_options.h"
 #include "engine/optim/loss_scaler.h"
-#include "engine/train/trainer.h"
 #include "engine/optim/training_optimizer.h"
+#include "engine/train/trainer.h"
 #include "engine/train/training_step.h"
 #include "tests/train/tiny_training.h"
 

@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <string>
 
-#include "engine/core/atomic_file.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/checkpoint/sharded_save.h"
+#include "engine/core/atomic_file.h"
 #include "models/gpt_weights.h"
 #include "tests/comm/mpi_test_world.h"
 
@@ -36,7 +36,7 @@ std::string job_directory(Communicator& world, const std::string& name) {
 OptimizerSnapshot whole_state(Device& device) {
   GptModel model(device, kConfig, DType::f32);
   initialize_gpt_parameters(model.parameters(), kConfig, 7);
-  OptimizerSnapshot whole = make_device_optimizer(model, {})->snapshot();
+  OptimizerSnapshot whole = make_device_optimizer(model, {})->shard();
   for (std::size_t i = 0; i < whole.master.size(); ++i) {
     whole.first_moment[i] = 0.25f * static_cast<float>(i);
     whole.second_moment[i] = 3.0f + static_cast<float>(i);
