@@ -19,7 +19,7 @@
 #include "engine/cli/report_command.h"
 #include "engine/cli/schedule_command.h"
 #include "engine/cli/train_command.h"
-#include "engine/cli/train_options.h"
+#include "engine/cli/train_flag_parser.h"
 #include "models/kernels/cpu/compute_threads.h"
 
 namespace {

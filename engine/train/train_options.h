@@ -1,4 +1,4 @@
-// What `ferry train` and `ferry eval` are asked to do, once parsed: engine/cli/train_options.h reads the
+// What `ferry train` and `ferry eval` are asked to do, once parsed: engine/cli/train_flag_parser.h reads the
 // flags (ARCHITECTURE.md's contract) and a JSON config into these; the loop reads only these.
 #pragma once
 

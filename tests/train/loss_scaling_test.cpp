@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/cli/train_options.h"
+#include "engine/cli/train_flag_parser.h"
 #include "engine/optim/loss_scaler.h"
 #include "engine/optim/training_optimizer.h"
 #include "engine/train/trainer.h"

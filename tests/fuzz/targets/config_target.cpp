@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/cli/train_options.h"
+#include "engine/cli/train_flag_parser.h"
 #include "tests/fuzz/targets/fuzz_target.h"
 
 namespace ferry::fuzz {

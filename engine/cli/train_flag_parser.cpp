@@ -1,4 +1,4 @@
-#include "engine/cli/train_options.h"
+#include "engine/cli/train_flag_parser.h"
 #include "engine/core/bounded_json.h"
 
 #include <algorithm>
