@@ -72,6 +72,7 @@ struct AllocatorStatistics {
   std::int64_t num_device_alloc = 0;       // segments allocated or pages mapped at the source
   std::int64_t num_device_free = 0;        // segments freed or pages unmapped at the source
   std::int64_t num_gc_freed_segments = 0;  // segments released by the garbage collector
+  std::int64_t num_release_failures = 0;   // segments or pages the source failed to take back (kept cached)
 
   // Call after allocated_bytes grew: a new peak snapshots the per-category bytes.
   void note_allocated_peak() {

@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <functional>
 
 #include "allocator/allocator_errors.h"
+#include "allocator/cleanup.h"
 #include "allocator/size_rounding.h"
 
 namespace ferry {
@@ -31,18 +34,39 @@ CachingAllocator::CachingAllocator(SegmentSource& source, EventSource& events, A
 }
 
 CachingAllocator::~CachingAllocator() {
-  // Live allocations die with the allocator: give every segment back to the source.
+  // Live allocations die with the allocator: give every segment back to the source. An expandable
+  // segment's mapped pages are unmapped as the runs they were mapped in (a block may be a split piece of
+  // a page). A failure is reported and the rest is still given back: a destructor never throws.
   for (auto& [address, segment] : segments_) {
     if (segment->expandable) {
-      for (Block* block = segment->first; block != nullptr; block = block->next) {
-        if (block->mapped) source_.unmap_pages(reinterpret_cast<void*>(block->address), block->size);
+      for (Block* block = segment->first; block != nullptr;) {
+        if (!block->mapped) {
+          block = block->next;
+          continue;
+        }
+        const std::uintptr_t start = block->address;
+        while (block != nullptr && block->mapped) block = block->next;
+        const std::uintptr_t end = block != nullptr ? block->address : segment->address + segment->address_space;
+        run_cleanup("unmapping an expandable segment's pages", [&] { source_.unmap_pages(reinterpret_cast<void*>(start), end - start); });
       }
-      source_.release_address_range(reinterpret_cast<void*>(segment->address), segment->address_space);
+      run_cleanup("releasing an expandable segment's address range",
+                  [&] { source_.release_address_range(reinterpret_cast<void*>(segment->address), segment->address_space); });
     } else {
-      source_.free_segment(reinterpret_cast<void*>(segment->address), segment->address_space);
+      run_cleanup("freeing a segment", [&] { source_.free_segment(reinterpret_cast<void*>(segment->address), segment->address_space); });
     }
   }
-  for (auto& [event, block] : pending_events_) events_.release(event);
+  for (auto& [event, block] : pending_events_) run_cleanup("releasing a stream event", [&] { events_.release(event); });
+}
+
+bool CachingAllocator::give_back(const char* what, const std::function<void()>& call) {
+  try {
+    call();
+    return true;
+  } catch (const std::exception& error) {
+    ++stats_.num_release_failures;
+    std::fprintf(stderr, "ferry: warning: %s failed; the memory stays cached and the run goes on: %s\n", what, error.what());
+    return false;
+  }
 }
 
 void CachingAllocator::record(TraceAction action, std::uintptr_t address, std::size_t size, StreamId stream,

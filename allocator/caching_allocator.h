@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -116,14 +117,18 @@ class CachingAllocator {
   Block* allocate_expandable_block(BlockPool& pool, StreamId stream, std::size_t size);
   Block* create_expandable_segment(BlockPool& pool, StreamId stream);
   Block* map_run(BlockPool& pool, Block* start, std::size_t size);
-  void unmap_free_pages(Block* block);
+  void unmap_free_pages(Block* block);  // a refused unmap leaves the block cached, mapped
   void insert_unmapped(Block* block);
 
   // Releasing cached memory (caching_allocator_release.cpp).
+  // Runs a call that gives memory back to the source; a failure (an error of the source: a driver or
+  // madvise error) is counted in num_release_failures and said on stderr, and false returned, so the
+  // caller keeps the memory cached and the allocator's state as it was.
+  bool give_back(const char* what, const std::function<void()>& call);
   bool release_oversize_blocks(BlockPool& pool, StreamId stream, std::size_t size);
   bool release_cached_blocks();
   void release_pool(BlockPool& pool);
-  void release_segment_block(Block* block);
+  bool release_segment_block(Block* block);  // false: the source refused, the block stays cached
   void release_empty_expandable_segment(Segment* segment);
   void collect_garbage();
 

@@ -13,17 +13,20 @@ void CachingAllocator::empty_cache() {
   release_cached_blocks();
 }
 
-void CachingAllocator::release_segment_block(Block* block) {
-  remove_free(block);
+bool CachingAllocator::release_segment_block(Block* block) {
   Segment* segment = block->segment;
+  if (!give_back("freeing a cached segment", [&] { source_.free_segment(reinterpret_cast<void*>(segment->address), segment->address_space); })) {
+    return false;
+  }
+  remove_free(block);
   const bool small = segment->small_pool;
-  source_.free_segment(reinterpret_cast<void*>(segment->address), segment->address_space);
   stats_.segment.decrease(small, 1);
   stats_.reserved_bytes.decrease(small, static_cast<std::int64_t>(segment->address_space));
   ++stats_.num_device_free;
   record(TraceAction::segment_free, segment->address, segment->address_space, segment->stream);
   segments_.erase(segment->address);
   recycle_block(block);
+  return true;
 }
 
 bool CachingAllocator::release_oversize_blocks(BlockPool& pool, StreamId stream, std::size_t size) {
@@ -34,8 +37,7 @@ bool CachingAllocator::release_oversize_blocks(BlockPool& pool, StreamId stream,
   auto it = pool.blocks.lower_bound(&search_key_);
   if (it != pool.blocks.end() && (*it)->stream == stream && !(*it)->is_split() &&
       !(*it)->segment->expandable) {
-    release_segment_block(*it);
-    return true;
+    return release_segment_block(*it);
   }
   // No single oversize block is large enough: release oversize blocks from the largest down.
   std::vector<Block*> oversize;
@@ -49,8 +51,7 @@ bool CachingAllocator::release_oversize_blocks(BlockPool& pool, StreamId stream,
   std::size_t released = 0;
   for (Block* block : oversize) {
     if (released >= size) break;
-    released += block->size;
-    release_segment_block(block);
+    if (release_segment_block(block)) released += block->size;
   }
   return released >= size;
 }
@@ -112,12 +113,14 @@ void CachingAllocator::collect_garbage() {
       Block* block = *it;
       const auto age = static_cast<double>(pool.search_count - block->gc_count_base);
       if (age >= mean_age) {
-        reclaimed += static_cast<std::int64_t>(block->size);
+        const auto size = static_cast<std::int64_t>(block->size);
         total_age -= age;
-        ++stats_.num_gc_freed_segments;
-        release_segment_block(block);
+        if (release_segment_block(block)) {
+          reclaimed += size;
+          ++stats_.num_gc_freed_segments;
+          freed_any = true;
+        }
         it = freeable.erase(it);
-        freed_any = true;
       } else {
         ++it;
       }

@@ -53,7 +53,7 @@ void CachingAllocator::reset_accumulated_statistics() {
   std::lock_guard lock(mutex_);
   for_each_stat(stats_, [](Stat& stat) { stat.reset_accumulated(); });
   stats_.num_alloc_retries = stats_.num_ooms = stats_.num_sync_all_streams = 0;
-  stats_.num_device_alloc = stats_.num_device_free = stats_.num_gc_freed_segments = 0;
+  stats_.num_device_alloc = stats_.num_device_free = stats_.num_gc_freed_segments = stats_.num_release_failures = 0;
 }
 
 AllocatorSnapshot CachingAllocator::snapshot() const {

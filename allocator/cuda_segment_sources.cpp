@@ -123,14 +123,22 @@ bool CudaVirtualMemorySource::map_pages(void* address, std::size_t bytes) {
 
 void CudaVirtualMemorySource::unmap_pages(void* address, std::size_t bytes) {
   const auto start = reinterpret_cast<std::uintptr_t>(address);
-  FERRY_CU_CHECK(driver_.mem_unmap(static_cast<CUdeviceptr>(start), bytes));
+  if (start % granularity_ != 0 || bytes % granularity_ != 0) {
+    throw SegmentSourceError("unmap of " + std::to_string(bytes) + " bytes at " + std::to_string(start) + " is not in whole pages of " +
+                             std::to_string(granularity_) + " bytes");
+  }
+  for (std::uintptr_t page = start; page < start + bytes; page += granularity_) {
+    if (pages_.find(page) == pages_.end()) throw SegmentSourceError("unmap of a page that was not mapped");
+  }
+  // Page by page, as each was mapped (cuMemUnmap takes whole mappings, as PyTorch's expandable segments
+  // unmap them); a page is forgotten only once it is unmapped and released.
   for (std::uintptr_t page = start; page < start + bytes; page += granularity_) {
     auto it = pages_.find(page);
-    if (it == pages_.end()) throw SegmentSourceError("unmap of a page that was not mapped");
+    FERRY_CU_CHECK(driver_.mem_unmap(static_cast<CUdeviceptr>(page), granularity_));
     FERRY_CU_CHECK(driver_.mem_release(it->second));
     pages_.erase(it);
+    used_bytes_ -= granularity_;
   }
-  used_bytes_ -= bytes;
 }
 
 void* CudaVirtualMemorySource::allocate_segment(std::size_t bytes) {

@@ -83,7 +83,9 @@ CachingAllocator::Block* CachingAllocator::map_run(BlockPool& pool, Block* start
   }
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     if (!source_.map_pages(reinterpret_cast<void*>(ranges[i].first), ranges[i].second)) {
-      for (std::size_t j = 0; j < i; ++j) source_.unmap_pages(reinterpret_cast<void*>(ranges[j].first), ranges[j].second);
+      for (std::size_t j = 0; j < i; ++j) {  // undo: a range the source refuses to take back is counted and lost
+        give_back("unmapping pages after a failed map", [&] { source_.unmap_pages(reinterpret_cast<void*>(ranges[j].first), ranges[j].second); });
+      }
       return nullptr;
     }
   }
@@ -135,6 +137,9 @@ void CachingAllocator::unmap_free_pages(Block* block) {
   const std::uintptr_t low = round_up_in_segment(block->address, segment);
   const std::uintptr_t high = round_down_in_segment(block->end(), segment);
   if (high <= low) return;
+  // Only whole pages inside the free block go back (a page it shares with a neighbour stays mapped);
+  // the source is asked first, so a refusal leaves the blocks as they were.
+  if (!give_back("unmapping free pages", [&] { source_.unmap_pages(reinterpret_cast<void*>(low), high - low); })) return;
   remove_free(block);
 
   Block* head = nullptr;
@@ -171,7 +176,6 @@ void CachingAllocator::unmap_free_pages(Block* block) {
   block->size = high - low;
   block->mapped = false;
 
-  source_.unmap_pages(reinterpret_cast<void*>(low), high - low);
   segment.mapped_bytes -= high - low;
   stats_.reserved_bytes.decrease(block->pool->is_small, static_cast<std::int64_t>(high - low));
   ++stats_.num_device_free;
@@ -193,10 +197,13 @@ void CachingAllocator::insert_unmapped(Block* block) {
 }
 
 void CachingAllocator::release_empty_expandable_segment(Segment* segment) {
+  if (!give_back("releasing an empty expandable segment's address range",
+                 [&] { source_.release_address_range(reinterpret_cast<void*>(segment->address), segment->address_space); })) {
+    return;  // kept, empty: the next allocation on its stream may map pages in it again
+  }
   Block* block = segment->first;
   block->pool->unmapped.erase(block);
   const bool small = segment->small_pool;
-  source_.release_address_range(reinterpret_cast<void*>(segment->address), segment->address_space);
   stats_.segment.decrease(small, 1);
   recycle_block(block);
   segments_.erase(segment->address);

@@ -67,13 +67,24 @@ void RangeSegmentSource::release_address_range(void* address, std::size_t bytes)
   ranges_.free(reinterpret_cast<std::uintptr_t>(address), bytes);
 }
 
+void RangeSegmentSource::check_whole_pages(const char* call, void* address, std::size_t bytes) const {
+  const auto start = reinterpret_cast<std::uintptr_t>(address);
+  const std::size_t page = page_granularity();
+  if (bytes == 0 || start % page != 0 || bytes % page != 0) {
+    throw SegmentSourceError(std::string(call) + " of " + std::to_string(bytes) + " bytes at address " + std::to_string(start) +
+                             ": pages are mapped and unmapped whole, in multiples of " + std::to_string(page) + " bytes");
+  }
+}
+
 bool RangeSegmentSource::map_pages(void* address, std::size_t bytes) {
+  check_whole_pages("map", address, bytes);
   if (!take_capacity(bytes)) return false;
   commit(reinterpret_cast<std::uintptr_t>(address), bytes);
   return true;
 }
 
 void RangeSegmentSource::unmap_pages(void* address, std::size_t bytes) {
+  check_whole_pages("unmap", address, bytes);
   decommit(reinterpret_cast<std::uintptr_t>(address), bytes);
   used_bytes_ -= bytes;
 }

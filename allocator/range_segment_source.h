@@ -40,6 +40,8 @@ class RangeSegmentSource : public SegmentSource {
 
  private:
   bool take_capacity(std::size_t bytes);
+  // Throws SegmentSourceError unless [address, address + bytes) is whole pages of page_granularity().
+  void check_whole_pages(const char* call, void* address, std::size_t bytes) const;
   std::size_t capacity_;
   std::size_t used_bytes_ = 0;
   AddressRangeAllocator ranges_;

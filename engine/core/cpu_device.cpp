@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <stdexcept>
 
 #include "allocator/range_segment_source.h"
 
@@ -27,6 +28,11 @@ HostDevice::HostDevice(const DeviceOptions& options) : kind_(options.kind) {
                                                                                   : kDefaultMetaMemory);
   }
   initialize(std::make_unique<ImmediateEventSource>(), std::move(source), options.allocator_config);
+}
+
+HostDevice::HostDevice(DeviceKind kind, std::unique_ptr<SegmentSource> source, const AllocatorConfig& config) : kind_(kind) {
+  if (kind != DeviceKind::cpu && kind != DeviceKind::meta) throw std::invalid_argument("a host device is cpu or meta");
+  initialize(std::make_unique<ImmediateEventSource>(), std::move(source), config);
 }
 
 void HostDevice::copy_on_stream(void* destination, const void* source, std::size_t bytes, CopyKind, Stream) {

@@ -9,6 +9,8 @@ namespace ferry {
 class HostDevice final : public Device {
  public:
   explicit HostDevice(const DeviceOptions& options);
+  // A host device over a given segment source (a test's, wrapping the cpu or meta one).
+  HostDevice(DeviceKind kind, std::unique_ptr<SegmentSource> source, const AllocatorConfig& config);
 
   DeviceKind kind() const override { return kind_; }
   bool has_storage() const override { return kind_ == DeviceKind::cpu; }

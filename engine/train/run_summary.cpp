@@ -20,14 +20,15 @@ nlohmann::json memory_summary(const Device& device, const nlohmann::json& optimi
   return {{"peak_allocated", stats.allocated_bytes.all().peak}, {"peak_reserved", stats.reserved_bytes.all().peak},
           {"at_peak", bytes_by_category(stats.category_allocated_at_peak)}, {"max_by_category", bytes_by_category(category_peaks(stats))},
           {"host_pinned_peak", optimizer.value("host_pinned_peak", std::int64_t{0})}, {"nvme_bytes", optimizer.value("nvme_bytes", std::int64_t{0})},
-          {"num_ooms", stats.num_ooms}, {"num_alloc_retries", stats.num_alloc_retries}, {"device_memory_limit", device.memory_limit()}};
+          {"num_ooms", stats.num_ooms}, {"num_alloc_retries", stats.num_alloc_retries},
+          {"num_release_failures", stats.num_release_failures}, {"device_memory_limit", device.memory_limit()}};
 }
 
 nlohmann::json rank_entry(const ProcessGrid& grid, const Device& device, const nlohmann::json& optimizer, std::int64_t steps_run) {
   nlohmann::json entry = grid.describe();
   const nlohmann::json memory = memory_summary(device, optimizer);
   for (const char* key : {"peak_allocated", "peak_reserved", "max_by_category", "at_peak", "host_pinned_peak", "nvme_bytes", "num_ooms",
-                          "num_alloc_retries"}) {
+                          "num_alloc_retries", "num_release_failures"}) {
     entry[key] = memory[key];
   }
   std::uint64_t sent = 0;
@@ -45,7 +46,7 @@ void merge_rank_entries(nlohmann::json& summary, nlohmann::json ranks) {
   nlohmann::json& memory = summary["memory"];
   for (const char* key : {"peak_allocated", "peak_reserved", "at_peak", "max_by_category"}) memory[key] = (*fullest)[key];
   memory["rank"] = (*fullest)["rank"];
-  for (const char* key : {"host_pinned_peak", "nvme_bytes", "num_ooms", "num_alloc_retries"}) {
+  for (const char* key : {"host_pinned_peak", "nvme_bytes", "num_ooms", "num_alloc_retries", "num_release_failures"}) {
     std::int64_t sum = 0;
     for (const nlohmann::json& entry : ranks) sum += entry[key].get<std::int64_t>();
     memory[key] = sum;
