@@ -131,6 +131,7 @@ AllocatorConfig AllocatorConfig::parse(std::string_view text) {
     const std::string_view value = entry.substr(colon + 1);
     if (key == "expandable_segments") {
       config.expandable_segments = parse_bool(key, value);
+      config.expandable_segments_set = true;
     } else if (key == "max_split_size_mb") {
       const std::string expected = "a size in MiB greater than 20 (the large-segment size) and at most " + std::to_string(kMaxManagedBytes >> 20);
       const std::size_t megabytes = parse_unsigned(key, value, expected);

@@ -22,6 +22,9 @@ inline constexpr std::size_t kMaxTraceEntries = 1'000'000;
 
 struct AllocatorConfig {
   bool expandable_segments = false;
+  // Whether expandable_segments was given (FERRY_ALLOC_CONF, parse): if not, the device's kind chooses
+  // it (engine/core's with_device_defaults: on for cpu and meta, off for cuda, as PyTorch).
+  bool expandable_segments_set = false;
   // Requests below it never take a cached block at or above it; blocks at or above it are not split.
   std::size_t max_split_size = std::numeric_limits<std::size_t>::max();
   // Fraction of capacity above which cached blocks are reclaimed before new segments are requested

@@ -51,9 +51,7 @@ CachingAllocator::Block* CachingAllocator::allocate_expandable_block(BlockPool& 
 }
 
 CachingAllocator::Block* CachingAllocator::create_expandable_segment(BlockPool& pool, StreamId stream) {
-  const std::size_t granularity = source_.page_granularity();
-  std::size_t page = pool.is_small ? kSmallBuffer : kLargeBuffer;
-  page = (page + granularity - 1) / granularity * granularity;
+  const std::size_t page = source_.expandable_page_bytes(pool.is_small);
   const std::size_t address_space = std::max(page, (source_.capacity() + page - 1) / page * page);
   void* address = source_.reserve_address_range(address_space);
   if (address == nullptr) return nullptr;

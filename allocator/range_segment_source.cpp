@@ -29,8 +29,9 @@ std::size_t span_bytes_for(std::size_t capacity, std::size_t factor, std::size_t
 
 }  // namespace
 
-RangeSegmentSource::RangeSegmentSource(std::uintptr_t base, std::size_t capacity)
-    : capacity_(capacity),
+RangeSegmentSource::RangeSegmentSource(std::uintptr_t base, std::size_t capacity, bool cuda_pages)
+    : cuda_pages_(cuda_pages),
+      capacity_(capacity),
       ranges_((base + kSegmentAlignment - 1) & ~(static_cast<std::uintptr_t>(kSegmentAlignment) - 1),
               span_bytes_for(capacity, kReserveFactor, kSegmentAlignment) - kSegmentAlignment) {}
 
@@ -118,7 +119,7 @@ void HostSegmentSource::decommit(std::uintptr_t address, std::size_t bytes) {
   if (::mprotect(start, bytes, PROT_NONE) != 0) throw_errno("mprotect (decommit host pages)", address, bytes);
 }
 
-AddressSpaceSegmentSource::AddressSpaceSegmentSource(std::size_t capacity)
-    : RangeSegmentSource(kBase, capacity) {}
+AddressSpaceSegmentSource::AddressSpaceSegmentSource(std::size_t capacity, bool cuda_pages)
+    : RangeSegmentSource(kBase, capacity, cuda_pages) {}
 
 }  // namespace ferry

@@ -21,6 +21,12 @@ class RangeSegmentSource : public SegmentSource {
   void free_segment(void* address, std::size_t bytes) override;
 
   bool supports_expandable_segments() const override { return true; }
+  // Mapping is an mprotect (or nothing, on meta): both pools grow by the 2 MiB granularity, so the
+  // reserved bytes follow the live ones closely; a meta source standing in for a GPU (trace replay) maps
+  // PyTorch's CUDA pages instead.
+  std::size_t expandable_page_bytes(bool small_pool) const override {
+    return cuda_pages_ ? SegmentSource::expandable_page_bytes(small_pool) : page_granularity();
+  }
   void* reserve_address_range(std::size_t bytes) override;
   void release_address_range(void* address, std::size_t bytes) override;
   bool map_pages(void* address, std::size_t bytes) override;
@@ -33,13 +39,14 @@ class RangeSegmentSource : public SegmentSource {
   static constexpr std::size_t kReserveFactor = 8;
   static constexpr std::size_t kSegmentAlignment = 2u << 20;
 
-  RangeSegmentSource(std::uintptr_t base, std::size_t capacity);
+  RangeSegmentSource(std::uintptr_t base, std::size_t capacity, bool cuda_pages = false);
   // Makes [address, address + bytes) usable memory, or releases it again.
   virtual void commit(std::uintptr_t address, std::size_t bytes) = 0;
   virtual void decommit(std::uintptr_t address, std::size_t bytes) = 0;
 
  private:
   bool take_capacity(std::size_t bytes);
+  bool cuda_pages_;
   // Throws SegmentSourceError unless [address, address + bytes) is whole pages of page_granularity().
   void check_whole_pages(const char* call, void* address, std::size_t bytes) const;
   std::size_t capacity_;
@@ -67,7 +74,9 @@ class HostSegmentSource final : public RangeSegmentSource {
 // Address ranges with no memory behind them: the meta device. Same offsets as HostSegmentSource.
 class AddressSpaceSegmentSource final : public RangeSegmentSource {
  public:
-  explicit AddressSpaceSegmentSource(std::size_t capacity);
+  // `cuda_pages`: expandable segments grow by PyTorch's CUDA pages (2 MiB small, 20 MiB large), as a
+  // replay of a GPU's trace needs; otherwise by the cpu device's.
+  explicit AddressSpaceSegmentSource(std::size_t capacity, bool cuda_pages = false);
   std::string name() const override { return "meta"; }
 
  private:

@@ -28,6 +28,10 @@ class SegmentSource {
   virtual bool supports_expandable_segments() const { return false; }
   // Mapping granularity: every map/unmap offset and size is a multiple of it.
   virtual std::size_t page_granularity() const { return 2u << 20; }
+  // The page an expandable segment of a pool grows and shrinks by (a multiple of the granularity):
+  // PyTorch's 2 MiB (small pool) and 20 MiB (large pool), rounded up to the granularity, where mapping
+  // is a driver call; the host and meta sources map the granularity in both pools.
+  virtual std::size_t expandable_page_bytes(bool small_pool) const;
   // Reserves `bytes` of address space with nothing mapped; nullptr when no address space is left.
   virtual void* reserve_address_range(std::size_t bytes);
   virtual void release_address_range(void* address, std::size_t bytes);

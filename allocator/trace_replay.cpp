@@ -25,7 +25,7 @@ std::string hex(std::uintptr_t value) {
 
 ReplayResult replay_trace(const std::vector<RmmTraceRecord>& records, std::size_t capacity,
                           const AllocatorConfig& config) {
-  AddressSpaceSegmentSource source(capacity);
+  AddressSpaceSegmentSource source(capacity, /*cuda_pages=*/true);  // traces come from GPUs (PyTorch, RMM)
   ImmediateEventSource events;
   CachingAllocator allocator(source, events, config);
   ReplayResult result;

@@ -59,7 +59,7 @@ NvmeStore::State::~State() {
   if (!failure) {
     try {
       quiesce();
-    } catch (const NvmeError&) {
+    } catch (const std::exception&) {
       // A destructor cannot report it; the store's files are suspect and the owner learns at the next read.
     }
   }

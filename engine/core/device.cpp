@@ -58,7 +58,14 @@ void Device::initialize(std::unique_ptr<EventSource> events, std::unique_ptr<Seg
                         const AllocatorConfig& config) {
   events_ = std::move(events);
   source_ = std::move(source);
-  allocator_ = std::make_unique<CachingAllocator>(*source_, *events_, config);
+  allocator_ = std::make_unique<CachingAllocator>(*source_, *events_, with_device_defaults(config, kind()));
+}
+
+AllocatorConfig with_device_defaults(AllocatorConfig config, DeviceKind target) {
+  if (config.expandable_segments_set) return config;
+  config.expandable_segments = target != DeviceKind::cuda;
+  config.expandable_segments_set = true;
+  return config;
 }
 
 bool cuda_available() {

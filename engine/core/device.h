@@ -116,6 +116,13 @@ std::string_view copy_kind_name(CopyKind kind);
 
 std::unique_ptr<Device> create_device(const DeviceOptions& options);
 
+// The allocator's settings for a device of kind `target`, those FERRY_ALLOC_CONF left unset chosen by
+// the kind: expandable segments on cpu and meta (varied-length GPT traces reserve 1.01x their live peak
+// with them, 1.16x with fixed segments: docs/benchmarks.md), fixed segments on cuda (PyTorch's
+// default; ferry's virtual-memory source has not run on a GPU yet). A meta device standing in for
+// another kind gets the plan's settings, resolved for that kind, so its dry run predicts that kind's.
+AllocatorConfig with_device_defaults(AllocatorConfig config, DeviceKind target);
+
 // True when this build has the cuda device and a GPU is present.
 bool cuda_available();
 

@@ -123,7 +123,7 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   plan.device = parse_device_kind(o.device);
   plan.device_memory_limit = o.device_memory.empty() ? 0 : parse_byte_size(o.device_memory);
   plan.recompute = RecomputePolicy::parse(o.checkpointing);
-  plan.allocator = AllocatorConfig::from_environment();
+  plan.allocator = with_device_defaults(AllocatorConfig::from_environment(), plan.device);
   plan.grid.tp = o.tp;
   plan.grid.pp = o.pipeline_stages;
   if (o.tp < 1) throw std::invalid_argument("--tp must be at least 1, got " + number(o.tp));

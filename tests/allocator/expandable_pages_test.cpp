@@ -79,7 +79,7 @@ class LiveSet {
 };
 
 // The granules (the source's pages) that must be mapped: each live allocation's pages on its segment's
-// page grid (2 MiB in the small pool, 20 MiB in the large one).
+// page grid (the source's expandable page of the segment's pool).
 std::set<std::uintptr_t> required_pages(const CachingAllocator& allocator, const LiveSet& live, std::size_t granule) {
   std::set<std::uintptr_t> pages;
   const AllocatorSnapshot snapshot = allocator.snapshot();
@@ -92,7 +92,7 @@ std::set<std::uintptr_t> required_pages(const CachingAllocator& allocator, const
       ADD_FAILURE() << "a live allocation outside every segment";
       continue;
     }
-    const std::size_t page = segment->small_pool ? kSmallBuffer : kLargeBuffer;
+    const std::size_t page = allocator.source().expandable_page_bytes(segment->small_pool);
     const std::uintptr_t first = segment->address + (address - segment->address) / page * page;
     const std::uintptr_t end = segment->address + (address + allocation.size - segment->address + page - 1) / page * page;
     for (std::uintptr_t each = first; each < end; each += granule) pages.insert(each);

@@ -55,7 +55,7 @@ grep -q -- "--offload-optimizer cpu .*fits" "$work/err.txt" || { echo "the advic
 #     bucket that breaks the limit; the OOM advice names the bucket that fits, and it trains there with
 #     at most that many gradient elements on the device at once.
 wide=(--layers 2 --hidden 768 --heads 8 --vocab 4096 --seq 64 --batch 1 --steps 2 --threads 2 --log-every 100 --offload-optimizer cpu
-      --device-memory 90000000)
+      --device-memory 82000000)
 (cd "$work" && expect_error "reduce-bucket-size 294912 .* fits" "$ferry" train "${wide[@]}")
 "$ferry" train "${wide[@]}" --reduce-bucket-size 294912 --summary "$work/bucket.json" > /dev/null
 "$ferry" train "${wide[@]}" --reduce-bucket-size 294912 --device meta --device-memory 1TiB --summary "$work/bucket_meta.json" > /dev/null
@@ -63,25 +63,27 @@ wide=(--layers 2 --hidden 768 --heads 8 --vocab 4096 --seq 64 --batch 1 --steps 
 import json, sys
 real, meta = (json.load(open(p)) for p in sys.argv[1:])
 m = real["memory"]
-assert m["peak_reserved"] <= 90000000, m
+assert m["peak_reserved"] <= 82000000, m
 assert m["max_by_category"]["gradients"] <= 294912 * 4 * 2, m["max_by_category"]  # one slice (rounded to the allocator's 2 MiB)
 for key in ["peak_allocated", "peak_reserved", "max_by_category"]:
     assert m[key] == meta["memory"][key], (key, m[key], meta["memory"][key])
 PY
 echo '{"zero_optimization": {"stage": 2, "reduce_bucket_size": 294912, "offload_optimizer": {"device": "cpu"}}}' > "$work/bucket_config.json"
 "$ferry" train "${wide[@]}" --config "$work/bucket_config.json" --summary "$work/bucket_config_run.json" > /dev/null
-/usr/bin/python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['memory']['peak_reserved'] <= 90000000" "$work/bucket_config_run.json"
+/usr/bin/python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['memory']['peak_reserved'] <= 82000000" "$work/bucket_config_run.json"
 
 # 2c. Any shape fits in a fifth of its 16 bytes per parameter: few wide bf16 blocks with a 4096 vocabulary
-#     (17.4M parameters) need 68 MiB with whole buckets and whole f32 weight copies against a 53.2 MiB
-#     limit; the advice names both bounds together, and with them the run fits and trains as unbounded.
+#     (17.4M parameters) need more with whole buckets and whole f32 weight copies than a 53.2 MiB limit;
+#     the advice names bounds that fit, and with them the run fits and trains as unbounded.
 fifth=(--layers 2 --hidden 768 --heads 8 --vocab 4096 --seq 64 --batch 1 --steps 2 --threads 2 --log-every 100 --precision bf16
        --offload-optimizer cpu)
 limit=$(( 17421312 * 16 / 5 ))
-(cd "$work" && expect_error "reduce-bucket-size 589824 --weight-copy-elements 589824 .* fits" "$ferry" train "${fifth[@]}" --device-memory "$limit")
-"$ferry" train "${fifth[@]}" --device-memory "$limit" --reduce-bucket-size 589824 --weight-copy-elements 589824 --summary "$work/fifth.json" > /dev/null
+(cd "$work" && expect_error "reduce-bucket-size [0-9]* .* fits" "$ferry" train "${fifth[@]}" --device-memory "$limit")
+read -r -a advised < <(grep -m1 -E "^ +--.* fits$" "$work/err.txt" | sed -E 's/ +peak reserved.*//')
+[[ " ${advised[*]} " == *" --reduce-bucket-size "* ]] || { echo "the first advice that fits bounds no bucket: ${advised[*]}"; exit 1; }
+"$ferry" train "${fifth[@]}" --device-memory "$limit" "${advised[@]}" --summary "$work/fifth.json" > /dev/null
 "$ferry" train "${fifth[@]}" --summary "$work/fifth_unbounded.json" > /dev/null
-"$ferry" train "${fifth[@]}" --reduce-bucket-size 589824 --weight-copy-elements 589824 --device meta --summary "$work/fifth_meta.json" > /dev/null
+"$ferry" train "${fifth[@]}" "${advised[@]}" --device meta --summary "$work/fifth_meta.json" > /dev/null
 /usr/bin/python3 - "$work/fifth.json" "$work/fifth_unbounded.json" "$limit" "$work/fifth_meta.json" <<'PY'
 import json, sys
 bounded, unbounded, limit = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])

@@ -104,7 +104,7 @@ reserved = [e for e in json.load(open(sys.argv[2]))["traceEvents"] if e["ph"] ==
 assert sum(s["total_size"] for s in snapshot["segments"]) == max(reserved, key=lambda e: e["ts"])["args"]["bytes"]
 trace = snapshot["device_traces"][0]
 actions = {e["action"] for e in trace}
-assert {"alloc", "free_requested", "free_completed", "segment_alloc"} <= actions, actions
+assert {"alloc", "free_requested", "free_completed"} <= actions and actions & {"segment_alloc", "segment_map"}, actions
 categories = {e["frames"][0]["filename"] for e in trace if e["action"] == "alloc"}
 assert {"ferry/parameters", "ferry/activations", "ferry/gradients", "ferry/optimizer_states"} <= categories, categories
 assert any(e["frames"][0]["name"].startswith("h.") for e in trace if e["action"] == "alloc")

@@ -10,6 +10,17 @@
 namespace ferry {
 namespace {
 
+TEST(Device, ExpandableSegmentsAreTheHostKindsDefaultAndFixedOnesCudas) {
+  for (DeviceKind kind : {DeviceKind::cpu, DeviceKind::meta}) {
+    auto device = create_device(DeviceOptions{kind, 64u << 20});
+    EXPECT_TRUE(device->allocator().config().expandable_segments);
+    auto fixed = create_device(DeviceOptions{kind, 64u << 20, AllocatorConfig::parse("expandable_segments:False")});
+    EXPECT_FALSE(fixed->allocator().config().expandable_segments);  // FERRY_ALLOC_CONF decides when it names the key
+  }
+  EXPECT_FALSE(with_device_defaults(AllocatorConfig{}, DeviceKind::cuda).expandable_segments);
+  EXPECT_TRUE(with_device_defaults(AllocatorConfig::parse("expandable_segments:True"), DeviceKind::cuda).expandable_segments);
+}
+
 TEST(Device, CpuAndMetaAllocateIdentically) {
   for (DeviceKind kind : {DeviceKind::cpu, DeviceKind::meta}) {
     auto device = create_device(DeviceOptions{kind, 64u << 20});

@@ -85,13 +85,17 @@ TEST(Tensor, AFreeRefusedInADestructorIsReportedNotFatal) {
 }
 
 TEST(Tensor, MetaTensorsCountBytesWithoutMemory) {
-  auto meta = create_device(DeviceOptions{DeviceKind::meta, std::size_t{1} << 40});
-  Tensor huge = Tensor::empty(*meta, {50257, 12288}, DType::f32, MemoryCategory::parameters);
-  const AllocatorStatistics stats = meta->allocator().statistics();
-  EXPECT_EQ(stats.requested_bytes.all().current, static_cast<std::int64_t>(huge.nbytes()));
-  // A 2356 MiB segment; the 208 KiB remainder is under 1 MiB, so the block is not split.
-  EXPECT_EQ(stats.allocated_bytes.all().current, std::int64_t{2356} << 20);
-  EXPECT_EQ(stats.reserved_bytes.all().current, std::int64_t{2356} << 20);
+  // Fixed segments (PyTorch's CUDA default): a 2356 MiB segment; the 208 KiB remainder is under 1 MiB, so
+  // the block is not split. Expandable segments (the cpu and meta default): 512-byte rounding, 2 MiB pages.
+  for (const bool expandable : {false, true}) {
+    auto meta = create_device(DeviceOptions{DeviceKind::meta, std::size_t{1} << 40,
+                                            AllocatorConfig::parse(expandable ? "" : "expandable_segments:False")});
+    Tensor huge = Tensor::empty(*meta, {50257, 12288}, DType::f32, MemoryCategory::parameters);
+    const AllocatorStatistics stats = meta->allocator().statistics();
+    EXPECT_EQ(stats.requested_bytes.all().current, static_cast<std::int64_t>(huge.nbytes()));
+    EXPECT_EQ(stats.allocated_bytes.all().current, expandable ? static_cast<std::int64_t>(huge.nbytes()) : std::int64_t{2356} << 20);
+    EXPECT_EQ(stats.reserved_bytes.all().current, std::int64_t{2356} << 20);
+  }
 }
 
 }  // namespace
