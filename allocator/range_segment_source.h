@@ -21,9 +21,11 @@ class RangeSegmentSource : public SegmentSource {
   void free_segment(void* address, std::size_t bytes) override;
 
   bool supports_expandable_segments() const override { return true; }
-  // Mapping is an mprotect (or nothing, on meta): both pools grow by the 2 MiB granularity, so the
-  // reserved bytes follow the live ones closely; a meta source standing in for a GPU (trace replay) maps
-  // PyTorch's CUDA pages instead.
+  // Mapping is an mprotect (or nothing, on meta): pages of 64 KiB, in both pools, so the reserved bytes
+  // follow the live ones closely; a meta source standing in for a GPU (trace replay) maps CUDA's 2 MiB
+  // granules and PyTorch's pages (2 MiB small, 20 MiB large) instead.
+  static constexpr std::size_t kHostPage = std::size_t{64} << 10;
+  std::size_t page_granularity() const override { return cuda_pages_ ? SegmentSource::page_granularity() : kHostPage; }
   std::size_t expandable_page_bytes(bool small_pool) const override {
     return cuda_pages_ ? SegmentSource::expandable_page_bytes(small_pool) : page_granularity();
   }

@@ -47,6 +47,11 @@ void CpuKernelBackend::encoder_backward(float* dwte, float* dwpe, const float* d
   cpu::encoder_backward(dwte, dwpe, dout, tokens, batch, sequence, channels);
 }
 
+void CpuKernelBackend::encoder_backward_token_rows(float* table_rows, const float* dout, const std::int32_t* tokens, std::int64_t positions,
+                                                   std::int64_t channels, std::int64_t first, std::int64_t count) {
+  cpu::encoder_backward_token_rows(table_rows, dout, tokens, positions, channels, first, count);
+}
+
 void CpuKernelBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                                          std::int64_t rows, std::int64_t channels) {
   cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, rows, channels);
@@ -136,10 +141,15 @@ double CpuKernelBackend::cross_entropy_sum(const float* logits, const std::int32
 }
 
 double CpuKernelBackend::cross_entropy_sum_and_gradient(float* logits, const std::int32_t* targets, std::int64_t rows,
-                                                        std::int64_t vocab, float dloss, float*) {
+                                                        std::int64_t vocab, float dloss, float*, SoftmaxRow* softmax_rows) {
   std::vector<float> losses(size(rows));
-  cpu::cross_entropy_forward_backward(logits, losses.data(), targets, rows, vocab, dloss);
+  cpu::cross_entropy_forward_backward(logits, losses.data(), targets, rows, vocab, dloss, softmax_rows);
   return sum_in_order(losses);
+}
+
+void CpuKernelBackend::cross_entropy_backward_slice(float* slice, const SoftmaxRow* softmax_rows, const std::int32_t* targets,
+                                                    std::int64_t rows, std::int64_t first, std::int64_t count, float dloss) {
+  cpu::cross_entropy_backward_slice(slice, softmax_rows, targets, rows, first, count, dloss);
 }
 
 void CpuKernelBackend::adamw_update(std::span<const AdamWTensor> tensors, const AdamWHyperparameters& hyperparameters,

@@ -21,6 +21,8 @@ class CpuKernelBackend final : public KernelBackend {
                                   std::int64_t batch, std::int64_t sequence, std::int64_t channels) override;
   void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, std::int64_t batch,
                         std::int64_t sequence, std::int64_t channels) override;
+  void encoder_backward_token_rows(float* table_rows, const float* dout, const std::int32_t* tokens, std::int64_t positions,
+                                   std::int64_t channels, std::int64_t first, std::int64_t count) override;
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                          std::int64_t rows, std::int64_t channels) override;
@@ -64,7 +66,9 @@ class CpuKernelBackend final : public KernelBackend {
   double cross_entropy_sum(const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
                            float* scratch) override;
   double cross_entropy_sum_and_gradient(float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                                        float dloss, float* scratch) override;
+                                        float dloss, float* scratch, SoftmaxRow* softmax_rows) override;
+  void cross_entropy_backward_slice(float* slice, const SoftmaxRow* softmax_rows, const std::int32_t* targets, std::int64_t rows,
+                                    std::int64_t first, std::int64_t count, float dloss) override;
 
   void adamw_update(std::span<const AdamWTensor> tensors, const AdamWHyperparameters& hyperparameters, std::int64_t step,
                     float gradient_scale) override;

@@ -55,6 +55,10 @@ class CudaKernelBackend final : public KernelBackend {
                         std::int64_t sequence, std::int64_t channels) override {
     cuda::encoder_backward(dwte, dwpe, dout, tokens, batch, sequence, channels, stream_);
   }
+  void encoder_backward_token_rows(float* table_rows, const float* dout, const std::int32_t* tokens, std::int64_t positions,
+                                   std::int64_t channels, std::int64_t first, std::int64_t count) override {
+    cuda::encoder_backward_token_rows(table_rows, dout, tokens, positions, channels, first, count, stream_);
+  }
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                          std::int64_t rows, std::int64_t channels) override {
@@ -170,9 +174,13 @@ class CudaKernelBackend final : public KernelBackend {
     return sum_on_host(scratch, rows);
   }
   double cross_entropy_sum_and_gradient(float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                                        float dloss, float* scratch) override {
-    cuda::cross_entropy_forward_backward(logits, required(scratch, "cross_entropy losses"), targets, rows, vocab, dloss, stream_);
+                                        float dloss, float* scratch, SoftmaxRow* softmax_rows) override {
+    cuda::cross_entropy_forward_backward(logits, required(scratch, "cross_entropy losses"), targets, rows, vocab, dloss, stream_, softmax_rows);
     return sum_on_host(scratch, rows);
+  }
+  void cross_entropy_backward_slice(float* slice, const SoftmaxRow* softmax_rows, const std::int32_t* targets, std::int64_t rows,
+                                    std::int64_t first, std::int64_t count, float dloss) override {
+    cuda::cross_entropy_backward_slice(slice, softmax_rows, targets, rows, first, count, dloss, stream_);
   }
 
   void adamw_update(std::span<const AdamWTensor> tensors, const AdamWHyperparameters& hyperparameters, std::int64_t step,

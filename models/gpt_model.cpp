@@ -205,13 +205,20 @@ void GptModel::block_recompute(std::int64_t layer, BlockActivations& a, cpu::Ran
   }
 }
 
-double GptModel::head_forward(const Tensor& input, const Tensor& targets, float dloss, const Tensor& input_gradient) {
+Tensor GptModel::table_rows_f32(std::int64_t first, std::int64_t count) const {
+  return ops::as_f32(parameters_.wte.narrow(0, first, count), "lm_head.wte.f32");
+}
+
+double GptModel::head_forward(const Tensor& input, const Tensor& targets, float dloss, const Tensor& input_gradient,
+                              DeferredTableGradient* deferred) {
   const std::int64_t B = input.size(0), T = input.size(1), C = config_.hidden, V = config_.vocab;
   const std::int64_t rows = B * T;
   const bool training = input_gradient.defined();
   if (!part_.head) throw std::logic_error("the LM head runs on the last pipeline stage, which this model is not");
   const OpScope op(*device_, "loss", "lm_head");
-  const Tensor ln_f = activation({B, T, C}, "ln_f");
+  // Deferred: the head's input and the rows' statistics live from before the forward (allocated there,
+  // beneath its activations, so keeping them past the head leaves no hole among those).
+  const Tensor ln_f = deferred != nullptr && deferred->head_input.defined() ? deferred->head_input.reshape({B, T, C}) : activation({B, T, C}, "ln_f");
   const Tensor mean = Tensor::empty(*device_, {B, T}, DType::f32, MemoryCategory::activations, "ln_f.mean");
   const Tensor rstd = Tensor::empty(*device_, {B, T}, DType::f32, MemoryCategory::activations, "ln_f.rstd");
   ops::layernorm_forward(ln_f, mean, rstd, input, parameters_.ln_f_weight, parameters_.ln_f_bias);
@@ -222,10 +229,8 @@ double GptModel::head_forward(const Tensor& input, const Tensor& targets, float 
   const Tensor ln_f_gradient = training ? workspace({rows, C}, "ln_f.grad") : Tensor();
   const std::int64_t chunk = loss_chunk(rows);
   const std::int64_t slice = vocab_slice();
-  // The table's rows [first, first + count) in f32 (a view of the table itself when it is f32).
-  auto table_slice = [&](std::int64_t first, std::int64_t count) {
-    return ops::as_f32(parameters_.wte.narrow(0, first, count), "lm_head.wte.f32");
-  };
+  // Deferred: the rows' softmax statistics are kept; the table's gradient waits (tied_table_backward).
+  const Tensor softmax_rows = deferred != nullptr && training ? deferred->softmax_rows : Tensor();
   double loss_sum = 0;
   for (std::int64_t start = 0; start < rows; start += chunk) {
     const std::int64_t length = std::min(chunk, rows - start);
@@ -233,22 +238,26 @@ double GptModel::head_forward(const Tensor& input, const Tensor& targets, float 
     const Tensor logits = workspace({length, V}, "lm_head.logits");
     for (std::int64_t first = 0; first < V; first += slice) {
       const std::int64_t count = std::min(slice, V - first);
-      ops::lm_head_logits_slice(logits, first, x, table_slice(first, count));
+      ops::lm_head_logits_slice(logits, first, x, table_rows_f32(first, count));
     }
     const Tensor chunk_targets = target_rows.narrow(0, start, length);
     if (!training) {
       loss_sum += ops::cross_entropy_sum(logits, chunk_targets);
       continue;
     }
-    loss_sum += ops::cross_entropy_sum_and_gradient(logits, chunk_targets, dloss);
+    loss_sum += ops::cross_entropy_sum_and_gradient(logits, chunk_targets, dloss,
+                                                    softmax_rows.defined() ? softmax_rows.narrow(0, start, length) : Tensor());
     const Tensor dx = ln_f_gradient.narrow(0, start, length);
     for (std::int64_t first = 0; first < V; first += slice) {
       const std::int64_t count = std::min(slice, V - first);
-      const Tensor dweight = streamed ? gradient_bucket({count, C}, "wte.weight.slice") : gradients_.wte.narrow(0, first, count);
-      ops::lm_head_backward_slice(dx, first > 0, dweight, logits, first, x, table_slice(first, count));
-      if (streamed) sink().accumulate(GptParameters::kWteIndex, first * C, dweight);
+      const Tensor dweight = softmax_rows.defined() ? Tensor()
+                             : streamed             ? gradient_bucket({count, C}, "wte.weight.slice")
+                                                    : gradients_.wte.narrow(0, first, count);
+      ops::lm_head_backward_slice(dx, first > 0, dweight, logits, first, x, table_rows_f32(first, count));
+      if (streamed && dweight.defined()) sink().accumulate(GptParameters::kWteIndex, first * C, dweight);
     }
   }
+  if (softmax_rows.defined()) *deferred = {ln_f_rows, softmax_rows, target_rows, dloss, chunk, Tensor(), Tensor()};
   if (training) {
     ops::fill_zero(input_gradient);
     const std::size_t ln_f_index = GptParameters::block_index(config_.layers);
@@ -377,7 +386,7 @@ Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Ten
   return dresidual;
 }
 
-void GptModel::embedding_backward(const Tensor& tokens, const Tensor& output_gradient, cpu::RandomKey key) {
+void GptModel::embedding_backward(const Tensor& tokens, const Tensor& output_gradient, cpu::RandomKey key, DeferredTableGradient* deferred) {
   if (!part_.embedding) throw std::logic_error("the embedding runs on the first pipeline stage, which this model is not");
   const OpScope op(*device_, "backward", "embedding");
   Tensor gradient = output_gradient;
@@ -395,7 +404,13 @@ void GptModel::embedding_backward(const Tensor& tokens, const Tensor& output_gra
   ops::encoder_backward(Tensor(), dwpe, gradient, tokens);
   sink().accumulate(GptParameters::kWpeIndex, 0, dwpe);
   sink().parameter_complete(GptParameters::kWpeIndex);
-  sink().accumulate_rows(GptParameters::kWteIndex, tokens.reshape({B * T}), ops::as_f32(gradient, "embedding.grad.f32").reshape({B * T, C}));
+  const Tensor rows = ops::as_f32(gradient, "embedding.grad.f32").reshape({B * T, C});
+  if (deferred != nullptr) {  // the table's gradient follows, slice by slice, with the head's part
+    deferred->embedding_rows = rows;
+    deferred->tokens = tokens.reshape({B * T});
+    return;
+  }
+  sink().accumulate_rows(GptParameters::kWteIndex, tokens.reshape({B * T}), rows);
   sink().parameter_complete(GptParameters::kWteIndex);
 }
 
@@ -409,20 +424,30 @@ double GptModel::train_micro_batch(const Tensor& tokens, const Tensor& targets, 
   const std::int64_t tokens_count = tokens.numel();
   std::vector<BlockActivations> saved;
   saved.reserve(static_cast<std::size_t>(config_.layers));
+  // A deferred table gradient keeps the head's input and softmax statistics through backward: they are
+  // allocated first, beneath the activations, so keeping them past the head leaves no hole among those.
+  const bool defer = tied_table_gradient_ == TiedTableGradient::deferred && gradient_storage_ == GradientStorage::streamed;
+  DeferredTableGradient deferred;
+  if (defer) {
+    deferred.head_input = activation({tokens_count, config_.hidden}, "ln_f");
+    deferred.softmax_rows = Tensor::empty(*device_, {tokens_count, cpu::kSoftmaxRowFloats}, DType::f32, MemoryCategory::activations, "lm_head.softmax_rows");
+  }
   Tensor x = embedding_forward(tokens, key);
   for (std::int64_t layer = 0; layer < config_.layers; ++layer) {
     saved.push_back(block_forward(layer, x, key, keep.empty() ? ActivationKeep::all : keep[static_cast<std::size_t>(layer)]));
     x = saved.back().output;
   }
   Tensor gradient = activation_gradient(x.shape(), "residual.grad");
-  const double loss_sum = head_forward(x, targets, dloss / static_cast<float>(tokens_count), gradient);
+  const double loss_sum = head_forward(x, targets, dloss / static_cast<float>(tokens_count), gradient, defer ? &deferred : nullptr);
   x = Tensor();
   for (std::int64_t layer = config_.layers - 1; layer >= 0; --layer) {
     BlockActivations activations = std::move(saved.back());
     saved.pop_back();
     gradient = block_backward(layer, std::move(activations), std::move(gradient), key);
   }
-  embedding_backward(tokens, gradient, key);
+  embedding_backward(tokens, gradient, key, defer ? &deferred : nullptr);
+  gradient = Tensor();
+  if (defer) tied_table_backward(deferred);
   return loss_sum / static_cast<double>(tokens_count);
 }
 

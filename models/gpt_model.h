@@ -11,6 +11,7 @@
 #include "models/gpt_config.h"
 #include "models/gpt_parameters.h"
 #include "models/kernels/cpu/counter_random.h"
+#include "models/kernels/cpu/cross_entropy.h"
 
 namespace ferry {
 
@@ -65,6 +66,26 @@ struct MicroBatchKey {
 // to a GradientSink piece by piece during backward (the device holds one bucket at a time).
 enum class GradientStorage : std::uint8_t { whole, streamed };
 
+// When a streamed model hands the tied token table's gradient to its sink: as_computed, the LM head's
+// part per loss chunk at the start of backward and the embedding's rows at its end (the sink holds the
+// table's whole gradient open in between); or deferred, after the embedding's backward, slice by slice
+// with both parts summed, each slice complete when handed over: the head's logits are recomputed from
+// the rows' saved softmax statistics (2 x tokens x vocab x hidden more FLOPs, a third of the head's),
+// and its input rows, the statistics and the embedding's gradient rows are kept through backward
+// instead of a [vocab, hidden] gradient. The gradients are bitwise those of as_computed.
+enum class TiedTableGradient : std::uint8_t { as_computed, deferred };
+
+// What a deferred table gradient keeps from the head and the embedding (gpt_tied_table_gradient.cpp).
+struct DeferredTableGradient {
+  Tensor head_input;    // [rows, C] the final LayerNorm's output, the head's input
+  Tensor softmax_rows;  // f32 [rows, cpu::kSoftmaxRowFloats]
+  Tensor targets;       // i32 [rows]
+  float dloss = 0;      // per token
+  std::int64_t chunk = 0;
+  Tensor embedding_rows;  // f32 [rows, C]: the embedding output's gradient
+  Tensor tokens;          // i32 [rows]
+};
+
 class GptModel {
  public:
   // activation dtype = parameter dtype (f32, bf16 or f16), and so are the activations' gradients in
@@ -105,6 +126,10 @@ class GptModel {
   // 16-bit weights of more than `elements` are converted to f32 for the matmuls in row slices of at most
   // that many (the cpu kernels' f32 workspace copies; 0: whole weights).
   void set_weight_copy_elements(std::int64_t elements);
+  // Streamed gradients of a whole model (one that holds the embedding and the head) in
+  // train_micro_batch: see TiedTableGradient. Pipeline stages hand it over as computed.
+  void set_tied_table_gradient(TiedTableGradient mode) { tied_table_gradient_ = mode; }
+  TiedTableGradient tied_table_gradient() const { return tied_table_gradient_; }
 
   // Layers, one at a time. tokens and targets are i32 [B, T] on the device.
   Tensor embedding_forward(const Tensor& tokens, cpu::RandomKey key);
@@ -116,10 +141,14 @@ class GptModel {
   // Final LayerNorm, tied LM head and cross-entropy over [B, T]. Returns the sum of token losses; when
   // `input_gradient` is defined ([B, T, C] f32) it receives d(sum loss * dloss)/d input and the head's
   // parameter gradients accumulate. Logits are computed in row chunks and never held whole.
-  double head_forward(const Tensor& input, const Tensor& targets, float dloss, const Tensor& input_gradient);
+  double head_forward(const Tensor& input, const Tensor& targets, float dloss, const Tensor& input_gradient) {
+    return head_forward(input, targets, dloss, input_gradient, nullptr);
+  }
   // Consumes the activations; `output_gradient` becomes the gradient of the block's input (returned).
   Tensor block_backward(std::int64_t layer, BlockActivations activations, Tensor output_gradient, cpu::RandomKey key);
-  void embedding_backward(const Tensor& tokens, const Tensor& output_gradient, cpu::RandomKey key);
+  void embedding_backward(const Tensor& tokens, const Tensor& output_gradient, cpu::RandomKey key) {
+    embedding_backward(tokens, output_gradient, key, nullptr);
+  }
   // Zero Bubble's split of block_backward: the input gradient now (returned), the projections' weight
   // gradients later from `deferred` (filled here). Together they give block_backward's gradients
   // bitwise. Streamed, the input pass hands the sink the LayerNorms' gradients, the weight pass the
@@ -148,6 +177,14 @@ class GptModel {
   // A zeroed f32 gradient bucket (category gradients) for streamed gradients.
   Tensor gradient_bucket(const Shape& shape, const std::string& tag) const;
   GradientSink& sink() const;
+  // With `deferred` (streamed, TiedTableGradient::deferred), the head keeps what the table's gradient
+  // needs instead of computing its part, and the embedding keeps its rows; tied_table_backward then
+  // hands the table's gradient over slice by slice.
+  double head_forward(const Tensor& input, const Tensor& targets, float dloss, const Tensor& input_gradient, DeferredTableGradient* deferred);
+  void embedding_backward(const Tensor& tokens, const Tensor& output_gradient, cpu::RandomKey key, DeferredTableGradient* deferred);
+  void tied_table_backward(const DeferredTableGradient& deferred);
+  // Rows [first, first + count) of the tied table in f32 (a view of the table itself when it is f32).
+  Tensor table_rows_f32(std::int64_t first, std::int64_t count) const;
   // Block `layer`'s projection (weights[field], bias after it) parameter gradients from its output
   // gradient and input: added to the whole gradients, or streamed in bounded buckets (gpt_model_gradients.cpp).
   void projection_parameter_gradients(std::int64_t layer, std::size_t field, const Tensor& dout, const Tensor& inp);
@@ -172,6 +209,7 @@ class GptModel {
   std::int64_t vocab_slice_ = 0;
   std::int64_t gradient_bucket_elements_ = 0;
   std::int64_t weight_copy_elements_ = 0;
+  TiedTableGradient tied_table_gradient_ = TiedTableGradient::as_computed;
   bool training_ = true;
 };
 

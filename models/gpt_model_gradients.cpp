@@ -64,6 +64,7 @@ void GptModel::projection_parameter_gradients(std::int64_t layer, std::size_t fi
       const Tensor slice = gradient_bucket({std::min(rows_per_bucket, in - first), out}, name + ".rows");
       ops::matmul_backward_weight_rows(slice, dout32, inp32, first);
       sink().accumulate(index, first * out, slice);
+      sink().piece_complete(index, first * out, slice.numel());
     }
   }
   sink().parameter_complete(index);

@@ -14,6 +14,7 @@
 #include "engine/core/tensor.h"
 #include "models/kernels/cpu/attention.h"
 #include "models/kernels/cpu/counter_random.h"
+#include "models/kernels/cpu/cross_entropy.h"
 #include "models/kernels/cpu/matmul.h"
 #include "models/kernel_sizes.h"
 
@@ -21,6 +22,7 @@ namespace ferry::ops {
 
 using cpu::AttentionShape;
 using cpu::RandomKey;
+using cpu::SoftmaxRow;
 using cpu::WeightLayout;
 
 // `count` f32 values in device memory: one term of a sum of squares.
@@ -44,6 +46,9 @@ class KernelBackend : public DeviceAttachment {
                                           std::int64_t batch, std::int64_t sequence, std::int64_t channels) = 0;
   virtual void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, std::int64_t batch,
                                 std::int64_t sequence, std::int64_t channels) = 0;
+  // The token table's gradient rows [first, first + count) (table_rows holds them) from `positions` rows of dout.
+  virtual void encoder_backward_token_rows(float* table_rows, const float* dout, const std::int32_t* tokens, std::int64_t positions,
+                                           std::int64_t channels, std::int64_t first, std::int64_t count) = 0;
 
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                                  std::int64_t rows, std::int64_t channels) = 0;
@@ -108,8 +113,12 @@ class KernelBackend : public DeviceAttachment {
   // logits into their gradient times dloss). scratch: sizes().cross_entropy_scratch_elements floats.
   virtual double cross_entropy_sum(const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
                                    float* scratch) = 0;
+  // softmax_rows (may be null): each row's statistics, for cross_entropy_backward_slice later.
   virtual double cross_entropy_sum_and_gradient(float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                                                float dloss, float* scratch) = 0;
+                                                float dloss, float* scratch, SoftmaxRow* softmax_rows) = 0;
+  // A [rows, count] slice of logits columns [first, first + count) becomes their gradient from the saved statistics.
+  virtual void cross_entropy_backward_slice(float* slice, const SoftmaxRow* softmax_rows, const std::int32_t* targets, std::int64_t rows,
+                                            std::int64_t first, std::int64_t count, float dloss) = 0;
 
   // One AdamW step of every tensor with the same hyperparameters; the sum of squares of all values, on the
   // host, repeatable bit for bit.

@@ -105,6 +105,15 @@ void encoder_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout
   }
 }
 
+void encoder_backward_token_rows(const Tensor& table_rows, const Tensor& dout, const Tensor& tokens, std::int64_t first) {
+  const std::int64_t C = last_dimension(table_rows), positions = tokens.numel();
+  require(table_rows.dtype() == DType::f32 && dout.dtype() == DType::f32 && dout.numel() == positions * C && first >= 0,
+          "encoder_backward_token_rows", "takes f32 [count, C] rows and an f32 [n, C] gradient of n tokens");
+  if (KernelBackend* kernels = computing(dout)) {
+    kernels->encoder_backward_token_rows(f32(table_rows), f32(dout), tokens.data_as<std::int32_t>(), positions, C, first, table_rows.size(0));
+  }
+}
+
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                        const Tensor& weight, const Tensor& bias) {
   const std::int64_t C = last_dimension(weight);
@@ -254,7 +263,8 @@ void lm_head_logits_slice(const Tensor& logits, std::int64_t first, const Tensor
 void lm_head_backward_slice(const Tensor& dinp, bool accumulate_input, const Tensor& dweight_slice, const Tensor& dlogits,
                             std::int64_t first, const Tensor& inp, const Tensor& weight_slice) {
   const std::int64_t rows = inp.size(0), C = inp.size(1), count = weight_slice.size(0), vocab = dlogits.size(1);
-  require(dweight_slice.shape() == weight_slice.shape() && dinp.shape() == inp.shape() && first + count <= vocab,
+  require((!dweight_slice.defined() || dweight_slice.shape() == weight_slice.shape()) && (!dinp.defined() || dinp.shape() == inp.shape()) &&
+              first + count <= vocab,
           "lm_head_backward_slice", "gradient shapes do not match the slice " + shape_to_string(weight_slice.shape()));
   const Tensor workspace = matmul_workspace(dlogits.device());
   const KernelSizes& sizes = kernel_backend(dlogits.device()).sizes();
@@ -343,12 +353,27 @@ double cross_entropy_sum(const Tensor& logits, const Tensor& targets) {
   return kernels->cross_entropy_sum(f32(logits), targets.data_as<std::int32_t>(), rows, V, f32(losses));
 }
 
-double cross_entropy_sum_and_gradient(const Tensor& logits, const Tensor& targets, float dloss) {
+double cross_entropy_sum_and_gradient(const Tensor& logits, const Tensor& targets, float dloss, const Tensor& softmax_rows) {
   const std::int64_t V = last_dimension(logits), rows = logits.numel() / V;
+  require(!softmax_rows.defined() || (softmax_rows.dtype() == DType::f32 && softmax_rows.numel() == rows * cpu::kSoftmaxRowFloats),
+          "cross_entropy_sum_and_gradient", "softmax rows take f32 [rows, " + std::to_string(cpu::kSoftmaxRowFloats) + "]");
   const Tensor losses = cross_entropy_scratch(logits, rows);
   KernelBackend* kernels = computing(logits);
   if (kernels == nullptr) return 0.0;
-  return kernels->cross_entropy_sum_and_gradient(f32(logits), targets.data_as<std::int32_t>(), rows, V, dloss, f32(losses));
+  auto* rows_out = softmax_rows.defined() ? reinterpret_cast<SoftmaxRow*>(softmax_rows.data()) : nullptr;
+  return kernels->cross_entropy_sum_and_gradient(f32(logits), targets.data_as<std::int32_t>(), rows, V, dloss, f32(losses), rows_out);
+}
+
+void cross_entropy_backward_slice(const Tensor& slice, const Tensor& softmax_rows, const Tensor& targets, std::int64_t first, float dloss) {
+  const std::int64_t rows = slice.size(0), count = slice.size(1);
+  require(slice.dtype() == DType::f32 && softmax_rows.dtype() == DType::f32 && softmax_rows.numel() == rows * cpu::kSoftmaxRowFloats &&
+              targets.numel() == rows && first >= 0,
+          "cross_entropy_backward_slice", "takes an f32 [rows, count] slice, f32 [rows, " + std::to_string(cpu::kSoftmaxRowFloats) +
+                                              "] softmax rows and [rows] targets");
+  if (KernelBackend* kernels = computing(slice)) {
+    kernels->cross_entropy_backward_slice(f32(slice), reinterpret_cast<const SoftmaxRow*>(softmax_rows.data()), targets.data_as<std::int32_t>(),
+                                          rows, first, count, dloss);
+  }
 }
 
 }  // namespace ferry::ops

@@ -30,6 +30,9 @@ void fill_zero(const Tensor& tensor);
 void encoder_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe);
 // dwte may be undefined: only dwpe accumulates.
 void encoder_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout, const Tensor& tokens);
+// Rows [first, first + table_rows.size(0)) of the token table's gradient (f32 [count, C]) accumulate the
+// rows of dout ([n, C]) whose token (i32 [n]) is among them, in order: encoder_backward's sums, slice by slice.
+void encoder_backward_token_rows(const Tensor& table_rows, const Tensor& dout, const Tensor& tokens, std::int64_t first);
 
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                        const Tensor& weight, const Tensor& bias);
@@ -54,6 +57,7 @@ void matmul_backward_weight_rows(const Tensor& dweight_rows, const Tensor& dout,
 // The tied LM head on vocabulary slice [first, first + weight_slice.size(0)) of logits [rows, vocab] (f32;
 // inp is [rows, C] f32, weight_slice [count, C] f32). Backward: dinp (+)= and dweight_slice +=.
 void lm_head_logits_slice(const Tensor& logits, std::int64_t first, const Tensor& inp, const Tensor& weight_slice);
+// Either gradient may be undefined (the other is then computed alone, the same bits).
 void lm_head_backward_slice(const Tensor& dinp, bool accumulate_input, const Tensor& dweight_slice, const Tensor& dlogits,
                             std::int64_t first, const Tensor& inp, const Tensor& weight_slice);
 
@@ -77,6 +81,10 @@ void dropout_backward(const Tensor& dinp, const Tensor& dout, float probability,
 // Mean cross-entropy of logits [rows, vocab] against targets [rows] (i32); the sum of row losses in
 // double. The training variant replaces logits by their gradient scaled by dloss.
 double cross_entropy_sum(const Tensor& logits, const Tensor& targets);
-double cross_entropy_sum_and_gradient(const Tensor& logits, const Tensor& targets, float dloss);
+// With softmax_rows (f32 [rows, cpu::kSoftmaxRowFloats]), each row's softmax statistics are kept there.
+double cross_entropy_sum_and_gradient(const Tensor& logits, const Tensor& targets, float dloss, const Tensor& softmax_rows = Tensor());
+// `slice` (f32 [rows, count]) holds logits columns [first, first + count): they become their gradient
+// times dloss from the saved softmax_rows, bit for bit what cross_entropy_sum_and_gradient gave them.
+void cross_entropy_backward_slice(const Tensor& slice, const Tensor& softmax_rows, const Tensor& targets, std::int64_t first, float dloss);
 
 }  // namespace ferry::ops

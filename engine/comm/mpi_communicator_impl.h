@@ -55,6 +55,11 @@ class MpiCommunicator final : public Communicator {
   // the communicator refuse every later operation.
   bool test(PendingOperation& operation);
   void complete(PendingOperation& operation);
+  // Whether an earlier operation failed with MPI still holding its requests (every later one is refused).
+  bool failed() const { return !failed_operations_.empty(); }
+  // An operation given up on after such a failure: MPI keeps its requests (they are never freed) while
+  // the error that ended the communicator ends the job.
+  void abandon(PendingOperation& operation) { retain_if_in_flight(operation); }
 
  private:
   // A new operation named "rank R: `what`"; throws when called from a thread other than the creator's

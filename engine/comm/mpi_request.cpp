@@ -7,6 +7,12 @@ namespace ferry {
 
 MpiRequest::~MpiRequest() {
   if (failure_) return;
+  if (communicator_.failed()) {
+    // Another operation already failed and its error is on its way to end the job, named: waiting out
+    // this one's timeout too would end it first, with this request's description instead.
+    communicator_.abandon(operation_);
+    return;
+  }
   try {
     if (operation_.in_flight()) communicator_.complete(operation_);
     run_finish();

@@ -19,7 +19,8 @@ class MpiRequest final : public CommRequest {
   MpiRequest(const MpiRequest&) = delete;
   MpiRequest& operator=(const MpiRequest&) = delete;
   // Waits for a pending operation; ends the job when that fails (a destructor cannot throw, and the
-  // buffer's owner is about to free it).
+  // buffer's owner is about to free it). After another operation of the communicator failed, it gives
+  // the operation up instead (the first failure ends the job).
   ~MpiRequest() override;
 
   bool test() override;

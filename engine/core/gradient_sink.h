@@ -21,8 +21,17 @@ class GradientSink {
   // An embedding's gradient as rows: row i of `rows` ([n, width] f32) adds to row ids[i] (i32 [n]) of
   // parameter `index`, in order i = 0, 1, ... (the order the device's own kernel adds them in).
   virtual void accumulate_rows(std::size_t index, const Tensor& ids, const Tensor& rows) = 0;
+  // This micro-batch's gradient of elements [offset, offset + count) of parameter `index` is complete:
+  // every contribution to them has been handed over (a large weight's row slice, a slice of the tied
+  // table), before the whole parameter is. A sink that reduces buckets may start those these elements
+  // finish. A parameter's pieces complete in increasing order, each once per micro-batch.
+  virtual void piece_complete(std::size_t index, std::int64_t offset, std::int64_t count) {
+    (void)index;
+    (void)offset;
+    (void)count;
+  }
   // This micro-batch's gradient of parameter `index` is complete: every piece of it has been handed
-  // over (data parallelism starts reducing a bucket once all of its parameters are complete). Called
+  // over (data parallelism starts reducing a bucket once all of its elements are complete). Called
   // once per parameter and micro-batch, in backward's order.
   virtual void parameter_complete(std::size_t index) { (void)index; }
 };

@@ -1,10 +1,12 @@
 #include "engine/grid/data_parallel_gradients.h"
 
 #include <algorithm>
+#include <utility>
 #include <chrono>
 #include <stdexcept>
 #include <string>
 
+#include "allocator/size_rounding.h"
 #include "models/tensor_ops.h"
 
 namespace ferry {
@@ -16,17 +18,18 @@ std::vector<std::int64_t> sizes_of(const std::vector<NamedTensor>& parameters) {
   return sizes;
 }
 
-Tensor f32_buffer(Device& device, std::int64_t elements, MemoryCategory category, const char* tag) {
-  return Tensor::zeros(device, {std::max<std::int64_t>(elements, 1)}, DType::f32, category, tag);
+Tensor f32_buffer(Device& device, std::int64_t elements, MemoryCategory category, const char* tag, Stream stream = {}) {
+  return Tensor::zeros(device, {std::max<std::int64_t>(elements, 1)}, DType::f32, category, tag, stream);
 }
 
 }  // namespace
 
 DataParallelGradients::DataParallelGradients(Device& device, const std::vector<NamedTensor>& parameters, Communicator& dp,
                                              int zero_stage, std::int64_t bucket_elements, bool overlap, bool partition_off_device,
-                                             const PipelineBuckets& pipeline)
-    : device_(device), dp_(dp), zero_stage_(zero_stage), layout_(sizes_of(parameters), dp.size()), overlap_(overlap),
-      partition_off_device_(partition_off_device) {
+                                             const BucketCuts& cuts)
+    : device_(device), dp_(dp), zero_stage_(zero_stage), layout_(sizes_of(parameters), dp.size()),
+      buffers_(bucket_elements * static_cast<std::int64_t>(sizeof(float)) > static_cast<std::int64_t>(kSmallSize) ? device.create_stream() : Stream{}),
+      overlap_(overlap), partition_off_device_(partition_off_device) {
   if (partition_off_device && zero_stage != 2) {
     throw std::invalid_argument("only ZeRO stage 2 partitions gradients: its partition can leave the device, stage " +
                                 std::to_string(zero_stage) + "'s cannot");
@@ -34,6 +37,7 @@ DataParallelGradients::DataParallelGradients(Device& device, const std::vector<N
   if (zero_stage < 0 || zero_stage > 2) {
     throw std::invalid_argument("data parallelism runs ZeRO stages 0, 1 and 2, not " + std::to_string(zero_stage));
   }
+  if (bucket_elements < 0) throw std::invalid_argument("a gradient bucket of " + std::to_string(bucket_elements) + " elements");
   for (std::size_t position = 0; position < parameters.size(); ++position) {
     const std::size_t index = parameters[position].index;
     if (positions_.size() <= index) positions_.resize(index + 1);
@@ -42,22 +46,24 @@ DataParallelGradients::DataParallelGradients(Device& device, const std::vector<N
   auto position_of_index = [&](std::optional<std::size_t> index) {
     return index && *index < positions_.size() ? positions_[*index] : std::optional<std::size_t>();
   };
-  const std::optional<std::size_t> held_position = zero_stage == 2 ? position_of_index(pipeline.held) : std::nullopt;
-  std::vector<std::size_t> group_starts;
-  if (held_position) group_starts = {*held_position, *held_position + 1};
+  const std::optional<std::size_t> held_position = zero_stage == 2 ? position_of_index(cuts.held) : std::nullopt;
+  std::vector<std::size_t> uncut, group_starts;
+  if (held_position) uncut.push_back(*held_position);
+  for (const std::size_t index : cuts.uncut) {
+    if (const auto position = position_of_index(index)) uncut.push_back(*position);
+  }
   if (zero_stage == 2) {
-    for (const std::size_t index : pipeline.stage_starts) {
+    for (const std::size_t index : cuts.stage_starts) {
       if (const auto position = position_of_index(index)) group_starts.push_back(*position);
     }
   }
-  buckets_ = layout_.buckets(bucket_elements, group_starts);
-  bucket_of_.resize(parameters.size());
-  for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
-    for (std::size_t position = buckets_[bucket].first; position <= buckets_[bucket].last; ++position) bucket_of_[position] = bucket;
-  }
-  if (held_position) held_bucket_ = bucket_of_[*held_position];
-  completed_.assign(parameters.size(), 0);
-  pending_.resize(buckets_.size());
+  buckets_ = layout_.buckets(bucket_elements, group_starts, uncut);
+  if (held_position) held_bucket_ = buckets_over(layout_.parameter(*held_position)).first;
+  elements_pending_.resize(buckets_.size());
+  complete_upto_.assign(parameters.size(), 0);
+  parameter_done_.assign(parameters.size(), 0);
+  parameters_pending_.resize(buckets_.size());
+  for (const GradientBucket& bucket : buckets_) completed_in_bucket_.emplace_back(bucket.last - bucket.first + 1, 0);
   open_buckets_.resize(buckets_.size());
   owned_ = zero_stage == 0 ? FlatRange{0, layout_.total()} : layout_.partition(dp.rank());
   if (zero_stage < 2) {
@@ -81,6 +87,15 @@ std::size_t DataParallelGradients::position_of(std::size_t index) const {
   return *positions_[index];
 }
 
+std::pair<std::size_t, std::size_t> DataParallelGradients::buckets_over(const FlatRange& range) const {
+  // The first bucket ending after range.begin, through the last one starting before range.end.
+  const auto first = std::upper_bound(buckets_.begin(), buckets_.end(), range.begin,
+                                      [](std::int64_t element, const GradientBucket& bucket) { return element < bucket.range.end; });
+  auto last = first;
+  while (last != buckets_.end() && last->range.begin < range.end) ++last;
+  return {static_cast<std::size_t>(first - buckets_.begin()), static_cast<std::size_t>(last - buckets_.begin())};
+}
+
 void DataParallelGradients::begin_step() {
   if (!in_flight_.empty()) throw std::logic_error("a data-parallel step began with reductions still in flight");
   if (!partition_off_device_) ops::fill_zero(zero_stage_ < 2 ? full_ : partition_);
@@ -92,13 +107,18 @@ void DataParallelGradients::begin_step() {
 
 void DataParallelGradients::begin_micro_batch(bool last) {
   reducing_ = zero_stage_ == 2 || last;
-  for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) pending_[bucket] = buckets_[bucket].last - buckets_[bucket].first + 1;
+  for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) elements_pending_[bucket] = buckets_[bucket].range.size();
+  std::fill(complete_upto_.begin(), complete_upto_.end(), 0);
+  std::fill(parameter_done_.begin(), parameter_done_.end(), 0);
 }
 
 void DataParallelGradients::accumulate_whole_step() {
   begin_micro_batch(false);
   reducing_ = zero_stage_ == 2;  // stage 2 reduces as buckets fill; stages 0 and 1 wait for reduce_accumulated()
-  std::fill(completed_.begin(), completed_.end(), 0);
+  for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
+    parameters_pending_[bucket] = completed_in_bucket_[bucket].size();
+    std::fill(completed_in_bucket_[bucket].begin(), completed_in_bucket_[bucket].end(), 0);
+  }
   whole_step_ = pipeline_step_ = true;
 }
 
@@ -108,7 +128,6 @@ void DataParallelGradients::reduce_accumulated() {
   reducing_ = true;
   for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
     if (zero_stage_ == 2 && !open_buckets_[bucket].defined()) continue;  // reduced already, nothing since
-    pending_[bucket] = 0;
     launch(bucket);
   }
 }
@@ -116,59 +135,101 @@ void DataParallelGradients::reduce_accumulated() {
 Tensor DataParallelGradients::accumulated_gradient(std::size_t index) {
   if (!whole_step_) throw std::logic_error("a parameter's accumulated gradient is kept only while a whole step accumulates");
   const std::size_t position = position_of(index);
-  if (zero_stage_ < 2) {
-    const FlatRange parameter = layout_.parameter(position);
-    return full_.narrow(0, parameter.begin, parameter.size());
-  }
-  if (!held_bucket_ || bucket_of_[position] != *held_bucket_) {
+  const FlatRange parameter = layout_.parameter(position);
+  if (zero_stage_ < 2) return full_.narrow(0, parameter.begin, parameter.size());
+  if (!held_bucket_ || buckets_over(parameter).first != *held_bucket_) {
     throw std::logic_error("at ZeRO stage 2 a pipeline step holds only the tied table's gradient whole, not parameter " + std::to_string(index) + "'s");
   }
-  return target(position, 0, layout_.parameter(position).size());
+  return open_bucket(*held_bucket_).narrow(0, parameter.begin - buckets_[*held_bucket_].range.begin, parameter.size());
 }
 
-Tensor DataParallelGradients::target(std::size_t position, std::int64_t offset, std::int64_t count) {
-  const FlatRange parameter = layout_.parameter(position);
-  if (offset < 0 || count < 0 || offset + count > parameter.size()) {
-    throw std::out_of_range("gradient elements [" + std::to_string(offset) + ", " + std::to_string(offset + count) + ") of a parameter of " +
-                            std::to_string(parameter.size()));
-  }
-  const std::int64_t flat = parameter.begin + offset;
-  if (zero_stage_ < 2) return full_.narrow(0, flat, count);
-  const std::size_t bucket = bucket_of_[position];
+Tensor& DataParallelGradients::open_bucket(std::size_t bucket) {
   Tensor& buffer = open_buckets_[bucket];
-  if (!buffer.defined()) buffer = f32_buffer(device_, buckets_[bucket].range.size(), MemoryCategory::gradients, "grad.bucket");
-  return buffer.narrow(0, flat - buckets_[bucket].range.begin, count);
+  if (!buffer.defined()) buffer = f32_buffer(device_, buckets_[bucket].range.size(), MemoryCategory::gradients, "grad.bucket", buffers_);
+  return buffer;
 }
 
 void DataParallelGradients::accumulate(std::size_t index, std::int64_t offset, const Tensor& gradient) {
-  const Tensor destination = target(position_of(index), offset, gradient.numel());
-  ops::residual_forward(destination, destination, gradient.reshape({gradient.numel()}));
+  const FlatRange parameter = layout_.parameter(position_of(index));
+  const std::int64_t count = gradient.numel();
+  if (offset < 0 || offset + count > parameter.size()) {
+    throw std::out_of_range("gradient elements [" + std::to_string(offset) + ", " + std::to_string(offset + count) + ") of a parameter of " +
+                            std::to_string(parameter.size()));
+  }
+  const FlatRange piece{parameter.begin + offset, parameter.begin + offset + count};
+  const Tensor source = gradient.reshape({count});
+  auto add = [](const Tensor& destination, const Tensor& values) { ops::residual_forward(destination, destination, values); };
+  if (zero_stage_ < 2) {
+    add(full_.narrow(0, piece.begin, count), source);
+  } else {
+    const auto [first, end] = buckets_over(piece);  // a piece may straddle buckets: each takes its part
+    for (std::size_t bucket = first; bucket < end; ++bucket) {
+      const FlatRange part = piece.intersect(buckets_[bucket].range);
+      add(open_bucket(bucket).narrow(0, part.begin - buckets_[bucket].range.begin, part.size()), source.narrow(0, part.begin - piece.begin, part.size()));
+    }
+  }
   for (InFlight& flight : in_flight_) flight.request->test();  // MPI progresses inside its calls
 }
 
 void DataParallelGradients::accumulate_rows(std::size_t index, const Tensor& ids, const Tensor& rows) {
+  const FlatRange parameter = layout_.parameter(position_of(index));
+  const std::int64_t width = rows.size(1);
+  Tensor table;
+  if (zero_stage_ < 2) {
+    table = full_.narrow(0, parameter.begin, parameter.size());
+  } else {
+    const auto [first, end] = buckets_over(parameter);
+    if (end != first + 1 || buckets_[first].range.begin != parameter.begin || buckets_[first].range.end != parameter.end) {
+      throw std::logic_error("parameter " + std::to_string(index) + "'s gradient comes as rows: it must be a bucket of its own (BucketCuts::uncut)");
+    }
+    table = open_bucket(first);
+  }
+  ops::encoder_backward_token_rows(table.reshape({parameter.size() / width, width}), rows, ids, 0);
+}
+
+void DataParallelGradients::complete_elements(std::size_t position, std::int64_t from, std::int64_t to) {
+  complete_upto_[position] = to;
+  const FlatRange parameter = layout_.parameter(position);
+  const FlatRange done{parameter.begin + from, parameter.begin + to};
+  if (done.empty()) return;
+  const auto [first, end] = buckets_over(done);
+  for (std::size_t bucket = first; bucket < end; ++bucket) {
+    elements_pending_[bucket] -= done.intersect(buckets_[bucket].range).size();
+    if (elements_pending_[bucket] == 0) launch(bucket);
+  }
+}
+
+void DataParallelGradients::piece_complete(std::size_t index, std::int64_t offset, std::int64_t count) {
+  if (!reducing_ || whole_step_) return;  // a pipeline step counts whole parameters
   const std::size_t position = position_of(index);
-  const std::int64_t n = rows.size(0), width = rows.size(1);
-  const Tensor table = target(position, 0, layout_.parameter(position).size()).reshape({layout_.parameter(position).size() / width, width});
-  const Tensor positions_scratch = Tensor::zeros(device_, {1, width}, DType::f32, MemoryCategory::workspace, "rows.scratch");
-  ops::encoder_backward(table, positions_scratch, rows.reshape({n, 1, width}), ids.reshape({n, 1}));
+  if (offset != complete_upto_[position] || count < 0 || offset + count > layout_.parameter(position).size()) {
+    throw std::logic_error("parameter " + std::to_string(index) + "'s elements [" + std::to_string(offset) + ", " +
+                           std::to_string(offset + count) + ") completed out of order (its first " + std::to_string(complete_upto_[position]) +
+                           " are complete)");
+  }
+  complete_elements(position, offset, offset + count);
 }
 
 void DataParallelGradients::parameter_complete(std::size_t index) {
   if (!reducing_) return;
   const std::size_t position = position_of(index);
-  const std::size_t bucket = bucket_of_[position];
-  if (whole_step_) {  // stage 2 in a pipeline: once every parameter of the bucket has completed, in any micro-batches
-    if (bucket == held_bucket_ || completed_[position] != 0) return;
-    completed_[position] = 1;
-    if (--pending_[bucket] > 0) return;
-    for (std::size_t each = buckets_[bucket].first; each <= buckets_[bucket].last; ++each) completed_[each] = 0;
-    pending_[bucket] = buckets_[bucket].last - buckets_[bucket].first + 1;
-    launch(bucket);
+  if (whole_step_) {  // stage 2 in a pipeline: a bucket starts once each of its parameters has completed, in any micro-batches
+    const auto [first, end] = buckets_over(layout_.parameter(position));
+    for (std::size_t bucket = first; bucket < end; ++bucket) {
+      if (bucket == held_bucket_) continue;
+      char& completed = completed_in_bucket_[bucket][position - buckets_[bucket].first];
+      if (completed != 0) continue;
+      completed = 1;
+      if (--parameters_pending_[bucket] > 0) continue;
+      std::fill(completed_in_bucket_[bucket].begin(), completed_in_bucket_[bucket].end(), 0);
+      parameters_pending_[bucket] = completed_in_bucket_[bucket].size();
+      launch(bucket);
+    }
     return;
   }
-  if (pending_[bucket] == 0) throw std::logic_error("parameter " + std::to_string(index) + " completed twice in one micro-batch");
-  if (--pending_[bucket] == 0) launch(bucket);
+  if (parameter_done_[position] != 0) throw std::logic_error("parameter " + std::to_string(index) + " completed twice in one micro-batch");
+  parameter_done_[position] = 1;
+  complete_elements(position, complete_upto_[position], layout_.parameter(position).size());
 }
 
 void DataParallelGradients::launch(std::size_t bucket) {
@@ -179,9 +240,9 @@ void DataParallelGradients::launch(std::size_t bucket) {
     flight.request = dp_.all_reduce_async(full_.narrow(0, range.begin, range.size()).data(), static_cast<std::size_t>(range.size()),
                                           CommDataType::f32, ReduceOperation::average);
   } else {
-    const Tensor input = zero_stage_ == 1 ? full_.narrow(0, range.begin, range.size()) : open_buckets_[bucket];
+    const Tensor input = zero_stage_ == 1 ? full_.narrow(0, range.begin, range.size()) : open_bucket(bucket);
     flight.piece = range.intersect(owned_);
-    flight.received = f32_buffer(device_, flight.piece.size(), MemoryCategory::communication, "grad.reduce_scatter");
+    flight.received = f32_buffer(device_, flight.piece.size(), MemoryCategory::communication, "grad.reduce_scatter", buffers_);
     const std::vector<std::size_t> counts = layout_.owned_counts(range);
     flight.request = dp_.reduce_scatter_async(input.data(), flight.received.data(), counts, CommDataType::f32, ReduceOperation::average);
     if (zero_stage_ == 2) flight.bucket = std::move(open_buckets_[bucket]);
@@ -225,9 +286,9 @@ void DataParallelGradients::finish_step() {
   if (!reducing_ || whole_step_) throw std::logic_error("a data-parallel step finished before its last micro-batch");
   if (pipeline_step_) return;  // every bucket was started by the step's end (reduce_accumulated())
   for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
-    if (pending_[bucket] != 0) {
-      throw std::logic_error("gradient bucket " + std::to_string(bucket) + " still waits for " + std::to_string(pending_[bucket]) +
-                             " parameters at the end of backward");
+    if (elements_pending_[bucket] != 0) {
+      throw std::logic_error("gradient bucket " + std::to_string(bucket) + " still waits for " + std::to_string(elements_pending_[bucket]) +
+                             " elements at the end of backward");
     }
   }
 }

@@ -1,9 +1,11 @@
 // DataParallelGradients: the gradient sink of a data-parallel rank. Backward streams each parameter's
-// gradient here; buckets of whole parameters are averaged over the dp group as soon as their parameters
-// are complete, overlapping the rest of backward. ZeRO stage 0 all-reduces a full flat f32 buffer;
-// stage 1 reduce-scatters it (a rank keeps the average of its partition); stage 2 holds only its
-// partition plus the buckets in flight, reducing every micro-batch's buckets as they fill (in a
-// pipeline too, where the tied table's bucket alone waits for the stages' sum).
+// gradient here; buckets of at most reduce_bucket_size elements (cut anywhere in the flat space) are
+// averaged over the dp group as soon as their elements are complete, overlapping the rest of backward.
+// ZeRO stage 0 all-reduces a full flat f32 buffer; stage 1 reduce-scatters it (a rank keeps the average
+// of its partition); stage 2 holds only its partition plus the buckets being filled or in flight,
+// reducing every micro-batch's buckets as they fill (in a pipeline too, where the tied table's bucket
+// alone waits for the stages' sum). So a stage-2 rank's gradient bytes are its partition plus a bounded
+// number of buckets, whatever the model's size.
 #pragma once
 
 #include <cstdint>
@@ -26,24 +28,26 @@ class DataParallelGradients final : public GradientSink {
   // dry run frees buffers where a real run does).
   static constexpr std::size_t kBucketsInFlight = 2;
 
+  // How a rank's buckets are cut (model indices).
+  struct BucketCuts {
+    // A pipeline's tied token table: a bucket of its own, which a pipeline step accumulates whole until
+    // reduce_accumulated(), after the stages have summed it.
+    std::optional<std::size_t> held;
+    // The parameters that start each of a pipeline rank's stages (after the first): no bucket spans two
+    // stages, so each stage's backward completes its own buckets.
+    std::vector<std::size_t> stage_starts;
+    // Parameters that are one bucket each, whatever their size: those handed over as rows
+    // (accumulate_rows: the tied table when its gradient is not deferred).
+    std::vector<std::size_t> uncut;
+  };
   // `parameters`: the model's (or its part's) parameters; `zero_stage` 0, 1 or 2; `bucket_elements`:
   // DeepSpeed's reduce_bucket_size (0: one bucket).
   // `overlap` false (DeepSpeed's overlap_comm off): each bucket's reduction is waited for as soon as it
   // starts, so none of it hides behind backward.
   // `partition_off_device` (stage 2 only): the partition's averaged gradients are not kept on the
   // device; each landed piece goes to the sink set_partition_sink() names (ZeRO-Offload's host gradients).
-  // `pipeline` (stage 2): how a pipeline rank's buckets are cut.
-  struct PipelineBuckets {
-    // A model index (the tied token table): a bucket of its own, which a pipeline step accumulates
-    // whole until reduce_accumulated(), after the stages have summed it.
-    std::optional<std::size_t> held;
-    // Model indices of the parameters that start each of the rank's pipeline stages (after the first): no
-    // bucket spans two stages, so each stage's backward completes its own buckets.
-    std::vector<std::size_t> stage_starts;
-  };
   DataParallelGradients(Device& device, const std::vector<NamedTensor>& parameters, Communicator& dp, int zero_stage,
-                        std::int64_t bucket_elements, bool overlap = true, bool partition_off_device = false,
-                        const PipelineBuckets& pipeline = {});
+                        std::int64_t bucket_elements, bool overlap = true, bool partition_off_device = false, const BucketCuts& cuts = {});
   // Where stage 2 with the partition off the device hands each landed piece: accumulate(owned index,
   // offset, piece), the owned index counting the parameters that have elements in owned() (in order)
   // and the offset within that parameter's owned part. Set before the first step.
@@ -53,6 +57,7 @@ class DataParallelGradients final : public GradientSink {
   DataParallelGradients& operator=(const DataParallelGradients&) = delete;
 
   const FlatLayout& layout() const { return layout_; }
+  const std::vector<GradientBucket>& buckets() const { return buckets_; }
   int zero_stage() const { return zero_stage_; }
   // This rank's share of the flat space: its partition (stages 1, 2) or everything (stage 0).
   FlatRange owned() const { return owned_; }
@@ -64,8 +69,9 @@ class DataParallelGradients final : public GradientSink {
   // A pipeline step, after begin_step(): a schedule interleaves the micro-batches' backwards, so none is
   // "the last". Stages 0 and 1 only accumulate; reduce_accumulated() then starts every bucket's
   // reduction at once, after the pipeline has summed the tied table into the accumulated sums. Stage 2
-  // starts a bucket's reduction once each of its parameters has completed (in whichever micro-batches),
-  // holds the `held` bucket whole, and reduce_accumulated() starts it and every bucket still open.
+  // starts a bucket's reduction once each parameter it holds (a part of) has completed (in whichever
+  // micro-batches), holds the `held` bucket whole, and reduce_accumulated() starts it and every bucket
+  // still open.
   void accumulate_whole_step();
   void reduce_accumulated();
   // The accumulated, not yet reduced, f32 gradient of model parameter `index` (accumulate_whole_step()
@@ -90,6 +96,7 @@ class DataParallelGradients final : public GradientSink {
 
   void accumulate(std::size_t index, std::int64_t offset, const Tensor& gradient) override;
   void accumulate_rows(std::size_t index, const Tensor& ids, const Tensor& rows) override;
+  void piece_complete(std::size_t index, std::int64_t offset, std::int64_t count) override;
   void parameter_complete(std::size_t index) override;
 
  private:
@@ -101,8 +108,12 @@ class DataParallelGradients final : public GradientSink {
     std::unique_ptr<CommRequest> request;
   };
   std::size_t position_of(std::size_t index) const;
-  // The f32 view where parameter `position`'s gradient elements [offset, offset + count) accumulate.
-  Tensor target(std::size_t position, std::int64_t offset, std::int64_t count);
+  // The buckets holding elements of flat range `range`, in increasing order.
+  std::pair<std::size_t, std::size_t> buckets_over(const FlatRange& range) const;
+  // Stage 2: bucket `bucket`'s buffer while it fills (made, zeroed, on first use).
+  Tensor& open_bucket(std::size_t bucket);
+  // Elements [from, to) of parameter `position` are complete this micro-batch: the buckets they finish start.
+  void complete_elements(std::size_t position, std::int64_t from, std::int64_t to);
   void launch(std::size_t bucket);
   void land(InFlight& flight);  // the received piece into the owned gradients
   void land_oldest();
@@ -112,10 +123,18 @@ class DataParallelGradients final : public GradientSink {
   int zero_stage_;
   std::vector<std::optional<std::size_t>> positions_;  // [model index] -> position in the layout
   FlatLayout layout_;
-  std::vector<GradientBucket> buckets_;
-  std::vector<std::size_t> bucket_of_;   // [position] -> bucket
-  std::vector<std::size_t> pending_;     // [bucket] -> parameters not yet complete this micro-batch
-  std::vector<char> completed_;          // stage 2 in a pipeline step: [position] -> completed since its bucket opened
+  // The stream the buckets and received pieces are allocated on: buckets past the small pool's 1 MiB get
+  // a pool of their own, so their churn of equal sizes never leaves holes among the activations (small
+  // ones have the small pool already). cpu and meta: pools only; on a GPU the communication stream,
+  // ordered against compute by events.
+  Stream buffers_;
+  std::vector<GradientBucket> buckets_;  // in increasing order of their ranges
+  std::vector<std::int64_t> elements_pending_;  // [bucket] -> elements not yet complete this micro-batch
+  std::vector<std::int64_t> complete_upto_;     // [position] -> its first elements complete this micro-batch
+  std::vector<char> parameter_done_;            // [position] -> completed this micro-batch
+  // Stage 2 in a pipeline step: [bucket] -> parameters not yet completed since it opened, and which have.
+  std::vector<std::size_t> parameters_pending_;
+  std::vector<std::vector<char>> completed_in_bucket_;
   std::optional<std::size_t> held_bucket_;  // stage 2: the `held` parameter's bucket
   bool whole_step_ = false;              // between accumulate_whole_step() and reduce_accumulated()
   bool pipeline_step_ = false;           // since accumulate_whole_step(), until the next begin_step()

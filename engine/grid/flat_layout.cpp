@@ -35,21 +35,44 @@ std::vector<std::size_t> FlatLayout::owned_counts(const FlatRange& range) const 
   return counts;
 }
 
-std::vector<GradientBucket> FlatLayout::buckets(std::int64_t bucket_elements, const std::vector<std::size_t>& group_starts) const {
-  std::vector<bool> starts(sizes_.size() + 1, false);
+std::size_t FlatLayout::position_of_element(std::int64_t element) const {
+  if (element < 0 || element >= total_) {
+    throw std::out_of_range("flat element " + std::to_string(element) + " of a layout of " + std::to_string(total_));
+  }
+  // The last parameter starting at or before the element (empty parameters start where the next does).
+  const auto after = std::upper_bound(offsets_.begin(), offsets_.end(), element);
+  std::size_t position = static_cast<std::size_t>(after - offsets_.begin()) - 1;
+  while (sizes_[position] == 0) --position;
+  return position;
+}
+
+std::vector<GradientBucket> FlatLayout::buckets(std::int64_t bucket_elements, const std::vector<std::size_t>& group_starts,
+                                                const std::vector<std::size_t>& uncut) const {
+  std::vector<bool> starts(sizes_.size() + 1, false), whole(sizes_.size(), false);
   for (const std::size_t position : group_starts) {
     if (position < starts.size()) starts[position] = true;
   }
+  for (const std::size_t position : uncut) {
+    if (position >= sizes_.size()) continue;
+    whole[position] = starts[position] = starts[position + 1] = true;
+  }
   std::vector<GradientBucket> result;
-  std::size_t end = sizes_.size();  // one past the bucket's last parameter
-  while (end > 0) {
-    std::size_t first = end - 1;
-    std::int64_t elements = sizes_[first];
-    while (first > 0 && !starts[first] && (bucket_elements == 0 || elements + sizes_[first - 1] <= bucket_elements)) {
-      elements += sizes_[--first];
+  auto add = [&](std::int64_t begin, std::int64_t end) {
+    if (end > begin) result.push_back({position_of_element(begin), position_of_element(end - 1), {begin, end}});
+  };
+  std::size_t group = 0;
+  while (group < sizes_.size()) {
+    std::size_t end = group + 1;  // one past the group's last parameter
+    while (end < sizes_.size() && !starts[end]) ++end;
+    const std::int64_t begin = offsets_[group], finish = offsets_[end - 1] + sizes_[end - 1];
+    if (whole[group] || bucket_elements == 0) {
+      add(begin, finish);
+    } else {
+      const std::int64_t size = finish - begin, remainder = size % bucket_elements;
+      if (remainder > 0) add(begin, begin + remainder);
+      for (std::int64_t cut = begin + remainder; cut < finish; cut += bucket_elements) add(cut, cut + bucket_elements);
     }
-    result.push_back({first, end - 1, {offsets_[first], offsets_[end - 1] + sizes_[end - 1]}});
-    end = first;
+    group = end;
   }
   return result;
 }

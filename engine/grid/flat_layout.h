@@ -19,7 +19,8 @@ struct FlatRange {
   FlatRange intersect(const FlatRange& other) const;
 };
 
-// A run of whole parameters [first, last] (positions in the layout) reduced together.
+// Elements `range` of the flat space reduced together; they belong to parameters [first, last]
+// (positions in the layout), the first and last of which it may hold only in part.
 struct GradientBucket {
   std::size_t first = 0;
   std::size_t last = 0;
@@ -45,11 +46,16 @@ class FlatLayout {
   // The elements of `range` each rank owns, in rank order (their sum is range.size()).
   std::vector<std::size_t> owned_counts(const FlatRange& range) const;
 
-  // Buckets of whole parameters from the last to the first (backward finishes parameters in about that
-  // order), each holding parameters while it stays within `bucket_elements` (0: one bucket for all); a
-  // parameter larger than the bound is a bucket of its own. No bucket holds both the parameter before
-  // a position in `group_starts` and the one at it (a pipeline rank's stages; a parameter kept alone).
-  std::vector<GradientBucket> buckets(std::int64_t bucket_elements, const std::vector<std::size_t>& group_starts = {}) const;
+  // Buckets of at most `bucket_elements` elements (0: no bound) in increasing order, cut anywhere in the
+  // flat space (a parameter larger than a bucket spans several): each group of parameters is cut from
+  // its end backwards (backward finishes parameters in about that order), its first bucket taking the
+  // remainder. Groups start at each position in `group_starts` (a pipeline rank's stages: no bucket
+  // holds both the parameter before such a position and the one at it); each position in `uncut` is a
+  // group and one bucket of its own whatever its size (a gradient handed over as rows, or held whole).
+  std::vector<GradientBucket> buckets(std::int64_t bucket_elements, const std::vector<std::size_t>& group_starts = {},
+                                      const std::vector<std::size_t>& uncut = {}) const;
+  // The position of the parameter holding flat element `element` (< total()).
+  std::size_t position_of_element(std::int64_t element) const;
   // Contiguous ranges of at most `elements` (0: one range) covering [0, total): the all-gather's buckets.
   std::vector<FlatRange> chunks(std::int64_t elements) const;
 

@@ -13,6 +13,16 @@
 namespace ferry {
 namespace {
 
+// The cuts of `settings` for `model`: at stage 2, a tied table handed over as computed (rows from the
+// embedding, into a bucket's buffer) is a bucket of its own; stages 0 and 1 add rows into the flat buffer.
+DataParallelGradients::BucketCuts cuts_for(const GptModel& model, const DataParallelSettings& settings) {
+  DataParallelGradients::BucketCuts cuts = settings.cuts;
+  if (settings.zero_stage == 2 && settings.tied_table == TiedTableGradient::as_computed && model.part().embedding) {
+    cuts.uncut.push_back(GptParameters::kWteIndex);
+  }
+  return cuts;
+}
+
 // What both variants share: the gradient sink on the model, the checks, the description.
 class DataParallelBase : public TrainingOptimizer {
  public:
@@ -20,11 +30,15 @@ class DataParallelBase : public TrainingOptimizer {
   DataParallelBase(GptModel& model, Communicator& dp, const DataParallelSettings& settings, bool partition_off_device = false)
       : model_(model), dp_(dp), settings_(settings),
         gradients_(model.device(), model.parameters().named(), dp, settings.zero_stage, settings.reduce_bucket_elements,
-                   settings.overlap_comm, partition_off_device, settings.pipeline) {
+                   settings.overlap_comm, partition_off_device, cuts_for(model, settings)) {
     if (model.gradient_storage() != GradientStorage::streamed) {
       throw std::logic_error("data parallelism needs a model whose gradients stream to its sink (GradientStorage::streamed)");
     }
+    if (settings.tied_table == TiedTableGradient::deferred && !model.part().whole()) {
+      throw std::logic_error("a deferred tied-table gradient needs the whole model on the rank (the embedding and the head)");
+    }
     model_.set_gradient_sink(&gradients_);
+    model_.set_tied_table_gradient(settings.tied_table);
   }
   ~DataParallelBase() override { model_.set_gradient_sink(nullptr); }
   DataParallelBase(const DataParallelBase&) = delete;
@@ -43,7 +57,8 @@ class DataParallelBase : public TrainingOptimizer {
   }
   nlohmann::json describe() const override {
     nlohmann::json description = {{"zero_stage", settings_.zero_stage}, {"dp", dp_.size()},
-                                  {"partition_elements", gradients_.layout().partition_size()}, {"owned_elements", gradients_.owned().size()}};
+                                  {"partition_elements", gradients_.layout().partition_size()}, {"owned_elements", gradients_.owned().size()},
+                                  {"reduce_buckets", gradients_.buckets().size()}};
     description["last_step_seconds"]["gradient_reduction_wait"] = gradients_.wait_seconds();
     return description;
   }

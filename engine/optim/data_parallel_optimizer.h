@@ -21,9 +21,13 @@ struct DataParallelSettings {
   std::int64_t reduce_bucket_elements = 0;     // 0: one bucket
   std::int64_t allgather_bucket_elements = 0;  // 0: one bucket
   bool overlap_comm = true;
-  // A pipeline rank's: the tied token table (the stages sum its gradient before the dp group reduces
-  // it, so stage 2 holds it whole for the step) and where each of its stages starts.
-  DataParallelGradients::PipelineBuckets pipeline;
+  // How the rank's buckets are cut: a pipeline rank's tied token table (the stages sum its gradient
+  // before the dp group reduces it, so stage 2 holds it whole for the step) and where each of its stages
+  // starts; the table as one bucket when the model hands its gradient over as rows.
+  DataParallelGradients::BucketCuts cuts;
+  // How the model hands over the tied table's gradient (deferred: slice by slice, each complete, cut
+  // into buckets like any parameter; as computed: in parts, the table one bucket of its own).
+  TiedTableGradient tied_table = TiedTableGradient::as_computed;
 };
 
 // Over a model built with GradientStorage::streamed (it becomes the model's gradient sink). With

@@ -3,7 +3,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/core/safetensors.h"
+#include "engine/train/resume_checks.h"
 #include "models/gpt_weights.h"
 
 namespace ferry {
@@ -49,6 +51,17 @@ GptConfig resolve_model_config(const TrainOptions& options) {
   }
   config.validate();
   return config;
+}
+
+RunShape run_shape(const TrainOptions& o) {
+  RunShape shape{o.resume.empty() ? resolve_model_config(o) : read_checkpoint_config(o.resume), 0};
+  if (!o.resume.empty()) check_shape_flags_against_checkpoint(o, shape.config);
+  shape.sequence = o.seq.value_or(shape.config.max_sequence);
+  if (shape.sequence > shape.config.max_sequence) {
+    throw std::invalid_argument("--seq " + std::to_string(shape.sequence) + " exceeds the model's " + std::to_string(shape.config.max_sequence) +
+                                " positions");
+  }
+  return shape;
 }
 
 }  // namespace ferry

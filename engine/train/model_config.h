@@ -10,4 +10,11 @@ namespace ferry {
 // Throws std::invalid_argument naming an unknown preset, a missing head count or a reshape of loaded weights.
 GptConfig resolve_model_config(const TrainOptions& options);
 
+// The model's shape (from the checkpoint when resuming) and the sequence length the run trains at.
+struct RunShape {
+  GptConfig config;
+  std::int64_t sequence = 0;
+};
+RunShape run_shape(const TrainOptions& o);
+
 }  // namespace ferry

@@ -64,17 +64,6 @@ nlohmann::json step_entry(std::int64_t step, const StepResult& result, double th
 
 }  // namespace
 
-RunShape run_shape(const TrainOptions& o) {
-  RunShape shape{o.resume.empty() ? resolve_model_config(o) : read_checkpoint_config(o.resume), 0};
-  if (!o.resume.empty()) check_shape_flags_against_checkpoint(o, shape.config);
-  shape.sequence = o.seq.value_or(shape.config.max_sequence);
-  if (shape.sequence > shape.config.max_sequence) {
-    throw std::invalid_argument("--seq " + std::to_string(shape.sequence) + " exceeds the model's " + std::to_string(shape.config.max_sequence) +
-                                " positions");
-  }
-  return shape;
-}
-
 // One rank of the grid trains: every rank of every grid runs this same loop (one rank, dp ranks,
 // pipeline ranks, each simulated on meta). `layout`: a pipeline's, chosen once for a dry run of every
 // rank (null: chosen here).
@@ -84,7 +73,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   cpu::set_compute_threads(o.threads > 0 || plan.world == 1 ? o.threads
                                                             : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / plan.world));
   const DType dtype = plan.precision;
-  const RunShape shape = run_shape(o);
+  const RunShape shape{plan.model, plan.sequence};
   const GptConfig& config = shape.config;
   const std::int64_t sequence = shape.sequence;
   const std::optional<TrainerState> saved = o.resume.empty() ? std::nullopt : std::optional(read_trainer_state(o.resume));
@@ -112,7 +101,8 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, plan.allocator,
                             offloaded, device->kind() == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu,
                             plan.reduce_bucket_elements, o.weight_copy_elements,
-                            {grid.dp().rank(), grid.dp().size(), plan.zero_stage, plan.allgather_bucket_elements, plan.overlap_comm}};
+                            {grid.dp().rank(), grid.dp().size(), plan.zero_stage, plan.allgather_bucket_elements, plan.overlap_comm,
+                             plan.tied_table_gradient()}};
   if (speaks) {
     for (const std::string& note : run_notes(o, plan.grid.dp)) std::printf("  note: %s\n", note.c_str());
     for (const std::string& note : plan.notes) std::printf("  note: %s\n", note.c_str());
@@ -174,12 +164,12 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
     } else {
       initialize_gpt_parameters(model.parameters(), config, o.seed);
     }
-    const DataParallelGradients::PipelineBuckets buckets =
-        pipelined ? pipeline_buckets(model.parameters().named(), chosen->layout.stage_blocks, config.layers) : DataParallelGradients::PipelineBuckets{};
+    const DataParallelGradients::BucketCuts buckets =
+        pipelined ? pipeline_buckets(model.parameters().named(), chosen->layout.stage_blocks, config.layers) : DataParallelGradients::BucketCuts{};
     const std::unique_ptr<TrainingOptimizer> optimizer =
         plan.data_parallel()       ? make_data_parallel_optimizer(model, hyper.adamw(), grid.dp(),
                                                                   {plan.zero_stage, plan.reduce_bucket_elements, plan.allgather_bucket_elements,
-                                                                   plan.overlap_comm, buckets},
+                                                                   plan.overlap_comm, buckets, plan.tied_table_gradient()},
                                                                   offloaded ? std::optional(rank_offload_settings(o, plan, grid)) : std::nullopt)
         : !offloaded               ? make_device_optimizer(model, hyper.adamw())
         : device->has_storage()    ? make_offload_optimizer(model, hyper.adamw(), rank_offload_settings(o, plan, grid))

@@ -10,19 +10,13 @@
 
 #include "engine/grid/process_grid.h"
 #include "engine/train/memory_advice.h"
+#include "engine/train/model_config.h"
 #include "engine/train/pipeline_layout.h"
 #include "engine/train/train_options.h"
 #include "engine/train/training_plan.h"
 #include "models/gpt_config.h"
 
 namespace ferry {
-
-// The model's shape (from the checkpoint when resuming) and the sequence length the run trains at.
-struct RunShape {
-  GptConfig config;
-  std::int64_t sequence = 0;
-};
-RunShape run_shape(const TrainOptions& o);
 
 // Trains this rank of `grid`; returns its summary with `ranks` holding its own entry. `layout`: a
 // pipeline's, chosen once for a dry run of every rank (null: chosen here, the same on every rank).

@@ -28,7 +28,7 @@ nlohmann::json run_training(const TrainOptions& options) {
   if (plan.simulated_ranks()) {
     // A dry run of every rank in this process: each runs the same loop on meta over groups that move nothing.
     std::optional<PipelineLayoutChoice> layout;  // a pipeline's split, chosen once for every rank
-    if (plan.grid.pp > 1) layout = choose_grid_layout(o, plan, run_shape(o), !o.quiet);
+    if (plan.grid.pp > 1) layout = choose_grid_layout(o, plan, RunShape{plan.model, plan.sequence}, !o.quiet);
     nlohmann::json summary = simulate_every_rank(o, plan, layout ? &*layout : nullptr);
     if (!o.quiet) print_training_result(summary);
     return summary;

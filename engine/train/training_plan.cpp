@@ -1,5 +1,6 @@
 #include "engine/train/training_plan.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -91,6 +92,7 @@ nlohmann::json TrainingPlan::to_json() const {
           {"zero_stage", zero_stage},
           {"offload_optimizer", offload_optimizer ? offload::offload_device_name(*offload_optimizer) : "none"},
           {"checkpointing", recompute.name()},
+          {"tied_table_gradient", tied_table_gradient() == TiedTableGradient::deferred ? "deferred" : "as_computed"},
           {"reduce_bucket_elements", reduce_bucket_elements},
           {"allgather_bucket_elements", allgather_bucket_elements},
           {"overlap_comm", overlap_comm},
@@ -105,6 +107,9 @@ void require_positive(std::int64_t value, const char* flag) {
 TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& environment) {
   validate_options(o);
   TrainingPlan plan;
+  const RunShape shape = run_shape(o);
+  plan.model = shape.config;
+  plan.sequence = shape.sequence;
   plan.dry_run = o.device == "meta";
   plan.world = environment.world_size;
   plan.micro_batch = o.batch;
@@ -189,14 +194,28 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
                                 number(plan.micro_batch) + " x gradient_accumulation_steps (--grad-accum) " + number(plan.micro_batches) +
                                 " x " + number(plan.grid.dp) + " data-parallel ranks = " + number(plan.global_batch()));
   }
-  const std::int64_t reduce = o.reduce_bucket_size.value_or(plan.data_parallel() ? kDefaultBucketElements : 0);
+  const std::int64_t model_buckets = default_bucket_elements(plan.model, plan.grid);
+  const std::int64_t reduce = o.reduce_bucket_size.value_or(plan.data_parallel() ? model_buckets : 0);
   if (reduce < 0) throw std::invalid_argument("--reduce-bucket-size must be >= 0 elements, got " + number(reduce));
   plan.reduce_bucket_elements = reduce;
-  plan.allgather_bucket_elements = o.allgather_bucket_size.value_or(kDefaultBucketElements);
+  plan.allgather_bucket_elements = o.allgather_bucket_size.value_or(model_buckets);
   if (plan.allgather_bucket_elements < 0) {
     throw std::invalid_argument("--allgather-bucket-size must be >= 0 elements, got " + number(plan.allgather_bucket_elements));
   }
   return plan;
+}
+
+TiedTableGradient TrainingPlan::tied_table_gradient() const {
+  const bool deferred = data_parallel() && zero_stage == 2 && grid.pp == 1 && model.vocab > micro_batch * sequence;
+  return deferred ? TiedTableGradient::deferred : TiedTableGradient::as_computed;
+}
+
+std::int64_t default_bucket_elements(const GptConfig& model, const GridShape& grid) {
+  constexpr std::int64_t kAlignment = 64;
+  const std::int64_t by_width = model.hidden * model.hidden;
+  const std::int64_t by_rank = model.parameter_count() / (128 * std::max(grid.pp, 1));
+  const std::int64_t elements = std::min(by_width, by_rank) / kAlignment * kAlignment;
+  return std::clamp(elements, kAlignment, kDefaultBucketElements);
 }
 
 void warn_about_device_memory(const TrainingPlan& plan, const RankEnvironment& environment) {

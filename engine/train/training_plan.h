@@ -15,13 +15,17 @@
 #include "engine/core/device.h"
 #include "engine/core/dtype.h"
 #include "engine/grid/process_grid.h"
+#include "engine/train/model_config.h"
 #include "engine/train/train_options.h"
+#include "models/gpt_model.h"
 #include "offload/zero_offload_optimizer.h"
 #include "schedule/recompute_policy.h"
 
 namespace ferry {
 
 struct TrainingPlan {
+  GptConfig model;         // the model's shape: preset and flags, --init-from's, or the resumed checkpoint's
+  std::int64_t sequence = 0;  // tokens per sequence (--seq; default: the model's positions)
   GridShape grid;          // tp x dp x pp
   int world = 1;           // ranks launched: grid.world(), or 1 for a dry run of every rank in one process
   std::int64_t micro_batch = 1;     // sequences per micro-batch
@@ -36,11 +40,17 @@ struct TrainingPlan {
   offload::ZeroOffloadSettings offload;   // its buffers, NVMe path and sub-groups (device: the tier when offloading)
   std::int64_t reduce_bucket_elements = 0;     // DeepSpeed's reduce_bucket_size (0: one bucket)
   std::int64_t allgather_bucket_elements = 0;  // DeepSpeed's allgather_bucket_size (0: one bucket)
+
   bool overlap_comm = true;                    // DeepSpeed's overlap_comm: bucket reductions overlap backward
   AllocatorConfig allocator;                   // the caching allocator's settings (FERRY_ALLOC_CONF, PyTorch's keys)
   bool dry_run = false;                        // --device meta
   std::vector<std::string> notes;              // settings without effect in this plan, said once at the start
 
+  // How the tied token table's gradient reaches the dp reduction: deferred (slice by slice after the
+  // embedding, recomputing the head's logits) at ZeRO 2 without a pipeline when the table has more rows
+  // than a micro-batch has tokens (what deferring keeps instead), so no rank holds the table's whole
+  // gradient; as computed otherwise (its gradient one bucket of its own).
+  TiedTableGradient tied_table_gradient() const;
   // DeepSpeed's train_batch_size identity: micro-batch x micro-batches x dp.
   std::int64_t global_batch() const { return micro_batch * micro_batches * grid.dp; }
   // More than one data-parallel rank: the data-parallel runtime trains (ZeRO on one rank partitions
@@ -54,8 +64,15 @@ struct TrainingPlan {
 // The most ranks one process dry-runs (each runs a whole training step on meta).
 inline constexpr int kMaxSimulatedRanks = 4096;
 
-// DeepSpeed's defaults for reduce_bucket_size and allgather_bucket_size (elements).
+// DeepSpeed's defaults for reduce_bucket_size and allgather_bucket_size (elements): ferry's upper bound.
 inline constexpr std::int64_t kDefaultBucketElements = 500'000'000;
+
+// reduce_bucket_size and allgather_bucket_size when not given: buckets that follow the model, the
+// smaller of hidden x hidden (Hugging Face's "auto") and a 128th of a rank's parameters (the model's / pp),
+// in whole multiples of 64 elements, at least 64 and at most DeepSpeed's 5e8. The buckets in flight then
+// cost a small fraction of what ZeRO's partitions save, whatever the shape: ZeRO 1 and 2 save at least
+// 80% of their formulas' bytes at these defaults (tests/cli/zero_defaults_test.sh over GPT shapes).
+std::int64_t default_bucket_elements(const GptConfig& model, const GridShape& grid);
 
 // The plan of `options` for a job of `environment`'s world size. Throws std::invalid_argument naming
 // the settings that contradict each other (world size against --tp x --pp x --dp, train_batch_size

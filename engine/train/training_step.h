@@ -86,6 +86,7 @@ struct DryRunSetup {
     int zero_stage = 0;
     std::int64_t allgather_bucket_elements = 0;
     bool overlap = true;
+    TiedTableGradient tied_table = TiedTableGradient::as_computed;
     bool active() const { return size > 1; }
   };
   DataParallel data_parallel{};

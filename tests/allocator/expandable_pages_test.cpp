@@ -11,7 +11,6 @@
 #include <map>
 #include <memory>
 #include <random>
-#include <set>
 #include <string>
 
 #include "allocator/allocator_errors.h"
@@ -78,10 +77,10 @@ class LiveSet {
   std::map<std::uintptr_t, Allocation> live_;
 };
 
-// The granules (the source's pages) that must be mapped: each live allocation's pages on its segment's
-// page grid (the source's expandable page of the segment's pool).
-std::set<std::uintptr_t> required_pages(const CachingAllocator& allocator, const LiveSet& live, std::size_t granule) {
-  std::set<std::uintptr_t> pages;
+// The ranges that must be mapped: each live allocation's pages on its segment's page grid (the
+// source's expandable page of the segment's pool).
+IntervalSet required_pages(const CachingAllocator& allocator, const LiveSet& live) {
+  IntervalSet pages;
   const AllocatorSnapshot snapshot = allocator.snapshot();
   for (const auto& [address, allocation] : live.all()) {
     const SegmentSnapshot* segment = nullptr;
@@ -95,7 +94,7 @@ std::set<std::uintptr_t> required_pages(const CachingAllocator& allocator, const
     const std::size_t page = allocator.source().expandable_page_bytes(segment->small_pool);
     const std::uintptr_t first = segment->address + (address - segment->address) / page * page;
     const std::uintptr_t end = segment->address + (address + allocation.size - segment->address + page - 1) / page * page;
-    for (std::uintptr_t each = first; each < end; each += granule) pages.insert(each);
+    pages.insert(first, end - first);
   }
   return pages;
 }
@@ -108,7 +107,6 @@ void run_pages_scenario(const PagesScenario& scenario, std::uint64_t seed) {
   auto allocator = std::make_unique<CachingAllocator>(source, events, AllocatorConfig::parse(scenario.alloc_conf));
   LiveSet live;
   source.live_overlaps = [&](std::uintptr_t address, std::size_t bytes) { return live.overlaps(address, bytes); };
-  const std::size_t granule = source.page_granularity();
   std::mt19937_64 random(seed);
   std::int64_t ooms = 0;
   int exact_checks = 0;
@@ -121,10 +119,7 @@ void run_pages_scenario(const PagesScenario& scenario, std::uint64_t seed) {
       const StreamId stream = std::uniform_int_distribution<StreamId>(0, kStreams - 1)(random);
       try {
         const Allocation allocation = allocator->malloc(bytes, stream, MemoryCategory::activations);
-        const std::uintptr_t start = address_of(allocation) / granule * granule;
-        for (std::uintptr_t page = start; page < address_of(allocation) + allocation.size; page += granule) {
-          ASSERT_TRUE(source.mapped_pages().contains(page)) << "an allocation on a page that is not mapped";
-        }
+        ASSERT_TRUE(source.mapped_pages().covers(address_of(allocation), allocation.size)) << "an allocation on a page that is not mapped";
         if (scenario.host_memory) {  // a page left unmapped would fault here
           ++stamp;
           std::memcpy(allocation.address, &stamp, sizeof stamp);
@@ -147,14 +142,14 @@ void run_pages_scenario(const PagesScenario& scenario, std::uint64_t seed) {
       allocator->empty_cache();
       source.refuse_releases(0);
       if (!refuse) {  // exactly the pages under live allocations stay mapped
-        ASSERT_EQ(source.mapped_pages(), required_pages(*allocator, live, granule));
+        ASSERT_TRUE(source.mapped_pages() == required_pages(*allocator, live));
         ++exact_checks;
       }
     }
     ASSERT_TRUE(source.violations().empty()) << source.violations().front();
     if (step % 4096 == 0) allocator->check_invariants();
     const AllocatorStatistics stats = allocator->statistics();
-    ASSERT_EQ(static_cast<std::size_t>(stats.reserved_bytes.all().current), source.mapped_pages().size() * granule);
+    ASSERT_EQ(static_cast<std::size_t>(stats.reserved_bytes.all().current), source.mapped_pages().bytes());
   }
   allocator->check_invariants();
   EXPECT_EQ(allocator->statistics().num_release_failures, source.refused());

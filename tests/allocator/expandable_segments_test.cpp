@@ -14,14 +14,14 @@ AllocatorConfig expandable() { return AllocatorConfig::parse("expandable_segment
 
 TEST(ExpandableSegments, GrowOnePageAtATimeInOneSegment) {
   MetaAllocator m(std::size_t{1} << 34, expandable());
-  Allocation a = m.malloc(30 * kMiB);  // the host and meta sources' pages are 2 MiB in both pools: 15 pages
+  Allocation a = m.malloc(30 * kMiB);  // the host and meta sources' pages are 64 KiB in both pools
   EXPECT_EQ(m.reserved(), static_cast<std::int64_t>(30 * kMiB));
-  Allocation b = m.malloc(31 * kMiB);  // 16 more pages, right after
-  EXPECT_EQ(m.reserved(), static_cast<std::int64_t>(62 * kMiB));
+  Allocation b = m.malloc(31 * kMiB);  // more pages, right after
+  EXPECT_EQ(m.reserved(), static_cast<std::int64_t>(61 * kMiB));
   EXPECT_EQ(address_of(b), address_of(a) + 30 * kMiB);  // contiguous in the same segment
   EXPECT_EQ(m.stats().segment.all().current, 1);
-  Allocation small = m.malloc(1000);  // small pool: its own segment with 2 MiB pages
-  EXPECT_EQ(m.reserved(), static_cast<std::int64_t>(64 * kMiB));
+  Allocation small = m.malloc(1000);  // small pool: its own segment, one page
+  EXPECT_EQ(m.reserved(), static_cast<std::int64_t>(61 * kMiB + 64 * 1024));
   m.free(a);
   m.free(b);
   m.free(small);
@@ -37,9 +37,8 @@ TEST(ExpandableSegments, EmptyCacheUnmapsFreePagesAndReleasesEmptySegments) {
   m.free(b);
   m.allocator.empty_cache();
   m.allocator.check_invariants();
-  // 136 MiB were mapped (c ends inside the page [134, 136)). b's hole is [45, 90) MiB: the 2 MiB pages
-  // wholly inside it, [46, 90), unmap; [44, 46) holds a's end and stays.
-  EXPECT_EQ(m.reserved(), static_cast<std::int64_t>(92 * kMiB));
+  // b's hole is [45, 90) MiB, whole 64 KiB pages: it unmaps.
+  EXPECT_EQ(m.reserved(), static_cast<std::int64_t>(90 * kMiB));
   bool saw_unmap = false;
   for (const TraceEvent& event : m.allocator.trace()) saw_unmap |= event.action == TraceAction::segment_unmap;
   EXPECT_TRUE(saw_unmap);

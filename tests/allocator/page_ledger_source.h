@@ -5,11 +5,12 @@
 // madvise or driver call), so tests can show the allocator survives them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,57 @@
 #include "allocator/segment_source.h"
 
 namespace ferry::testing {
+
+// Disjoint address ranges, adjacent ones merged: [begin, end) by begin.
+class IntervalSet {
+ public:
+  bool overlaps(std::uintptr_t address, std::size_t bytes) const {
+    auto it = ranges_.upper_bound(address);
+    if (it != ranges_.begin() && std::prev(it)->second > address) return true;
+    return it != ranges_.end() && it->first < address + bytes;
+  }
+  bool covers(std::uintptr_t address, std::size_t bytes) const {
+    auto it = ranges_.upper_bound(address);
+    return it != ranges_.begin() && std::prev(it)->second >= address + bytes;
+  }
+  void insert(std::uintptr_t address, std::size_t bytes) {
+    std::uintptr_t begin = address, end = address + bytes;
+    auto it = ranges_.upper_bound(begin);
+    if (it != ranges_.begin() && std::prev(it)->second >= begin) {
+      --it;
+      begin = it->first;
+      end = std::max(end, it->second);
+      it = ranges_.erase(it);
+    }
+    while (it != ranges_.end() && it->first <= end) {
+      end = std::max(end, it->second);
+      it = ranges_.erase(it);
+    }
+    ranges_[begin] = end;
+  }
+  void erase(std::uintptr_t address, std::size_t bytes) {
+    const std::uintptr_t begin = address, end = address + bytes;
+    auto it = ranges_.upper_bound(begin);
+    if (it != ranges_.begin()) --it;
+    while (it != ranges_.end() && it->first < end) {
+      const auto [first, last] = *it;
+      it = ranges_.erase(it);
+      if (first < begin) ranges_[first] = std::min(last, begin);
+      if (last > end) ranges_[end] = last;
+    }
+  }
+  std::size_t bytes() const {
+    std::size_t total = 0;
+    for (const auto& [begin, end] : ranges_) total += end - begin;
+    return total;
+  }
+  bool empty() const { return ranges_.empty(); }
+  bool operator==(const IntervalSet& other) const { return ranges_ == other.ranges_; }
+  const std::map<std::uintptr_t, std::uintptr_t>& ranges() const { return ranges_; }
+
+ private:
+  std::map<std::uintptr_t, std::uintptr_t> ranges_;
+};
 
 class PageLedgerSource final : public SegmentSource {
  public:
@@ -50,29 +102,23 @@ class PageLedgerSource final : public SegmentSource {
     refuse_if_asked("release_address_range");
     auto it = reserved_.find(key(address));
     if (it == reserved_.end() || it->second != bytes) violation("release of a range that was not reserved", address, bytes);
-    for (std::uintptr_t page = key(address); page < key(address) + bytes; page += page_) {
-      if (mapped_.contains(page)) violation("release of a range with pages still mapped", address, bytes);
-    }
+    if (mapped_.overlaps(key(address), bytes)) violation("release of a range with pages still mapped", address, bytes);
     if (it != reserved_.end()) reserved_.erase(it);
     inner_->release_address_range(address, bytes);
   }
   bool map_pages(void* address, std::size_t bytes) override {
     check_whole_pages("map", address, bytes);
-    for (std::uintptr_t page = key(address); page < key(address) + bytes; page += page_) {
-      if (mapped_.contains(page)) violation("map of a page already mapped", address, bytes);
-    }
+    if (mapped_.overlaps(key(address), bytes)) violation("map of a page already mapped", address, bytes);
     if (!inner_->map_pages(address, bytes)) return false;
-    for (std::uintptr_t page = key(address); page < key(address) + bytes; page += page_) mapped_.insert(page);
+    mapped_.insert(key(address), bytes);
     return true;
   }
   void unmap_pages(void* address, std::size_t bytes) override {
     refuse_if_asked("unmap_pages");
     check_whole_pages("unmap", address, bytes);
-    for (std::uintptr_t page = key(address); page < key(address) + bytes; page += page_) {
-      if (!mapped_.contains(page)) violation("unmap of a page that is not mapped", address, bytes);
-    }
+    if (!mapped_.covers(key(address), bytes)) violation("unmap of a page that is not mapped", address, bytes);
     if (live_overlaps && live_overlaps(key(address), bytes)) violation("unmap under a live allocation", address, bytes);
-    for (std::uintptr_t page = key(address); page < key(address) + bytes; page += page_) mapped_.erase(page);
+    mapped_.erase(key(address), bytes);
     inner_->unmap_pages(address, bytes);
   }
 
@@ -83,7 +129,7 @@ class PageLedgerSource final : public SegmentSource {
   // Whether a live allocation overlaps [address, address + bytes) (set by a test that tracks them).
   std::function<bool(std::uintptr_t, std::size_t)> live_overlaps;
 
-  const std::set<std::uintptr_t>& mapped_pages() const { return mapped_; }
+  const IntervalSet& mapped_pages() const { return mapped_; }
   std::size_t segments_held() const { return segments_.size(); }
   std::size_t ranges_reserved() const { return reserved_.size(); }
   const std::vector<std::string>& violations() const { return violations_; }
@@ -105,7 +151,7 @@ class PageLedgerSource final : public SegmentSource {
 
   std::unique_ptr<SegmentSource> inner_;
   std::size_t page_;
-  std::set<std::uintptr_t> mapped_;
+  IntervalSet mapped_;
   std::map<std::uintptr_t, std::size_t> segments_;
   std::map<std::uintptr_t, std::size_t> reserved_;
   std::vector<std::string> violations_;

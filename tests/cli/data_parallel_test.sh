@@ -154,7 +154,14 @@ for name in ("r2", "r2o", "r1"):
         actual = tensors(f"{work}/ck_{name}/latest/{f}.safetensors")
         assert actual.keys() == expected[f].keys(), (name, f)
         for tensor, values in expected[f].items():
-            worst = float(np.max(np.abs(actual[tensor] - values)))
+            difference = np.abs(actual[tensor] - values)
+            if tensor.endswith("attn.c_attn.bias"):
+                # The key bias (the middle third): its gradient is zero in exact arithmetic (softmax ignores a
+                # shift shared by a row's scores), so AdamW moves it by rounding noise, of the order of lr,
+                # whose sign any other summation order flips.
+                third = difference.size // 3
+                difference = np.concatenate([difference[:third], difference[2 * third:]])
+            worst = float(np.max(difference))
             assert worst <= 1e-5 * max(float(np.max(np.abs(values))), 1e-30), (name, tensor, worst, float(np.max(np.abs(values))))
 PY
 # Resuming with a different global batch is refused.

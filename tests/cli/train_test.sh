@@ -148,7 +148,7 @@ PY
 done
 "$ferry" train "${tiny[@]}" --steps 1 --checkpointing auto --device-memory 1GiB > "$work/auto.txt"
 grep -q "checkpointing auto: none" "$work/auto.txt"
-expect_error "no recompute policy fits --device-memory" "$ferry" train "${tiny[@]}" --steps 1 --checkpointing auto --device-memory 1MiB
+expect_error "no recompute policy fits --device-memory" "$ferry" train "${tiny[@]}" --steps 1 --checkpointing auto --device-memory 512KiB
 expect_error "not one of none, full, selective" "$ferry" train "${tiny[@]}" --steps 1 --checkpointing some
 
 # 3. Broken checkpoints and bad resumes are clear errors.
@@ -263,7 +263,7 @@ expect_error "cannot open data file" "$ferry" train "${tiny[@]}" --data "$work/n
 expect_error "use --vocab" "$ferry" train "${tiny[@]}" --vocab 100 --steps 1
 printf 'x%.0s' {1..20} > "$work/short.txt"
 expect_error "use a smaller --batch or --seq" "$ferry" train "${tiny[@]}" --data "$work/short.txt" --steps 1
-expect_error "out of memory" "$ferry" train "${tiny[@]}" --device-memory 1MiB --steps 1
+expect_error "out of memory" "$ferry" train "${tiny[@]}" --device-memory 512KiB --steps 1
 
 # 6. eval reads what train saved; a meta dry run of gpt2 (124M) allocates the real shapes without memory.
 "$ferry" eval --init-from "$work/straight_fp32/latest/model.safetensors" --batch 2 --seq 32 --batches 3 --threads 2 --summary "$work/eval.json"

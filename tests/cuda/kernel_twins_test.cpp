@@ -221,6 +221,74 @@ TEST_F(GpuKernels, CrossEntropyMatchesTheTwin) {
   }
 }
 
+TEST_F(GpuKernels, CrossEntropySlicesFromSavedRowsGiveTheWholeRowsGradient) {
+  // A slice's gradient from the saved softmax rows is bitwise the in-place gradient of those columns,
+  // on each device; the two devices' rows and slices agree within the twin bound.
+  const std::int64_t rows = 6, vocab = 1000, first = 300, count = 257;
+  const std::vector<float> logits = random_values(static_cast<std::size_t>(rows * vocab), 21, 3.0f);
+  std::vector<std::int32_t> targets(static_cast<std::size_t>(rows));
+  for (std::size_t i = 0; i < targets.size(); ++i) targets[i] = static_cast<std::int32_t>(first + 40 * i);  // some inside the slice
+  std::vector<float> gradient = logits, losses(targets.size());
+  std::vector<cpu::SoftmaxRow> softmax(targets.size());
+  cpu::cross_entropy_forward_backward(gradient.data(), losses.data(), targets.data(), rows, vocab, 0.5f, softmax.data());
+  std::vector<float> slice(static_cast<std::size_t>(rows * count)), expected(slice.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t j = 0; j < count; ++j) {
+      slice[static_cast<std::size_t>(r * count + j)] = logits[static_cast<std::size_t>(r * vocab + first + j)];
+      expected[static_cast<std::size_t>(r * count + j)] = gradient[static_cast<std::size_t>(r * vocab + first + j)];
+    }
+  }
+  std::vector<float> cpu_slice = slice;
+  cpu::cross_entropy_backward_slice(cpu_slice.data(), softmax.data(), targets.data(), rows, first, count, 0.5f);
+  EXPECT_EQ(cpu_slice, expected);
+
+  const Tensor logits_gpu = upload(logits), targets_gpu = upload(targets, DType::i32), losses_gpu = upload(losses);
+  const Tensor softmax_gpu = Tensor::empty(*device_, {rows * cpu::kSoftmaxRowFloats}, DType::f32, MemoryCategory::workspace, "softmax");
+  auto* softmax_rows = reinterpret_cast<cpu::SoftmaxRow*>(softmax_gpu.data());
+  cuda::cross_entropy_forward_backward(logits_gpu.data_as<float>(), losses_gpu.data_as<float>(), targets_gpu.data_as<std::int32_t>(), rows,
+                                       vocab, 0.5f, stream_, softmax_rows);
+  const Tensor slice_gpu = upload(slice);
+  cuda::cross_entropy_backward_slice(slice_gpu.data_as<float>(), softmax_rows, targets_gpu.data_as<std::int32_t>(), rows, first, count, 0.5f,
+                                     stream_);
+  const std::vector<float> whole_gpu = download(logits_gpu);
+  std::vector<float> expected_gpu(slice.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t j = 0; j < count; ++j) {
+      expected_gpu[static_cast<std::size_t>(r * count + j)] = whole_gpu[static_cast<std::size_t>(r * vocab + first + j)];
+    }
+  }
+  EXPECT_EQ(download(slice_gpu), expected_gpu);
+  EXPECT_LT(max_relative_error(download(slice_gpu), expected), kFloatTolerance);
+  std::vector<cpu::SoftmaxRow> softmax_back(softmax.size());
+  softmax_gpu.copy_to_host(softmax_back.data());
+  for (std::size_t r = 0; r < softmax.size(); ++r) {
+    EXPECT_EQ(softmax_back[r].maximum, softmax[r].maximum);  // the largest logit, exactly
+    EXPECT_NEAR(softmax_back[r].inverse_sum, softmax[r].inverse_sum, 1e-12 * softmax[r].inverse_sum);
+  }
+}
+
+TEST_F(GpuKernels, EncoderTokenRowsSliceByTwinSliceGiveTheWholeTableGradient) {
+  const std::int64_t positions = 40, C = 24, V = 13;
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(positions));
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>((i * 5) % V);
+  const std::vector<float> dout = random_values(static_cast<std::size_t>(positions * C), 31);
+  std::vector<float> whole(static_cast<std::size_t>(V * C)), positions_scratch(static_cast<std::size_t>(C));
+  cpu::encoder_backward(whole.data(), positions_scratch.data(), dout.data(), tokens.data(), positions, 1, C);
+  const Tensor tokens_gpu = upload(tokens, DType::i32), dout_gpu = upload(dout);
+  std::vector<float> cpu_slices(whole.size()), gpu_slices;
+  for (std::int64_t first = 0; first < V; first += 5) {
+    const std::int64_t count = std::min<std::int64_t>(5, V - first);
+    cpu::encoder_backward_token_rows(cpu_slices.data() + first * C, dout.data(), tokens.data(), positions, C, first, count);
+    const Tensor rows_gpu = upload(std::vector<float>(static_cast<std::size_t>(count * C)));
+    cuda::encoder_backward_token_rows(rows_gpu.data_as<float>(), dout_gpu.data_as<float>(), tokens_gpu.data_as<std::int32_t>(), positions, C,
+                                      first, count, stream_);
+    const std::vector<float> part = download(rows_gpu);
+    gpu_slices.insert(gpu_slices.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(cpu_slices, whole);  // the same additions in the same order
+  EXPECT_EQ(gpu_slices, whole);
+}
+
 TEST_F(GpuKernels, FusedAdamWGivesTheTwinsBitsAndTheNormRepeats) {
   // More tensors than one launch takes, of uneven sizes (one empty), one with a bf16 copy.
   const std::size_t tensors = cuda::kAdamWTensorsPerLaunch + 5;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <stdexcept>
 
 namespace ferry {
 namespace {
@@ -37,31 +38,39 @@ TEST(FlatLayout, OwnedCountsSplitARangeByOwner) {
   EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), std::size_t{0}), 200u);
 }
 
-TEST(FlatLayout, BucketsGroupWholeParametersFromTheEnd) {
-  const FlatLayout layout({100, 7, 300, 1, 2}, 2);
+TEST(FlatLayout, BucketsAreCutAnywhereFromTheEndOfEachGroup) {
+  const FlatLayout layout({100, 7, 300, 1, 2}, 2);  // 410 elements
   const std::vector<GradientBucket> buckets = layout.buckets(110);
-  ASSERT_EQ(buckets.size(), 3u);
-  EXPECT_EQ(buckets[0].first, 3u);  // 1 + 2; adding 300 would pass 110
-  EXPECT_EQ(buckets[0].last, 4u);
-  EXPECT_EQ(buckets[1].first, 2u);  // 300 alone: larger than the bound
+  // From the end: [300, 410), [190, 300), [80, 190), then the remainder [0, 80).
+  ASSERT_EQ(buckets.size(), 4u);
+  EXPECT_EQ(buckets[0].range.begin, 0);
+  EXPECT_EQ(buckets[0].range.end, 80);
+  EXPECT_EQ(buckets[0].first, 0u);
+  EXPECT_EQ(buckets[0].last, 0u);
+  EXPECT_EQ(buckets[1].range.begin, 80);  // the end of the first parameter, the second, the third's start
+  EXPECT_EQ(buckets[1].first, 0u);
   EXPECT_EQ(buckets[1].last, 2u);
-  EXPECT_EQ(buckets[2].first, 0u);  // 7 + 100
-  EXPECT_EQ(buckets[2].range.begin, 0);
-  EXPECT_EQ(buckets[2].range.end, 107);
+  EXPECT_EQ(buckets[3].range.end, 410);
+  EXPECT_EQ(buckets[3].first, 2u);
+  EXPECT_EQ(buckets[3].last, 4u);
+  for (const GradientBucket& bucket : buckets) EXPECT_LE(bucket.range.size(), 110);
   EXPECT_EQ(layout.buckets(0).size(), 1u);
-  // Groups (a pipeline rank's stages; a parameter kept alone) split the one bucket at their starts.
-  const std::vector<GradientBucket> split = layout.buckets(0, {1, 2});
-  ASSERT_EQ(split.size(), 3u);
-  EXPECT_EQ(split[0].first, 2u);
-  EXPECT_EQ(split[0].last, 4u);
-  EXPECT_EQ(split[1].first, 1u);
-  EXPECT_EQ(split[1].last, 1u);
-  EXPECT_EQ(split[1].range.begin, 100);
+  // Groups (a pipeline rank's stages) are cut apart; an uncut parameter is one bucket of its own.
+  const std::vector<GradientBucket> split = layout.buckets(110, {2}, {1});
+  ASSERT_EQ(split.size(), 5u);
+  EXPECT_EQ(split[0].range.end, 100);    // [0, 100): the first group, under the bound
+  EXPECT_EQ(split[1].range.begin, 100);  // the uncut parameter
   EXPECT_EQ(split[1].range.end, 107);
-  EXPECT_EQ(split[2].first, 0u);
-  EXPECT_EQ(split[2].last, 0u);
-  ASSERT_EQ(layout.buckets(0, {0, 1}).size(), 2u);
-  EXPECT_EQ(layout.buckets(0, {0, 1})[1].range.end, 100);
+  EXPECT_EQ(split[2].range.begin, 107);  // [107, 410) from its end: [300, 410), [190, 300), [107, 190)
+  EXPECT_EQ(split[2].range.end, 190);
+  EXPECT_EQ(layout.buckets(0, {}, {2}).size(), 3u);  // before, the parameter, after
+  const std::vector<GradientBucket> small = layout.buckets(50, {}, {2});  // [0, 107) in 7, 50, 50; the 300 uncut; 3
+  ASSERT_EQ(small.size(), 5u);
+  EXPECT_EQ(small[3].range.begin, 107);
+  EXPECT_EQ(small[3].range.size(), 300);  // uncut whatever its size
+  EXPECT_EQ(layout.position_of_element(106), 1u);
+  EXPECT_EQ(layout.position_of_element(107), 2u);
+  EXPECT_THROW(layout.position_of_element(410), std::out_of_range);
 }
 
 TEST(FlatLayout, ChunksCoverTheSpace) {

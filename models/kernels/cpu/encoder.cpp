@@ -47,6 +47,19 @@ void encoder_backward(Real* dwte, Real* dwpe, const Real* dout, const std::int32
   });
 }
 
+void encoder_backward_token_rows(float* table_rows, const float* dout, const std::int32_t* tokens, std::int64_t positions,
+                                 std::int64_t channels, std::int64_t first, std::int64_t count) {
+  for_each_column_block(channels, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t position = 0; position < positions; ++position) {
+      const std::int64_t row = static_cast<std::int64_t>(tokens[position]) - first;
+      if (row < 0 || row >= count) continue;
+      const float* source = dout + position * channels;
+      float* target = table_rows + row * channels;
+      for (std::int64_t c = begin; c < end; ++c) target[c] += source[c];
+    }
+  });
+}
+
 template void encoder_forward<float>(float*, const std::int32_t*, const float*, const float*, std::int64_t, std::int64_t, std::int64_t);
 template void encoder_forward<double>(double*, const std::int32_t*, const double*, const double*, std::int64_t, std::int64_t, std::int64_t);
 template void encoder_backward<float>(float*, float*, const float*, const std::int32_t*, std::int64_t, std::int64_t, std::int64_t);

@@ -20,4 +20,10 @@ template <typename Real>
 void encoder_backward(Real* dwte, Real* dwpe, const Real* dout, const std::int32_t* tokens, std::int64_t batch,
                       std::int64_t sequence, std::int64_t channels);
 
+// The token table's gradient rows [first, first + count) only: table_rows[token - first] += dout[position]
+// for every position whose token is in the range, positions in order (each element sums as in
+// encoder_backward). A table's gradient built slice by slice this way equals encoder_backward's.
+void encoder_backward_token_rows(float* table_rows, const float* dout, const std::int32_t* tokens, std::int64_t positions,
+                                 std::int64_t channels, std::int64_t first, std::int64_t count);
+
 }  // namespace ferry::cpu

@@ -13,9 +13,11 @@ void lm_head_backward_slice(float* dinp, bool accumulate_input, float* dweight_s
                             std::int64_t first, const float* inp, const float* weight_slice, std::int64_t rows,
                             std::int64_t channels, std::int64_t count) {
   const float* dlogits_slice = dlogits + first;
-  gemm(false, false, rows, channels, count, 1.0f, dlogits_slice, vocab, weight_slice, channels, accumulate_input ? 1.0f : 0.0f,
-       dinp, channels);
-  gemm(true, false, count, channels, rows, 1.0f, dlogits_slice, vocab, inp, channels, 1.0f, dweight_slice, channels);
+  if (dinp != nullptr) {
+    gemm(false, false, rows, channels, count, 1.0f, dlogits_slice, vocab, weight_slice, channels, accumulate_input ? 1.0f : 0.0f, dinp,
+         channels);
+  }
+  if (dweight_slice != nullptr) gemm(true, false, count, channels, rows, 1.0f, dlogits_slice, vocab, inp, channels, 1.0f, dweight_slice, channels);
 }
 
 }  // namespace ferry::cpu

@@ -14,7 +14,8 @@ void lm_head_logits_slice(float* logits, std::int64_t vocab, std::int64_t first,
                           std::int64_t rows, std::int64_t channels, std::int64_t count);
 
 // With dlogits the gradient of the logits buffer: dinp (+)= dlogits[:, slice] x weight_slice
-// (overwritten when accumulate_input is false) and dweight_slice += dlogits[:, slice]^T x inp.
+// (overwritten when accumulate_input is false) and dweight_slice += dlogits[:, slice]^T x inp. Either
+// output may be null (the table's gradient alone, or the input's alone); the other is the same bits.
 void lm_head_backward_slice(float* dinp, bool accumulate_input, float* dweight_slice, const float* dlogits, std::int64_t vocab,
                             std::int64_t first, const float* inp, const float* weight_slice, std::int64_t rows,
                             std::int64_t channels, std::int64_t count);

@@ -29,9 +29,15 @@ __device__ double block_sum(double value, double* shared) {
   return result;
 }
 
+// One logit's gradient: the same expression as the CPU twin's.
+__device__ float logit_gradient(float logit, double maximum, double inverse_sum, bool target, double dloss) {
+  const double probability = exp(static_cast<double>(logit) - maximum) * inverse_sum;
+  return static_cast<float>((probability - (target ? 1.0 : 0.0)) * dloss);
+}
+
 // logits of one row: its loss, and with `gradient` the row becomes (softmax - onehot) * dloss.
 __global__ void cross_entropy_kernel(float* logits, float* losses, const std::int32_t* targets, std::int64_t vocab, bool gradient,
-                                     float dloss) {
+                                     float dloss, SoftmaxRow* softmax_rows) {
   FERRY_SHARED(float, maxima, [kWarps]);
   FERRY_SHARED(double, sums, [kWarps]);
   float* values = logits + blockIdx.x * vocab;
@@ -48,17 +54,27 @@ __global__ void cross_entropy_kernel(float* logits, float* losses, const std::in
   if (!gradient) return;
   __syncthreads();  // the target's logit is read above before any thread overwrites it
   const double inverse_sum = 1.0 / sum;
+  if (softmax_rows != nullptr && threadIdx.x == 0) softmax_rows[blockIdx.x] = SoftmaxRow{static_cast<double>(maximum), inverse_sum};
   for (std::int64_t i = threadIdx.x; i < vocab; i += kThreads) {
-    const double probability = exp(static_cast<double>(values[i]) - static_cast<double>(maximum)) * inverse_sum;
-    values[i] = static_cast<float>((probability - (i == target ? 1.0 : 0.0)) * static_cast<double>(dloss));
+    values[i] = logit_gradient(values[i], static_cast<double>(maximum), inverse_sum, i == target, static_cast<double>(dloss));
   }
 }
 
+// One thread per element of the [rows, count] slice.
+__global__ void cross_entropy_slice_kernel(float* slice, const SoftmaxRow* softmax_rows, const std::int32_t* targets, std::int64_t rows,
+                                           std::int64_t first, std::int64_t count, float dloss) {
+  const std::int64_t index = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= rows * count) return;
+  const std::int64_t row = index / count, column = index % count;
+  const SoftmaxRow softmax = softmax_rows[row];
+  slice[index] = logit_gradient(slice[index], softmax.maximum, softmax.inverse_sum, first + column == targets[row], static_cast<double>(dloss));
+}
+
 void launch(float* logits, float* losses, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab, bool gradient, float dloss,
-            cudaStream_t stream) {
+            cudaStream_t stream, SoftmaxRow* softmax_rows = nullptr) {
   if (rows == 0) return;
   FERRY_LAUNCH_KERNEL(cross_entropy_kernel, static_cast<unsigned int>(rows), kThreads, 0, stream, logits, losses, targets, vocab, gradient,
-                      dloss);
+                      dloss, softmax_rows);
 }
 
 }  // namespace
@@ -69,8 +85,16 @@ void cross_entropy_forward(float* losses, const float* logits, const std::int32_
 }
 
 void cross_entropy_forward_backward(float* logits, float* losses, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                                    float dloss, cudaStream_t stream) {
-  launch(logits, losses, targets, rows, vocab, true, dloss, stream);
+                                    float dloss, cudaStream_t stream, SoftmaxRow* softmax_rows) {
+  launch(logits, losses, targets, rows, vocab, true, dloss, stream, softmax_rows);
+}
+
+void cross_entropy_backward_slice(float* slice, const SoftmaxRow* softmax_rows, const std::int32_t* targets, std::int64_t rows,
+                                  std::int64_t first, std::int64_t count, float dloss, cudaStream_t stream) {
+  const std::int64_t elements = rows * count;
+  if (elements == 0) return;
+  FERRY_LAUNCH_KERNEL(cross_entropy_slice_kernel, blocks_for(elements, kThreads), kThreads, 0, stream, slice,
+                      softmax_rows, targets, rows, first, count, dloss);
 }
 
 }  // namespace ferry::cuda

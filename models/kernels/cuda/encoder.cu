@@ -1,6 +1,8 @@
 #include "models/kernels/cuda/encoder.h"
 #include "models/kernels/cuda/kernel_launch.h"
 
+#include <limits>
+
 namespace ferry::cuda {
 namespace {
 
@@ -31,11 +33,15 @@ __global__ void position_gradient_kernel(float* dwpe, const float* dout, std::in
 
 // dwte[:, c]: one thread per channel walks every position in order, so a token row that repeats is
 // summed in the CPU's order. (Parallel over channels only: a sort by token would parallelize further.)
-__global__ void token_gradient_kernel(float* dwte, const float* dout, const std::int32_t* tokens, std::int64_t positions, std::int64_t channels) {
+// Rows outside [first, first + count) are skipped; the table holds rows from `first` on.
+__global__ void token_gradient_kernel(float* dwte, const float* dout, const std::int32_t* tokens, std::int64_t positions, std::int64_t channels,
+                                      std::int64_t first, std::int64_t count) {
   const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (c >= channels) return;
   for (std::int64_t position = 0; position < positions; ++position) {
-    dwte[static_cast<std::int64_t>(tokens[position]) * channels + c] += dout[position * channels + c];
+    const std::int64_t row = static_cast<std::int64_t>(tokens[position]) - first;
+    if (row < 0 || row >= count) continue;
+    dwte[row * channels + c] += dout[position * channels + c];
   }
 }
 
@@ -67,7 +73,14 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::in
                       channels);
   if (dwte == nullptr) return;
   FERRY_LAUNCH_KERNEL(token_gradient_kernel, blocks_for(channels, kThreads), kThreads, 0, stream, dwte, dout, tokens, batch * sequence,
-                      channels);
+                      channels, std::int64_t{0}, std::numeric_limits<std::int64_t>::max());
+}
+
+void encoder_backward_token_rows(float* table_rows, const float* dout, const std::int32_t* tokens, std::int64_t positions,
+                                 std::int64_t channels, std::int64_t first, std::int64_t count, cudaStream_t stream) {
+  if (positions * channels == 0 || count == 0) return;
+  FERRY_LAUNCH_KERNEL(token_gradient_kernel, blocks_for(channels, kThreads), kThreads, 0, stream, table_rows, dout, tokens, positions, channels,
+                      first, count);
 }
 
 }  // namespace ferry::cuda

@@ -17,5 +17,8 @@ void encoder_forward_bf16_table(float* out, const std::int32_t* tokens, const st
 // dwte may be null: only dwpe accumulates.
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, std::int64_t batch, std::int64_t sequence,
                       std::int64_t channels, cudaStream_t stream);
+// The token table's gradient rows [first, first + count) only, as cpu::encoder_backward_token_rows.
+void encoder_backward_token_rows(float* table_rows, const float* dout, const std::int32_t* tokens, std::int64_t positions,
+                                 std::int64_t channels, std::int64_t first, std::int64_t count, cudaStream_t stream);
 
 }  // namespace ferry::cuda
