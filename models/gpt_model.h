@@ -123,6 +123,14 @@ class GptModel {
   // such bucket of f32 gradients (0: whole parameters). The token table's slices are the vocab_slice().
   void set_gradient_bucket_elements(std::int64_t elements);
   std::int64_t gradient_bucket_elements() const { return gradient_bucket_elements_; }
+  // Streamed: the largest gradient piece (f32 elements) this model makes before handing it to its sink,
+  // and how many it holds at once (two: a LayerNorm's weight and bias; a deferred table slice and its
+  // chunk's part). What a sink's memory bound adds for the model.
+  struct StreamedPieces {
+    std::int64_t largest = 0;
+    std::int64_t at_once = 0;
+  };
+  StreamedPieces streamed_pieces() const;
   // 16-bit weights of more than `elements` are converted to f32 for the matmuls in row slices of at most
   // that many (the cpu kernels' f32 workspace copies; 0: whole weights).
   void set_weight_copy_elements(std::int64_t elements);

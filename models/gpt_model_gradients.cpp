@@ -40,6 +40,21 @@ GradientSink& GptModel::sink() const {
   return *gradient_sink_;
 }
 
+GptModel::StreamedPieces GptModel::streamed_pieces() const {
+  if (gradient_storage_ != GradientStorage::streamed) return {};
+  const std::int64_t C = config_.hidden;
+  std::int64_t largest = 2 * C;  // LayerNorms
+  for (const Shape& shape : GptBlockParameters::shapes(C)) {
+    if (shape.size() != 2) continue;
+    const std::int64_t in = shape[0], out = shape[1];
+    const std::int64_t rows = gradient_bucket_elements_ > 0 ? std::clamp<std::int64_t>(gradient_bucket_elements_ / out, 1, in) : in;
+    largest = std::max(largest, rows * out);
+  }
+  if (part_.head) largest = std::max(largest, vocab_slice() * C);
+  if (part_.embedding) largest = std::max(largest, config_.max_sequence * C);  // the position table, whole
+  return {largest, 2};
+}
+
 void GptModel::projection_parameter_gradients(std::int64_t layer, std::size_t field, const Tensor& dout, const Tensor& inp) {
   const GptBlockParameters& p = block_parameters(layer);
   const Tensor& weight = p.field(field);

@@ -59,6 +59,9 @@ DataParallelGradients::DataParallelGradients(Device& device, const std::vector<N
   }
   buckets_ = layout_.buckets(bucket_elements, group_starts, uncut);
   if (held_position) held_bucket_ = buckets_over(layout_.parameter(*held_position)).first;
+  uncut_bucket_.assign(buckets_.size(), 0);
+  for (const std::size_t position : uncut) uncut_bucket_[buckets_over(layout_.parameter(position)).first] = 1;
+  pipeline_ = cuts.pipeline;
   elements_pending_.resize(buckets_.size());
   complete_upto_.assign(parameters.size(), 0);
   parameter_done_.assign(parameters.size(), 0);
@@ -79,6 +82,45 @@ DataParallelGradients::DataParallelGradients(Device& device, const std::vector<N
 }
 
 DataParallelGradients::~DataParallelGradients() = default;
+
+DataParallelGradients::MemoryBound DataParallelGradients::memory_bound() const {
+  const AllocatorConfig& config = device_.allocator().config();
+  const auto f32_bytes = [&](std::int64_t elements) {
+    return static_cast<std::int64_t>(round_size(static_cast<std::size_t>(std::max<std::int64_t>(elements, 1)) * sizeof(float), config));
+  };
+  MemoryBound bound;
+  if (zero_stage_ < 2) bound.flat = f32_bytes(layout_.total());
+  if (zero_stage_ == 2 && !partition_off_device_) bound.partition = f32_bytes(owned_.size());
+  std::int64_t largest_cut = 0, largest_whole = 0, largest_piece = 0;
+  for (std::size_t bucket = 0; bucket < buckets_.size(); ++bucket) {
+    const std::int64_t size = buckets_[bucket].range.size();
+    if (uncut_bucket_[bucket] != 0) {
+      largest_whole = std::max(largest_whole, size);
+    } else {
+      largest_cut = std::max(largest_cut, size);
+    }
+    largest_piece = std::max(largest_piece, buckets_[bucket].range.intersect(owned_).size());
+  }
+  if (zero_stage_ == 2) {
+    bound.bucket = largest_cut > 0 ? f32_bytes(largest_cut) : 0;
+    std::int64_t filling = 4;
+    if (pipeline_ && largest_cut > 0) {
+      std::int64_t largest_parameter = 0;
+      for (std::size_t position = 0; position < layout_.parameter_count(); ++position) {
+        const auto [first, end] = buckets_over(layout_.parameter(position));
+        if (first < end && uncut_bucket_[first] == 0) largest_parameter = std::max(largest_parameter, layout_.parameter(position).size());
+      }
+      filling = (largest_parameter + largest_cut - 1) / largest_cut + 2;
+    }
+    bound.buckets = bound.bucket > 0 ? static_cast<std::int64_t>(kBucketsInFlight) + filling : 0;
+    bound.whole = largest_whole > 0 ? f32_bytes(largest_whole) : 0;
+  }
+  if (zero_stage_ > 0) {
+    bound.received_piece = f32_bytes(largest_piece);
+    bound.received_pieces = static_cast<std::int64_t>(kBucketsInFlight);
+  }
+  return bound;
+}
 
 std::size_t DataParallelGradients::position_of(std::size_t index) const {
   if (index >= positions_.size() || !positions_[index]) {

@@ -22,24 +22,29 @@
 
 namespace ferry {
 
+// How a rank's buckets are cut (model indices).
+struct GradientBucketCuts {
+  // A pipeline's tied token table: a bucket of its own, which a pipeline step accumulates whole until
+  // reduce_accumulated(), after the stages have summed it.
+  std::optional<std::size_t> held;
+  // The parameters that start each of a pipeline rank's stages (after the first): no bucket spans two
+  // stages, so each stage's backward completes its own buckets.
+  std::vector<std::size_t> stage_starts;
+  // Parameters that are one bucket each, whatever their size: those handed over as rows
+  // (accumulate_rows: the tied table when its gradient is not deferred).
+  std::vector<std::size_t> uncut;
+  // A pipeline rank: its steps are pipeline steps (accumulate_whole_step), whose buckets complete by
+  // whole parameters (what memory_bound() counts).
+  bool pipeline = false;
+};
+
 class DataParallelGradients final : public GradientSink {
  public:
   // Reductions in flight at once; launching one more first finishes the oldest (a fixed point, so a
   // dry run frees buffers where a real run does).
   static constexpr std::size_t kBucketsInFlight = 2;
 
-  // How a rank's buckets are cut (model indices).
-  struct BucketCuts {
-    // A pipeline's tied token table: a bucket of its own, which a pipeline step accumulates whole until
-    // reduce_accumulated(), after the stages have summed it.
-    std::optional<std::size_t> held;
-    // The parameters that start each of a pipeline rank's stages (after the first): no bucket spans two
-    // stages, so each stage's backward completes its own buckets.
-    std::vector<std::size_t> stage_starts;
-    // Parameters that are one bucket each, whatever their size: those handed over as rows
-    // (accumulate_rows: the tied table when its gradient is not deferred).
-    std::vector<std::size_t> uncut;
-  };
+  using BucketCuts = GradientBucketCuts;
   // `parameters`: the model's (or its part's) parameters; `zero_stage` 0, 1 or 2; `bucket_elements`:
   // DeepSpeed's reduce_bucket_size (0: one bucket).
   // `overlap` false (DeepSpeed's overlap_comm off): each bucket's reduction is waited for as soon as it
@@ -56,6 +61,27 @@ class DataParallelGradients final : public GradientSink {
   DataParallelGradients(const DataParallelGradients&) = delete;
   DataParallelGradients& operator=(const DataParallelGradients&) = delete;
 
+  // The most this runtime holds at once, as a formula of its layout, each allocation rounded as the
+  // allocator rounds it (bytes): gradients = the flat gradients of every parameter (stages 0, 1) or the
+  // partition (stage 2, unless it is off the device) + buckets filling or in flight (stage 2) + a
+  // parameter that is a bucket of its own (the held or uncut tied table); communication = the received
+  // pieces in flight (stages 1, 2). Filling: with pieces that complete element by element, at most four
+  // (one waiting for the parameter below the current one, one at the current one's completed prefix,
+  // the next one a piece being added opens, one waiting for the parameter above); in a pipeline step,
+  // whose buckets complete by whole parameters, every bucket of the largest parameter and the two
+  // beside it. A dry run computes the same.
+  struct MemoryBound {
+    std::int64_t flat = 0;
+    std::int64_t partition = 0;
+    std::int64_t bucket = 0;        // one cut bucket, the largest
+    std::int64_t buckets = 0;       // how many at once
+    std::int64_t whole = 0;         // the held or uncut parameter's bucket
+    std::int64_t received_piece = 0;
+    std::int64_t received_pieces = 0;
+    std::int64_t gradients() const { return flat + partition + buckets * bucket + whole; }
+    std::int64_t communication() const { return received_pieces * received_piece; }
+  };
+  MemoryBound memory_bound() const;
   const FlatLayout& layout() const { return layout_; }
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
   int zero_stage() const { return zero_stage_; }
@@ -136,6 +162,8 @@ class DataParallelGradients final : public GradientSink {
   std::vector<std::size_t> parameters_pending_;
   std::vector<std::vector<char>> completed_in_bucket_;
   std::optional<std::size_t> held_bucket_;  // stage 2: the `held` parameter's bucket
+  std::vector<char> uncut_bucket_;          // [bucket] -> a parameter that is a bucket of its own
+  bool pipeline_ = false;                   // BucketCuts::pipeline
   bool whole_step_ = false;              // between accumulate_whole_step() and reduce_accumulated()
   bool pipeline_step_ = false;           // since accumulate_whole_step(), until the next begin_step()
   FlatRange owned_;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "allocator/size_rounding.h"
 #include "engine/grid/data_parallel_gradients.h"
 #include "engine/grid/parameter_gather.h"
 #include "engine/grid/partitioned_adamw.h"
@@ -58,12 +59,34 @@ class DataParallelBase : public TrainingOptimizer {
   nlohmann::json describe() const override {
     nlohmann::json description = {{"zero_stage", settings_.zero_stage}, {"dp", dp_.size()},
                                   {"partition_elements", gradients_.layout().partition_size()}, {"owned_elements", gradients_.owned().size()},
-                                  {"reduce_buckets", gradients_.buckets().size()}};
+                                  {"reduce_buckets", gradients_.buckets().size()}, {"memory_bound", memory_bound()}};
     description["last_step_seconds"]["gradient_reduction_wait"] = gradients_.wait_seconds();
     return description;
   }
 
  protected:
+  // The most gradient and communication bytes this rank holds at once, as a formula of its plan: the
+  // runtime's (DataParallelGradients::MemoryBound), the model's streamed pieces, and the all-gather's
+  // bucket of updated parameters (after the reductions, so the larger of the two communication terms).
+  nlohmann::json memory_bound() const {
+    const AllocatorConfig& config = model_.device().allocator().config();
+    const auto rounded = [&](std::int64_t bytes) {
+      return bytes > 0 ? static_cast<std::int64_t>(round_size(static_cast<std::size_t>(bytes), config)) : std::int64_t{0};
+    };
+    const DataParallelGradients::MemoryBound runtime = gradients_.memory_bound();
+    const GptModel::StreamedPieces pieces = model_.streamed_pieces();
+    const std::int64_t model_pieces = pieces.at_once * rounded(pieces.largest * static_cast<std::int64_t>(sizeof(float)));
+    const std::int64_t total = gradients_.layout().total();
+    const std::int64_t gather_elements = settings_.allgather_bucket_elements > 0 ? std::min(settings_.allgather_bucket_elements, total) : total;
+    const std::int64_t gather =
+        settings_.zero_stage > 0 ? rounded(gather_elements * static_cast<std::int64_t>(dtype_size(model_.parameter_dtype()))) : 0;
+    return {{"gradients",
+             {{"flat", runtime.flat}, {"partition", runtime.partition}, {"bucket", runtime.bucket}, {"buckets", runtime.buckets},
+              {"whole", runtime.whole}, {"model_pieces", model_pieces}, {"total", runtime.gradients() + model_pieces}}},
+            {"communication",
+             {{"received_piece", runtime.received_piece}, {"received_pieces", runtime.received_pieces}, {"allgather_bucket", gather},
+              {"total", std::max(runtime.communication(), gather)}}}};
+  }
   // The rank's share of the state (partitions are cut to the parameters: empty where padding only).
   FlatRange state_range() const override { return gradients_.owned(); }
   // The flat elements this rank writes of a checkpoint: its partition (ZeRO 0: the one it would own).

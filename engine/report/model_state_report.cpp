@@ -8,7 +8,7 @@
 namespace ferry {
 
 nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, std::int64_t parameters, DType parameter_dtype,
-                                  bool offloaded, int zero_stage, int dp) {
+                                  bool offloaded, int zero_stage, int dp, const nlohmann::json& memory_bound) {
   const auto at_peak = [&](MemoryCategory category) { return device_statistics.category_allocated_at_peak[category_index(category)]; };
   const auto largest = [&](MemoryCategory category) { return device_statistics.category_allocated_bytes[category_index(category)].peak; };
   const auto psi = parameters;
@@ -36,13 +36,15 @@ nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, 
                                 : "no partitioning (" + per_parameter + ")"},
       {"bytes_per_parameter", offloaded ? parameter_bytes : parameter_bytes + gradient_bytes + state_bytes},
   };
-  return {{"parameters", psi},
-          {"device_at_peak",
-           {{"parameters", at_peak(MemoryCategory::parameters)},
-            {"gradients", at_peak(MemoryCategory::gradients)},
-            {"optimizer_states", at_peak(MemoryCategory::optimizer_states)}}},
-          {"device_max", {{"gradients", largest(MemoryCategory::gradients)}}},
-          {"formula", formula}};
+  nlohmann::json report = {{"parameters", psi},
+                            {"device_at_peak",
+                             {{"parameters", at_peak(MemoryCategory::parameters)},
+                              {"gradients", at_peak(MemoryCategory::gradients)},
+                              {"optimizer_states", at_peak(MemoryCategory::optimizer_states)}}},
+                            {"device_max", {{"gradients", largest(MemoryCategory::gradients)}, {"communication", largest(MemoryCategory::communication)}}},
+                            {"formula", formula}};
+  if (memory_bound.is_object()) report["bound"] = memory_bound;
+  return report;
 }
 
 std::string describe_model_state_report(const nlohmann::json& report) {
@@ -56,10 +58,21 @@ std::string describe_model_state_report(const nlohmann::json& report) {
                   format_bytes(device[category].get<std::size_t>()).c_str(), format_bytes(formula[category].get<std::size_t>()).c_str());
     text += line;
   }
-  const auto device_gradients = device["gradients"].get<std::int64_t>(), formula_gradients = formula["gradients"].get<std::int64_t>();
-  if (formula["name"].get<std::string>().starts_with("ZeRO stage 2") && device_gradients > formula_gradients) {
-    text += "\n    (gradients: the rank's partition plus " + format_bytes(static_cast<std::size_t>(device_gradients - formula_gradients)) +
-            " of reduce buckets being filled or in flight, which dominate at this bucket size: lower --reduce-bucket-size to shrink them)";
+  if (report.contains("bound")) {
+    const nlohmann::json& gradients = report["bound"]["gradients"];
+    const nlohmann::json& communication = report["bound"]["communication"];
+    const auto bytes = [](const nlohmann::json& value) { return format_bytes(value.get<std::size_t>()); };
+    std::string terms = gradients["flat"].get<std::int64_t>() > 0 ? "flat " + bytes(gradients["flat"]) : std::string();
+    if (gradients["partition"].get<std::int64_t>() > 0) terms += "partition " + bytes(gradients["partition"]);
+    if (gradients["buckets"].get<std::int64_t>() > 0) {
+      terms += (terms.empty() ? "" : " + ") + gradients["buckets"].dump() + " buckets of " + bytes(gradients["bucket"]);
+    }
+    if (gradients["whole"].get<std::int64_t>() > 0) terms += (terms.empty() ? "" : " + ") + std::string("the tied table whole ") + bytes(gradients["whole"]);
+    terms += (terms.empty() ? "" : " + ") + std::string("the model's pieces ") + bytes(gradients["model_pieces"]);
+    text += "\n    gradients, most at once " + bytes(report["device_max"]["gradients"]) + " | bound " + bytes(gradients["total"]) + " = " + terms;
+    text += "\n    communication, most at once " + bytes(report["device_max"]["communication"]) + " | bound " + bytes(communication["total"]) + " = " +
+            communication["received_pieces"].dump() + " received pieces of " + bytes(communication["received_piece"]) +
+            ", or the all-gather's bucket " + bytes(communication["allgather_bucket"]);
   }
   if (report["formula"]["host"].contains("optimizer_states")) {
     text += "\n    (the gradients on the device are one bucket at a time, at most " +

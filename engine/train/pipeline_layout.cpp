@@ -114,6 +114,7 @@ DataParallelGradients::BucketCuts pipeline_buckets(const std::vector<NamedTensor
   const auto last_stage = static_cast<std::int64_t>(stage_blocks.size()) - 1;
   const std::size_t first_block = GptParameters::block_index(0), past_blocks = GptParameters::block_index(layers);
   DataParallelGradients::BucketCuts buckets;
+  buckets.pipeline = true;
   std::optional<std::int64_t> previous;
   for (const NamedTensor& each : parameters) {
     std::int64_t stage = 0;  // the embeddings': the first stage's

@@ -305,7 +305,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
       {"memory", memory_summary(*device, optimizer_description)},
       {"optimizer", optimizer_description},
       {"model_states", model_state_report(device->allocator().statistics(), held_parameters, dtype, offloaded,
-                                             plan.zero_stage, plan.grid.dp)},
+                                             plan.zero_stage, plan.grid.dp, optimizer_description.value("memory_bound", nlohmann::json()))},
   };
   if (scaler) summary["loss_scaling"] = scaler->describe();
   if (eval_data) {
