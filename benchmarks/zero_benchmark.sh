@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ZeRO's memory per rank: `ferry bench memory --dp 8 --zero-stage 0,1,2` (every rank's whole step by dry
-# runs on meta) for gpt2-xl and gpt3-13b in bf16, at DeepSpeed's default buckets (5e8) and at 5e7, with
-# and without optimizer offload, beside DeepSpeed's own estimator run in the same job (PEERS_PYTHON: a
+# runs on meta) for gpt2-xl and gpt3-13b in bf16, at ferry's default buckets (following the model), at
+# DeepSpeed's default (5e8) and at 5e7, with and without optimizer offload, beside DeepSpeed's own estimator run in the same job (PEERS_PYTHON: a
 # Python with deepspeed, e.g. a venv from PyPI). Record the output in docs/benchmarks.md.
 #   [PEERS_PYTHON=/path/to/python] benchmarks/zero_benchmark.sh [FERRY]
 set -euo pipefail
@@ -11,6 +11,9 @@ python=${PEERS_PYTHON:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for model in gpt2-xl gpt3-13b; do
+  "$ferry" bench memory --model "$model" --precision bf16 --batch 1 --seq 1024 --dp 8 --zero-stage 0,1,2 --checkpointing full \
+    --output "$work/$model-default" | sed -n '1,6p'
+  echo
   for bucket in 500000000 50000000; do
     "$ferry" bench memory --model "$model" --precision bf16 --batch 1 --seq 1024 --dp 8 --zero-stage 0,1,2 --checkpointing full \
       --reduce-bucket-size "$bucket" --allgather-bucket-size "$bucket" --output "$work/$model-$bucket" | sed -n '1,6p'

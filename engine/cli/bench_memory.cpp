@@ -99,8 +99,8 @@ void add_bench_command(CLI::App& app, BenchMemoryOptions& o) {
   memory->add_option("--zero-stage", o.zero_stages, "ZeRO stages for --dp, e.g. 0,1,2")->delimiter(',');
   memory->add_option("--checkpointing", o.run.checkpointing, "Recompute policy of the --dp table (default none)");
   memory->add_option("--offload-optimizer", o.run.offload_optimizer, "The --dp table with ZeRO-Offload per rank: none | cpu");
-  memory->add_option("--reduce-bucket-size", o.run.reduce_bucket_size, "Gradient buckets of the --dp table, in elements (default 5e8)");
-  memory->add_option("--allgather-bucket-size", o.run.allgather_bucket_size, "Parameter all-gather buckets of the --dp table (default 5e8)");
+  memory->add_option("--reduce-bucket-size", o.run.reduce_bucket_size, "Gradient buckets of the --dp table, in elements (default: the training default)");
+  memory->add_option("--allgather-bucket-size", o.run.allgather_bucket_size, "Parameter all-gather buckets of the --dp table (default: the training default)");
   memory->add_option("--pp", o.pipeline.pipeline_stages, "Pipeline stages: benchmark the pipeline schedules instead (with --micro-batches)");
   memory->add_option("--micro-batches", o.pipeline.micro_batches, "Micro-batch counts for --pp, e.g. 8,16,32")->delimiter(',');
   memory->add_option("--schedules", o.pipeline.schedules, "Schedules for --pp (default gpipe,1f1b,1f1b-deep,interleaved:2,zb-h1)")->delimiter(',');

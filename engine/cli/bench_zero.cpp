@@ -50,6 +50,9 @@ json bench_zero(const BenchMemoryOptions& options) {
   const DType dtype = parse_precision(o.precision);
   const TokenDataset data = TokenDataset::embedded_corpus();
   const auto psi = static_cast<double>(config.parameter_count());
+  const std::int64_t model_buckets = default_bucket_elements(config, GridShape{1, options.dp, 1});
+  const std::int64_t reduce_buckets = o.reduce_bucket_size.value_or(model_buckets);
+  const std::int64_t allgather_buckets = o.allgather_bucket_size.value_or(model_buckets);
   json rows = json::array();
   for (const int stage : options.zero_stages) {
     if (stage < 0 || stage > 2) throw std::invalid_argument("--zero-stage takes 0, 1 and 2, not " + std::to_string(stage));
@@ -57,11 +60,18 @@ json bench_zero(const BenchMemoryOptions& options) {
                       o.loss_chunk, AllocatorConfig::from_environment()};
     setup.kernels = parse_device_kind(o.device);
     setup.offload_optimizer = o.offload_optimizer != "none";
-    setup.gradient_bucket_elements = o.reduce_bucket_size.value_or(kDefaultBucketElements);
+    setup.gradient_bucket_elements = reduce_buckets;
+    // The tied table's handling as a training plan of this grid and stage chooses it.
+    TrainingPlan plan;
+    plan.model = config;
+    plan.sequence = sequence;
+    plan.micro_batch = o.batch;
+    plan.grid.dp = options.dp;
+    plan.zero_stage = stage;
     json ranks = json::array();
     json fullest;
     for (int rank = 0; rank < options.dp; ++rank) {
-      setup.data_parallel = {rank, options.dp, stage, o.allgather_bucket_size.value_or(kDefaultBucketElements)};
+      setup.data_parallel = {rank, options.dp, stage, allgather_buckets, true, plan.tied_table_gradient()};
       const DryRun dry_run = dry_run_step(setup);
       const json at_peak = bytes_by_category(dry_run.statistics.category_allocated_at_peak);
       const json entry = {{"rank", rank}, {"peak_allocated", dry_run.peak_allocated}, {"peak_reserved", dry_run.peak_reserved},
@@ -88,8 +98,7 @@ json bench_zero(const BenchMemoryOptions& options) {
           {"model", {{"name", config.name}, {"parameters", config.parameter_count()}}},
           {"run", {{"dp", options.dp}, {"precision", o.precision}, {"micro_batch", o.batch}, {"seq", sequence}, {"grad_accum", o.grad_accum},
                    {"checkpointing", o.checkpointing}, {"kernels", o.device}, {"offload_optimizer", o.offload_optimizer},
-                   {"reduce_bucket_elements", o.reduce_bucket_size.value_or(kDefaultBucketElements)},
-                   {"allgather_bucket_elements", o.allgather_bucket_size.value_or(kDefaultBucketElements)}}},
+                   {"reduce_bucket_elements", reduce_buckets}, {"allgather_bucket_elements", allgather_buckets}}},
           {"rows", rows}};
 }
 

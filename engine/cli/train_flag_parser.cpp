@@ -205,7 +205,7 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                     "zero_optimization.stage");
   train->add_option("--allgather-bucket-size", o.allgather_bucket_size,
                     "ZeRO 1/2: updated parameters are gathered in buckets of at most this many elements (DeepSpeed's "
-                    "allgather_bucket_size; default 5e8)");
+                    "allgather_bucket_size; default: the smaller of hidden^2 and a 128th of a rank's parameters)");
   train->add_option("--overlap-comm", o.overlap_comm,
                     "Data parallelism: reduce gradient buckets while backward goes on (true, default) or wait for each at once (false); "
                     "zero_optimization.overlap_comm");
@@ -221,8 +221,8 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--offload-sub-group", o.offload_sub_group, "Elements per optimizer sub-group (0: from the buffers, or 16M for cpu)");
   train->add_option("--reduce-bucket-size", o.reduce_bucket_size,
                     "Gradient buckets of at most this many elements (DeepSpeed's reduce_bucket_size): data parallelism reduces "
-                    "whole parameters bucket by bucket (default 5e8); offload streams them, larger weights in row slices "
-                    "(default 0: one whole parameter per bucket)");
+                    "them as their elements complete (default: the smaller of hidden^2 and a 128th of a rank's parameters); "
+                    "offload streams them, larger weights in row slices (one rank's default 0: one whole parameter per bucket)");
   train->add_option("--weight-copy-elements", o.weight_copy_elements,
                     "bf16/fp16: convert a weight to f32 for the cpu matmuls in row slices of at most this many elements "
                     "(bounds that workspace; 0: whole weights)");
