@@ -20,6 +20,7 @@ std::string trainer_state_text(const TrainerState& state, std::int64_t optimizer
                              {"seed", state.seed}, {"optimizer_steps", optimizer_steps}, {"run", state.run},
                              {"optimizer", state.optimizer.to_json()}};
   if (state.loss_scaler) trainer["loss_scaler"] = state.loss_scaler->to_json();
+  if (!state.schedule_overrides.empty()) trainer["schedule_overrides"] = state.schedule_overrides;
   return json_text(trainer, 2) + "\n";
 }
 
@@ -45,6 +46,15 @@ TrainerState parse_trainer_state(std::string_view text, const std::string& direc
     if (!state.run.is_object()) throw CheckpointError("checkpoint is corrupt: " + in(directory, kStateFile) + ": \"run\" is not an object");
     state.optimizer = OptimizerSettings::from_json(trainer.at("optimizer"));
     if (trainer.contains("loss_scaler")) state.loss_scaler = LossScalerState::from_json(trainer.at("loss_scaler"));
+    if (trainer.contains("schedule_overrides")) {
+      state.schedule_overrides = trainer.at("schedule_overrides");
+      if (!state.schedule_overrides.is_array()) throw CheckpointError("checkpoint is corrupt: " + in(directory, kStateFile) + ": \"schedule_overrides\" is not a list");
+      for (const nlohmann::json& entry : state.schedule_overrides) {
+        json_integer<std::int64_t>(entry.at("step"), "\"schedule_overrides\" step");
+        OptimizerSettings::from_json(entry.at("from"));
+        OptimizerSettings::from_json(entry.at("to"));
+      }
+    }
     state.optimizer_steps = json_integer<std::int64_t>(trainer.at("optimizer_steps"), "\"optimizer_steps\"");
     if (state.optimizer_steps < 0 || state.optimizer_steps > state.step) {
       throw CheckpointError("checkpoint is corrupt: " + in(directory, kStateFile) + " says the optimizer took " +

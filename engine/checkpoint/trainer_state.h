@@ -26,6 +26,8 @@ struct TrainerState {
   std::uint64_t seed = 0;
   nlohmann::json run;                // settings that must match on resume (batch, seq, precision, data, ...)
   OptimizerSettings optimizer;       // the schedule and hyperparameters the run was started with
+  // Each --override-lr-schedule of the run: {"step", "from", "to"} (the optimizer settings before and after).
+  nlohmann::json schedule_overrides = nlohmann::json::array();
   std::optional<LossScalerState> loss_scaler;  // fp16 runs
   std::int64_t optimizer_steps = 0;  // read from a checkpoint (AdamW's step count); saving takes the optimizer's
 };

@@ -183,6 +183,10 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--save-every", o.save_every, "Also checkpoint every N steps (0: only at the end)");
   train->add_option("--keep-checkpoints", o.keep_checkpoints, "Keep the newest N checkpoints under --save, removing older ones (0: keep all)");
   train->add_option("--resume", o.resume, "Continue from a checkpoint: a --save root (its latest) or one step-N directory");
+  train->add_flag("--override-lr-schedule", o.override_lr_schedule,
+                  "With --resume: take the learning-rate schedule (--lr, --lr-schedule, --warmup-steps, --lr-decay-steps, default --steps, "
+                  "--min-lr-ratio) from the flags instead of the checkpoint, keeping the weights, moments, step and data position "
+                  "(Megatron's --override-opt_param-scheduler)");
   train->add_option("--summary", o.summary, "Write the run's summary JSON here");
   train->add_option("--metrics", o.metrics, "Append one JSON line per step here (loss, lr, grad norm, tokens/s, memory by category), flushed each step");
   train->add_option("--eval-data", o.eval_data, "Validation data (llm.c shard or text): its mean loss every --eval-every steps and at the end");

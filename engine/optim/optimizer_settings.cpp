@@ -5,6 +5,7 @@
 #include <functional>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
@@ -39,10 +40,14 @@ class Resolver {
     if (!requested) return;
     const U value = convert(*requested);
     if (checkpoint_ != nullptr && !(value == target)) {
+      const bool schedule = std::string_view(flag) == "--lr" || std::string_view(flag) == "--lr-schedule" ||
+                            std::string_view(flag) == "--warmup-steps" || std::string_view(flag) == "--lr-decay-steps" ||
+                            std::string_view(flag) == "--min-lr-ratio";
       throw std::invalid_argument(std::string(flag) + " " + text_of(*requested) + " contradicts the checkpoint '" + *checkpoint_ +
                                   "', which was trained with " + flag + " " + describe(target) +
-                                  ": drop the flag (or its config key) to resume with the checkpoint's value, or start a new run "
-                                  "from its weights with --init-from " + *checkpoint_ + "/model.safetensors");
+                                  ": drop the flag (or its config key) to resume with the checkpoint's value, " +
+                                  (schedule ? "add --override-lr-schedule to take the learning-rate schedule from the flags, " : "") +
+                                  "or start a new run from its weights with --init-from " + *checkpoint_ + "/model.safetensors");
     }
     target = value;
   }
@@ -143,9 +148,22 @@ OptimizerSettings resolve_new_run_settings(const OptimizerRequest& request, std:
   return resolve(request, defaults, nullptr);
 }
 
-OptimizerSettings resolve_resumed_settings(const OptimizerRequest& request, const OptimizerSettings& saved,
-                                           const std::string& checkpoint) {
-  return resolve(request, saved, &checkpoint);
+OptimizerSettings resolve_resumed_settings(const OptimizerRequest& request, const OptimizerSettings& saved, const std::string& checkpoint,
+                                           std::optional<std::int64_t> override_schedule_steps) {
+  if (!override_schedule_steps) return resolve(request, saved, &checkpoint);
+  // The schedule from the request (over the checkpoint's), then every other value checked as usual.
+  OptimizerRequest schedule_only;
+  schedule_only.lr = request.lr;
+  schedule_only.lr_schedule = request.lr_schedule;
+  schedule_only.warmup_steps = request.warmup_steps;
+  schedule_only.lr_decay_steps = request.lr_decay_steps.value_or(std::max<std::int64_t>(*override_schedule_steps, 1));
+  schedule_only.min_lr_ratio = request.min_lr_ratio;
+  const OptimizerSettings rescheduled = resolve(schedule_only, saved, nullptr);
+  OptimizerRequest rest = request;
+  rest.lr = rest.min_lr_ratio = std::nullopt;
+  rest.lr_schedule = std::nullopt;
+  rest.warmup_steps = rest.lr_decay_steps = std::nullopt;
+  return resolve(rest, rescheduled, &checkpoint);
 }
 
 std::pair<float, float> parse_betas(const std::string& text) {

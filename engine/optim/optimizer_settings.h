@@ -54,9 +54,12 @@ struct OptimizerRequest {
 // A run from scratch of `steps` steps: requested values over the defaults, validated.
 OptimizerSettings resolve_new_run_settings(const OptimizerRequest& request, std::int64_t steps);
 // A resume: the checkpoint's settings; a requested value that differs from the saved one throws
-// std::invalid_argument naming the flag and both values.
-OptimizerSettings resolve_resumed_settings(const OptimizerRequest& request, const OptimizerSettings& saved,
-                                           const std::string& checkpoint);
+// std::invalid_argument naming the flag and both values. With `override_schedule_steps` (a resume
+// with --override-lr-schedule, Megatron's --override-opt_param-scheduler, to that many total steps)
+// the learning-rate schedule is the checkpoint's with the requested schedule values taken instead of
+// checked, and its horizon (--lr-decay-steps) the new total unless given; the rest must still match.
+OptimizerSettings resolve_resumed_settings(const OptimizerRequest& request, const OptimizerSettings& saved, const std::string& checkpoint,
+                                           std::optional<std::int64_t> override_schedule_steps = std::nullopt);
 
 // (beta1, beta2) from "B1,B2".
 std::pair<float, float> parse_betas(const std::string& text);

@@ -62,6 +62,21 @@ nlohmann::json step_entry(std::int64_t step, const StepResult& result, double th
   return entry;
 }
 
+// Said when steps of the run lie past a cosine schedule's horizon, where the rate stays at its minimum
+// (a resumed run extended with --steps, or a --lr-decay-steps under --steps).
+std::optional<std::string> schedule_horizon_note(const LearningRateSchedule& schedule, std::int64_t first_step, std::int64_t last_step,
+                                                 bool resumed) {
+  if (schedule.kind != LearningRateKind::cosine || last_step <= schedule.decay_steps) return std::nullopt;
+  char rate[32];
+  std::snprintf(rate, sizeof rate, "%.2e", schedule.at(schedule.decay_steps));
+  const std::int64_t from = std::max(first_step, schedule.decay_steps) + 1;
+  return "steps " + std::to_string(from) + "-" + std::to_string(last_step) + " lie past the cosine schedule's horizon (lr_decay_steps " +
+         std::to_string(schedule.decay_steps) + ") and run at its minimum rate " + rate + "; " +
+         (resumed ? "to stretch the schedule over them, resume with --override-lr-schedule (its horizon becomes --steps " +
+                        std::to_string(last_step) + ")"
+                  : "--lr-decay-steps " + std::to_string(last_step) + " would stretch it over them");
+}
+
 }  // namespace
 
 // One rank of the grid trains: every rank of every grid runs this same loop (one rank, dp ranks,
@@ -77,8 +92,13 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   const GptConfig& config = shape.config;
   const std::int64_t sequence = shape.sequence;
   const std::optional<TrainerState> saved = o.resume.empty() ? std::nullopt : std::optional(read_trainer_state(o.resume));
-  const OptimizerSettings hyper = saved ? resolve_resumed_settings(o.optimizer, saved->optimizer, o.resume)
+  const OptimizerSettings hyper = saved ? resolve_resumed_settings(o.optimizer, saved->optimizer, o.resume,
+                                                                   o.override_lr_schedule ? std::optional(o.steps) : std::nullopt)
                                         : resolve_new_run_settings(o.optimizer, o.steps);
+  nlohmann::json schedule_overrides = saved ? saved->schedule_overrides : nlohmann::json::array();
+  if (saved && o.override_lr_schedule) {
+    schedule_overrides.push_back({{"step", saved->step}, {"from", saved->optimizer.to_json()}, {"to", hyper.to_json()}});
+  }
 
   const std::unique_ptr<Device> device = make_training_device(plan.device, plan.device_memory_limit, plan.allocator);
   if (!device->has_storage() && !o.save.empty()) {
@@ -106,6 +126,16 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   if (speaks) {
     for (const std::string& note : run_notes(o, plan.grid.dp)) std::printf("  note: %s\n", note.c_str());
     for (const std::string& note : plan.notes) std::printf("  note: %s\n", note.c_str());
+    if (const auto note = schedule_horizon_note(hyper.schedule, saved ? saved->step : 0, o.steps, saved.has_value())) {
+      std::printf("  note: %s\n", note->c_str());
+    }
+    if (saved && o.override_lr_schedule) {
+      std::printf("  note: --override-lr-schedule: from step %lld the learning rate follows %s (peak %.2e, warmup %lld, horizon %lld, "
+                  "minimum ratio %g) instead of the checkpoint's (peak %.2e, horizon %lld)\n",
+                  static_cast<long long>(saved->step + 1), learning_rate_kind_name(hyper.schedule.kind), hyper.schedule.peak,
+                  static_cast<long long>(hyper.schedule.warmup_steps), static_cast<long long>(hyper.schedule.decay_steps),
+                  hyper.schedule.min_ratio, saved->optimizer.schedule.peak, static_cast<long long>(saved->optimizer.schedule.decay_steps));
+    }
   }
   // A pipeline: the schedule, and the split of the blocks with the recompute policy (by dry runs of
   // every rank when a memory limit or --checkpointing auto asks for them).
@@ -211,6 +241,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
       state.run = contract;
       state.run["data_name"] = data.name();  // for people; the data's identity is what a resume checks
       state.optimizer = hyper;
+      state.schedule_overrides = schedule_overrides;
       if (scaler) state.loss_scaler = scaler->state();
       state.run["grid"] = plan.to_json();  // for people: a checkpoint resumes at any grid
       saved_to = save_sharded_checkpoint(grid.world(), o.save, steps_done, o.keep_checkpoints, config, optimizer->shard(), skipped, state);
@@ -297,7 +328,10 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
                {"loss_chunk", o.loss_chunk},
                {"offload_optimizer", offloaded ? offload::offload_device_name(*plan.offload_optimizer) : "none"}, {"data", data.name()}, {"shuffle", o.shuffle}, {"seed", o.seed},
                {"last_step", last_step}, {"lr", hyper.schedule.peak}, {"lr_schedule", learning_rate_kind_name(hyper.schedule.kind)},
-               {"optimizer_settings", hyper.to_json()}, {"threads", cpu::compute_threads()}, {"blas_kernels", cpu::blas_core_name()},
+               {"optimizer_settings", hyper.to_json()}, {"lr_schedule_overrides", schedule_overrides},
+               {"lr_schedule_note", nlohmann::json(schedule_horizon_note(hyper.schedule, saved ? saved->step : 0, o.steps, saved.has_value())
+                                                       .value_or(std::string()))},
+               {"threads", cpu::compute_threads()}, {"blas_kernels", cpu::blas_core_name()},
                {"dry_run", !device->has_storage()}}},
       {"steps", steps},
       {"final_loss", steps.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_loss)},

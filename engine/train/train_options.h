@@ -33,6 +33,9 @@ struct TrainOptions {
   std::int64_t save_every = 0;
   std::int64_t keep_checkpoints = 0;  // complete checkpoints kept under --save (0: all)
   std::string resume;
+  // On resume, the learning-rate schedule from the flags instead of the checkpoint (its horizon: --steps
+  // unless --lr-decay-steps); weights, moments, step and data position as saved.
+  bool override_lr_schedule = false;
   std::string summary;
   std::string metrics;              // JSON lines, one per step, appended and flushed as training goes
   std::string eval_data;            // validation data: its mean loss every --eval-every steps and at the end

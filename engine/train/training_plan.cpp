@@ -38,6 +38,10 @@ void validate_options(const TrainOptions& o) {
   if (o.save_every > 0 && o.save.empty()) throw std::invalid_argument("--save-every needs --save DIR");
   if (o.keep_checkpoints < 0) throw std::invalid_argument("--keep-checkpoints must be >= 0 (0: keep all)");
   if (o.keep_checkpoints > 0 && o.save.empty()) throw std::invalid_argument("--keep-checkpoints needs --save DIR");
+  if (o.override_lr_schedule && o.resume.empty()) {
+    throw std::invalid_argument("--override-lr-schedule takes a resumed run's schedule from the flags: it needs --resume DIR "
+                                "(a new run's schedule comes from the flags already)");
+  }
   if (o.reduce_bucket_size && *o.reduce_bucket_size < 0) {
     throw std::invalid_argument("--reduce-bucket-size must be >= 0 elements (0: one whole parameter per bucket), got " +
                                 std::to_string(*o.reduce_bucket_size));

@@ -112,7 +112,33 @@ s = json.load(open(sys.argv[1]))
 settings = s["run"]["optimizer_settings"]
 assert settings["lr_decay_steps"] == 6 and settings["warmup_steps"] == 1, settings  # the checkpoint's horizon
 assert s["steps"][0]["step"] == 7 and abs(s["steps"][0]["lr"] - 1e-4) < 1e-12, s["steps"]  # past the horizon: the minimum
+assert "steps 7-7 lie past the cosine schedule's horizon (lr_decay_steps 6)" in s["run"]["lr_schedule_note"], s["run"]["lr_schedule_note"]
 PY
+# Extending a run past its horizon is said; --override-lr-schedule stretches the schedule to --steps (or
+# --lr-decay-steps), keeping the weights, moments, step and data position (the same schedule again gives
+# the plain resume's files byte for byte), and trainer_state.json and the summary record the change.
+expect_error "add --override-lr-schedule" "${run[@]}" --steps 8 --resume "$work/resumed_fp32" --lr-decay-steps 9
+"${run[@]}" --steps 8 --resume "$work/resumed_fp32" --save "$work/plain_extended" > "$work/extended.txt"
+grep -q "note: steps 7-8 lie past the cosine schedule's horizon (lr_decay_steps 6) .* resume with --override-lr-schedule" "$work/extended.txt" ||
+  { cat "$work/extended.txt"; exit 1; }
+"${run[@]}" --steps 8 --resume "$work/resumed_fp32" --override-lr-schedule --lr-decay-steps 6 --save "$work/same_schedule" > /dev/null
+for file in model.safetensors optimizer.safetensors; do
+  cmp "$work/plain_extended/latest/$file" "$work/same_schedule/latest/$file" || { echo "an override to the same schedule changed $file"; exit 1; }
+done
+"${run[@]}" --steps 8 --resume "$work/resumed_fp32" --override-lr-schedule --save "$work/stretched" --summary "$work/stretched.json" \
+  > "$work/stretched.txt"
+grep -q "note: --override-lr-schedule: from step 7 the learning rate follows cosine .* horizon 8" "$work/stretched.txt" || { cat "$work/stretched.txt"; exit 1; }
+/usr/bin/python3 - "$work/stretched.json" "$work/stretched/latest/trainer_state.json" "$work/extended.txt" <<'PY'
+import json, sys
+s, state = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert s["run"]["optimizer_settings"]["lr_decay_steps"] == 8 and s["run"]["lr_schedule_note"] == "", s["run"]
+assert s["steps"][0]["lr"] > 1.5e-4 and s["steps"][1]["lr"] == 1e-4, s["steps"]  # decaying to the minimum at the new horizon
+for record in (s["run"]["lr_schedule_overrides"], state["schedule_overrides"]):
+    assert len(record) == 1 and record[0]["step"] == 6, record
+    assert record[0]["from"]["lr_decay_steps"] == 6 and record[0]["to"]["lr_decay_steps"] == 8, record
+assert state["optimizer"]["lr_decay_steps"] == 8, state["optimizer"]
+PY
+expect_error "it needs --resume" "${run[@]}" --steps 8 --override-lr-schedule
 
 # The data is known by its content: another path to the same file resumes; other content under the
 # same name is refused.

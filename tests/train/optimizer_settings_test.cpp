@@ -51,7 +51,8 @@ TEST(OptimizerSettings, AResumeKeepsTheCheckpointsAndRefusesAContradiction) {
   changed.lr = 1e-3;
   EXPECT_EQ(error_of([&] { resolve_resumed_settings(changed, saved, "ckpt"); }),
             "--lr 0.001 contradicts the checkpoint 'ckpt', which was trained with --lr 0.002: drop the flag (or its config key) to "
-            "resume with the checkpoint's value, or start a new run from its weights with --init-from ckpt/model.safetensors");
+            "resume with the checkpoint's value, add --override-lr-schedule to take the learning-rate schedule from the flags, or start "
+            "a new run from its weights with --init-from ckpt/model.safetensors");
   changed = {};
   changed.lr_decay_steps = 200;
   EXPECT_NE(error_of([&] { resolve_resumed_settings(changed, saved, "ckpt"); }).find("--lr-decay-steps 200 contradicts"), std::string::npos);
@@ -62,6 +63,31 @@ TEST(OptimizerSettings, AResumeKeepsTheCheckpointsAndRefusesAContradiction) {
   changed.initial_scale_power = 16;
   EXPECT_NE(error_of([&] { resolve_resumed_settings(changed, saved, "ckpt"); }).find("trained with --initial-scale-power 12"),
             std::string::npos);
+}
+
+TEST(OptimizerSettings, AnOverriddenScheduleComesFromTheFlagsAndTheRestFromTheCheckpoint) {
+  OptimizerRequest original;
+  original.lr = 2e-3;
+  original.warmup_steps = 5;
+  const OptimizerSettings saved = resolve_new_run_settings(original, 100);
+  // Stretched to 300 steps: the horizon follows --steps; every other schedule value the checkpoint's.
+  const OptimizerSettings stretched = resolve_resumed_settings(OptimizerRequest{}, saved, "ckpt", 300);
+  EXPECT_EQ(stretched.schedule.decay_steps, 300);
+  EXPECT_EQ(stretched.schedule.peak, 2e-3);
+  EXPECT_EQ(stretched.schedule.warmup_steps, 5);
+  // Given values are taken, not checked; the horizon given beats --steps.
+  OptimizerRequest schedule;
+  schedule.lr = 5e-4;
+  schedule.lr_decay_steps = 250;
+  schedule.lr_schedule = "constant";
+  const OptimizerSettings replaced = resolve_resumed_settings(schedule, saved, "ckpt", 300);
+  EXPECT_EQ(replaced.schedule.peak, 5e-4);
+  EXPECT_EQ(replaced.schedule.decay_steps, 250);
+  EXPECT_EQ(replaced.schedule.kind, LearningRateKind::constant);
+  // The rest must still match.
+  OptimizerRequest betas;
+  betas.betas = "0.8,0.95";
+  EXPECT_NE(error_of([&] { resolve_resumed_settings(betas, saved, "ckpt", 300); }).find("--betas 0.8,0.95 contradicts"), std::string::npos);
 }
 
 TEST(OptimizerSettings, JsonRoundTripsExactly) {
