@@ -9,25 +9,19 @@
 namespace ferry {
 namespace {
 
-// The run settings of a dry run of `o` on meta: one step (past a resumed checkpoint's), no output,
-// nothing written.
-TrainOptions dry_run_options(const TrainOptions& o) {
-  TrainOptions dry = o;
-  dry.steps = o.resume.empty() ? 1 : read_trainer_state(o.resume).step + 1;
-  dry.exit_interval.reset();
-  dry.quiet = true;
-  dry.profile.clear();
-  dry.metrics.clear();
-  dry.save.clear();
-  dry.save_every = 0;
-  dry.eval_data.clear();
-  dry.eval_every = 0;
-  return dry;
-}
-
-// `plan` dry-run on meta, every rank in this process, without a limit (a dry run measures).
+// `plan` dry-run on meta, every rank in this process, without a limit (a dry run measures): one step
+// (past a resumed checkpoint's), no output, nothing written.
 TrainingPlan dry_run_plan(const TrainingPlan& plan) {
   TrainingPlan dry = plan;
+  dry.steps = plan.io.resume.empty() ? 1 : read_trainer_state(plan.io.resume).step + 1;
+  dry.exit_interval.reset();
+  dry.io.quiet = true;
+  dry.io.profile.clear();
+  dry.io.metrics.clear();
+  dry.io.save.clear();
+  dry.io.save_every = 0;
+  dry.io.eval_data.clear();
+  dry.io.eval_every = 0;
   dry.device = DeviceKind::meta;
   dry.device_memory_limit = std::size_t{1} << 50;
   dry.dry_run = true;
@@ -40,11 +34,11 @@ TrainingPlan dry_run_plan(const TrainingPlan& plan) {
 
 }  // namespace
 
-nlohmann::json simulate_every_rank(const TrainOptions& o, const TrainingPlan& plan, const PipelineLayoutChoice* layout) {
+nlohmann::json simulate_every_rank(const TrainingPlan& plan, const PipelineLayoutChoice* layout) {
   nlohmann::json summary;
   nlohmann::json ranks = nlohmann::json::array();
   for (int rank = plan.grid.world() - 1; rank >= 0; --rank) {  // rank 0 last: its lines close the output
-    nlohmann::json rank_summary = train_on_grid(o, plan, ProcessGrid::dry_run(plan.grid, rank), layout);
+    nlohmann::json rank_summary = train_on_grid(plan, ProcessGrid::dry_run(plan.grid, rank), layout);
     ranks.insert(ranks.begin(), rank_summary["ranks"][0]);
     if (rank == 0) summary = std::move(rank_summary);
   }
@@ -54,12 +48,12 @@ nlohmann::json simulate_every_rank(const TrainOptions& o, const TrainingPlan& pl
 
 namespace {
 
-// Each rank's peak reserved bytes in a dry run of `o` with `layout` (every rank computes the same).
-std::vector<std::int64_t> dry_run_rank_peaks(const TrainOptions& o, const TrainingPlan& plan, const PipelineLayout& layout) {
+// Each rank's peak reserved bytes in a dry run of `plan` with `layout` (every rank computes the same).
+std::vector<std::int64_t> dry_run_rank_peaks(const TrainingPlan& plan, const PipelineLayout& layout) {
   TrainingPlan dry_plan = dry_run_plan(plan);
   dry_plan.recompute = layout.policy;
   const PipelineLayoutChoice given{layout, nullptr};
-  const nlohmann::json summary = simulate_every_rank(dry_run_options(o), dry_plan, &given);
+  const nlohmann::json summary = simulate_every_rank(dry_plan, &given);
   std::vector<std::int64_t> peaks;
   for (const nlohmann::json& rank : summary["ranks"]) peaks.push_back(rank["peak_reserved"].get<std::int64_t>());
   return peaks;
@@ -67,16 +61,16 @@ std::vector<std::int64_t> dry_run_rank_peaks(const TrainOptions& o, const Traini
 
 }  // namespace
 
-PipelineLayoutChoice choose_grid_layout(const TrainOptions& o, const TrainingPlan& plan, const RunShape& shape, bool prints) {
+PipelineLayoutChoice choose_grid_layout(const TrainingPlan& plan, bool prints) {
   const std::int32_t stages = plan.grid.pp * pipeline_stages_per_rank(plan.pipeline_schedule);
-  return choose_pipeline_layout(plan, PipelineShape{shape.config, shape.sequence, stages, plan.grid.pp}, prints,
-                                [&](const PipelineLayout& candidate) { return dry_run_rank_peaks(o, plan, candidate); });
+  return choose_pipeline_layout(plan, PipelineShape{plan.model, plan.sequence, stages, plan.grid.pp}, prints,
+                                [&](const PipelineLayout& candidate) { return dry_run_rank_peaks(plan, candidate); });
 }
 
-MemoryAdvice advise_grid_memory(const TrainOptions& o, const TrainingPlan& plan, const RunShape& shape, std::size_t limit) {
-  return advise_pipeline_memory(plan, shape.config.layers, limit, [&](const TrainingPlan& variant) {
-    const PipelineLayoutChoice choice = choose_grid_layout(o, variant, shape, false);
-    const std::vector<std::int64_t> peaks = dry_run_rank_peaks(o, variant, choice.layout);
+MemoryAdvice advise_grid_memory(const TrainingPlan& plan, std::size_t limit) {
+  return advise_pipeline_memory(plan, plan.model.layers, limit, [&](const TrainingPlan& variant) {
+    const PipelineLayoutChoice choice = choose_grid_layout(variant, false);
+    const std::vector<std::int64_t> peaks = dry_run_rank_peaks(variant, choice.layout);
     return *std::max_element(peaks.begin(), peaks.end());
   });
 }

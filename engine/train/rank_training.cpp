@@ -43,11 +43,11 @@ using Clock = std::chrono::steady_clock;
 
 // ZeRO-Offload's settings for this rank: with several ranks each keeps its NVMe state in a directory of
 // its own (nvme_path/rank-R), as DeepSpeed's ranks do.
-offload::ZeroOffloadSettings rank_offload_settings(const TrainOptions& o, const TrainingPlan& plan, const ProcessGrid& grid) {
+offload::ZeroOffloadSettings rank_offload_settings(const TrainingPlan& plan, const ProcessGrid& grid) {
   offload::ZeroOffloadSettings settings = plan.offload;
   settings.device = *plan.offload_optimizer;
   if (grid.shape().world() > 1 && !settings.nvme_path.empty()) settings.nvme_path += "/rank-" + std::to_string(grid.rank());
-  if (o.threads == 0) settings.adam.threads = cpu::compute_threads();
+  if (plan.threads == 0) settings.adam.threads = cpu::compute_threads();
   return settings;
 }
 
@@ -82,54 +82,52 @@ std::optional<std::string> schedule_horizon_note(const LearningRateSchedule& sch
 // One rank of the grid trains: every rank of every grid runs this same loop (one rank, dp ranks,
 // pipeline ranks, each simulated on meta). `layout`: a pipeline's, chosen once for a dry run of every
 // rank (null: chosen here).
-nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, const ProcessGrid& grid, const PipelineLayoutChoice* layout) {
-  const bool speaks = grid.rank() == 0 && !o.quiet;  // rank 0 prints
+nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, const PipelineLayoutChoice* layout) {
+  const bool speaks = grid.rank() == 0 && !plan.io.quiet;  // rank 0 prints
   const bool pipelined = plan.grid.pp > 1;
-  cpu::set_compute_threads(o.threads > 0 || plan.world == 1 ? o.threads
+  cpu::set_compute_threads(plan.threads > 0 || plan.world == 1 ? plan.threads
                                                             : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / plan.world));
   const DType dtype = plan.precision;
-  const RunShape shape{plan.model, plan.sequence};
-  const GptConfig& config = shape.config;
-  const std::int64_t sequence = shape.sequence;
-  const std::optional<TrainerState> saved = o.resume.empty() ? std::nullopt : std::optional(read_trainer_state(o.resume));
-  const OptimizerSettings hyper = saved ? resolve_resumed_settings(o.optimizer, saved->optimizer, o.resume,
-                                                                   o.override_lr_schedule ? std::optional(o.steps) : std::nullopt)
-                                        : resolve_new_run_settings(o.optimizer, o.steps);
+  const GptConfig& config = plan.model;
+  const std::int64_t sequence = plan.sequence;
+  const std::optional<TrainerState> saved = plan.io.resume.empty() ? std::nullopt : std::optional(read_trainer_state(plan.io.resume));
+  const OptimizerSettings hyper = saved ? resolve_resumed_settings(plan.optimizer, saved->optimizer, plan.io.resume,
+                                                                   plan.io.override_lr_schedule ? std::optional(plan.steps) : std::nullopt)
+                                        : resolve_new_run_settings(plan.optimizer, plan.steps);
   nlohmann::json schedule_overrides = saved ? saved->schedule_overrides : nlohmann::json::array();
-  if (saved && o.override_lr_schedule) {
+  if (saved && plan.io.override_lr_schedule) {
     schedule_overrides.push_back({{"step", saved->step}, {"from", saved->optimizer.to_json()}, {"to", hyper.to_json()}});
   }
 
   const std::unique_ptr<Device> device = make_training_device(plan.device, plan.device_memory_limit, plan.allocator);
-  if (!device->has_storage() && !o.save.empty()) {
+  if (!device->has_storage() && !plan.io.save.empty()) {
     throw std::invalid_argument("--device meta is a dry run without values: it cannot --save (--init-from and --resume give it the shape)");
   }
-  const TokenDataset data = open_training_data(o.data);
+  const TokenDataset data = open_training_data(plan.io.data);
   check_vocabulary(data, config);
-  DataLoader loader(data, plan.micro_batch, sequence, o.shuffle, o.seed);
-  const std::optional<TokenDataset> eval_data = o.eval_data.empty() ? std::nullopt : std::optional(TokenDataset::open(o.eval_data));
+  DataLoader loader(data, plan.micro_batch, sequence, plan.io.shuffle, plan.seed);
+  const std::optional<TokenDataset> eval_data = plan.io.eval_data.empty() ? std::nullopt : std::optional(TokenDataset::open(plan.io.eval_data));
   if (eval_data) {
     check_vocabulary(*eval_data, config);
     DataLoader(*eval_data, plan.micro_batch, sequence, false, 0);  // refuses data shorter than one micro-batch, before training
   }
-  MetricsFile metrics(grid.rank() == 0 ? o.metrics : std::string());  // rank 0's lines; the loss is the job's already
+  MetricsFile metrics(grid.rank() == 0 ? plan.io.metrics : std::string());  // rank 0's lines; the loss is the job's already
 
-  const GptDropout dropout{o.dropout, o.dropout, o.dropout};
-  const StepSettings settings{plan.micro_batch, sequence, plan.micro_batches, o.seed, hyper.grad_clip, plan.data_parallel() ? &grid.dp() : nullptr};
+  const GptDropout dropout = plan.dropout;
+  const StepSettings settings{plan.micro_batch, sequence, plan.micro_batches, plan.seed, hyper.grad_clip, plan.data_parallel() ? &grid.dp() : nullptr};
   RecomputePolicy policy = plan.recompute;
   const bool offloaded = plan.offload_optimizer.has_value();
-  DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, o.loss_chunk, plan.allocator,
+  DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, plan.loss_chunk, plan.allocator,
                             offloaded, device->kind() == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu,
-                            plan.reduce_bucket_elements, o.weight_copy_elements,
+                            plan.reduce_bucket_elements, plan.weight_copy_elements,
                             {grid.dp().rank(), grid.dp().size(), plan.zero_stage, plan.allgather_bucket_elements, plan.overlap_comm,
                              plan.tied_table_gradient()}};
   if (speaks) {
-    for (const std::string& note : run_notes(o, plan.grid.dp)) std::printf("  note: %s\n", note.c_str());
     for (const std::string& note : plan.notes) std::printf("  note: %s\n", note.c_str());
-    if (const auto note = schedule_horizon_note(hyper.schedule, saved ? saved->step : 0, o.steps, saved.has_value())) {
+    if (const auto note = schedule_horizon_note(hyper.schedule, saved ? saved->step : 0, plan.steps, saved.has_value())) {
       std::printf("  note: %s\n", note->c_str());
     }
-    if (saved && o.override_lr_schedule) {
+    if (saved && plan.io.override_lr_schedule) {
       std::printf("  note: --override-lr-schedule: from step %lld the learning rate follows %s (peak %.2e, warmup %lld, horizon %lld, "
                   "minimum ratio %g) instead of the checkpoint's (peak %.2e, horizon %lld)\n",
                   static_cast<long long>(saved->step + 1), learning_rate_kind_name(hyper.schedule.kind), hyper.schedule.peak,
@@ -143,7 +141,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   std::optional<PipelineLayoutChoice> chosen;
   if (pipelined) {
     schedule = plan_pipeline_schedule(plan.pipeline_schedule, plan.grid.pp, static_cast<std::int32_t>(plan.micro_batches), grid.pp().max_tag());
-    chosen = layout != nullptr ? *layout : choose_grid_layout(o, plan, shape, speaks);
+    chosen = layout != nullptr ? *layout : choose_grid_layout(plan, speaks);
     policy = chosen->layout.policy;
   } else if (policy.kind == RecomputeKind::automatic) {
     const PolicyChoice choice = choose_recompute_policy(dry_run_setup, device->memory_limit());
@@ -163,12 +161,12 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   if (dtype == DType::f16) scaler.emplace(hyper.loss_scaling);
   // Each rank of a grid profiles into a directory of its own.
   const std::string rank_directory = plan.grid.world() == 1 ? std::string() : "/rank-" + std::to_string(grid.rank());
-  TrainingProfile profile(*device, o.profile.empty() ? o.profile : o.profile + rank_directory, ProfileSteps::parse(o.profile_steps),
+  TrainingProfile profile(*device, plan.io.profile.empty() ? plan.io.profile : plan.io.profile + rank_directory, plan.io.profile_steps,
                           {{"command", "train"}, {"model", config.name}, {"parameters", config.parameter_count()}, {"grid", plan.to_json()},
                            {"rank", grid.rank()}, {"device", std::string(device_kind_name(device->kind()))}, {"precision", precision_name(plan.precision)},
                            {"micro_batch", plan.micro_batch}, {"seq", sequence}, {"grad_accum", plan.micro_batches}, {"checkpointing", policy.name()}},
                           std::string(TrainingProfile::kFailureDirectory) + rank_directory);
-  ProgressPrinter progress(speaks ? stdout : nullptr, speaks && plan.world == 1 && is_terminal(stdout), o.log_every);
+  ProgressPrinter progress(speaks ? stdout : nullptr, speaks && plan.world == 1 && is_terminal(stdout), plan.io.log_every);
   nlohmann::json steps = nlohmann::json::array();
   std::vector<double> throughputs;
   std::vector<double> step_seconds;
@@ -178,7 +176,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   nlohmann::json optimizer_description = nlohmann::json::object();
   nlohmann::json stage_description = nlohmann::json::object();
   std::int64_t first_step = 0;
-  std::int64_t last_step = o.steps;
+  std::int64_t last_step = plan.steps;
   std::int64_t current_step = 0;  // 0 while the model is built
   std::int64_t held_parameters = config.parameter_count();  // a pipeline rank holds its stages' share
   try {
@@ -186,13 +184,13 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
                    pipelined ? pipeline_rank_part(schedule->schedule, grid.pp().rank(), chosen->layout.stage_blocks, config.layers) : GptModelPart{});
     held_parameters = 0;
     for (const NamedTensor& parameter : model.parameters().named()) held_parameters += parameter.tensor->numel();
-    model.set_loss_chunk(o.loss_chunk);
+    model.set_loss_chunk(plan.loss_chunk);
     model.set_gradient_bucket_elements(dry_run_setup.gradient_bucket_elements);
     model.set_weight_copy_elements(dry_run_setup.weight_copy_elements);
-    if (!o.init_from.empty() && o.resume.empty()) {
-      if (device->has_storage()) load_gpt_parameters(SafetensorsFile(o.init_from), model.parameters());  // meta: the shape only
+    if (!plan.io.init_from.empty() && plan.io.resume.empty()) {
+      if (device->has_storage()) load_gpt_parameters(SafetensorsFile(plan.io.init_from), model.parameters());  // meta: the shape only
     } else {
-      initialize_gpt_parameters(model.parameters(), config, o.seed);
+      initialize_gpt_parameters(model.parameters(), config, plan.seed);
     }
     const DataParallelGradients::BucketCuts buckets =
         pipelined ? pipeline_buckets(model.parameters().named(), chosen->layout.stage_blocks, config.layers) : DataParallelGradients::BucketCuts{};
@@ -200,33 +198,33 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
         plan.data_parallel()       ? make_data_parallel_optimizer(model, hyper.adamw(), grid.dp(),
                                                                   {plan.zero_stage, plan.reduce_bucket_elements, plan.allgather_bucket_elements,
                                                                    plan.overlap_comm, buckets, plan.tied_table_gradient()},
-                                                                  offloaded ? std::optional(rank_offload_settings(o, plan, grid)) : std::nullopt)
+                                                                  offloaded ? std::optional(rank_offload_settings(plan, grid)) : std::nullopt)
         : !offloaded               ? make_device_optimizer(model, hyper.adamw())
-        : device->has_storage()    ? make_offload_optimizer(model, hyper.adamw(), rank_offload_settings(o, plan, grid))
+        : device->has_storage()    ? make_offload_optimizer(model, hyper.adamw(), rank_offload_settings(plan, grid))
                                    : make_discarding_optimizer(model);
     std::optional<PipelineStage> stage;
     if (pipelined) stage.emplace(model, grid.pp(), *schedule, chosen->layout.stage_blocks, settings, keeps);
 
-    const nlohmann::json contract = resume_contract(o, plan, sequence, data);
+    const nlohmann::json contract = resume_contract(plan, data);
     if (saved) {
-      check_resume_contract(saved->run, contract, o.resume);
-      if (saved->step > o.steps) {
-        throw std::invalid_argument("--resume '" + o.resume + "' is at step " + std::to_string(saved->step) + ", beyond --steps " +
-                                    std::to_string(o.steps) + " (--steps counts total steps)");
+      check_resume_contract(saved->run, contract, plan.io.resume);
+      if (saved->step > plan.steps) {
+        throw std::invalid_argument("--resume '" + plan.io.resume + "' is at step " + std::to_string(saved->step) + ", beyond --steps " +
+                                    std::to_string(plan.steps) + " (--steps counts total steps)");
       }
-      if (device->has_storage()) load_checkpoint(o.resume, model, *optimizer);  // meta: the shape and the state only
+      if (device->has_storage()) load_checkpoint(plan.io.resume, model, *optimizer);  // meta: the shape and the state only
       first_step = saved->step;
       loader.set_position(saved->data_position);
       if (scaler) {
-        if (!saved->loss_scaler) throw CheckpointError("checkpoint '" + o.resume + "' of an fp16 run has no loss_scaler state");
+        if (!saved->loss_scaler) throw CheckpointError("checkpoint '" + plan.io.resume + "' of an fp16 run has no loss_scaler state");
         scaler->restore(*saved->loss_scaler);
       }
     }
-    last_step = stopping_step(o, first_step);
+    last_step = stopping_step(plan, first_step);
     // Every rank writes its shard of the checkpoint's consolidated files (sharded_save.h).
     std::string saved_to;
-    if (!o.save.empty() && grid.rank() == 0) {
-      for (const std::string& path : remove_stale_checkpoint_files(o.save)) {
+    if (!plan.io.save.empty() && grid.rank() == 0) {
+      for (const std::string& path : remove_stale_checkpoint_files(plan.io.save)) {
         if (speaks) std::printf("  removed what an interrupted save left: %s\n", path.c_str());
       }
     }
@@ -237,14 +235,14 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
       TrainerState state;
       state.step = steps_done;
       state.data_position = loader.position();
-      state.seed = o.seed;
+      state.seed = plan.seed;
       state.run = contract;
       state.run["data_name"] = data.name();  // for people; the data's identity is what a resume checks
       state.optimizer = hyper;
       state.schedule_overrides = schedule_overrides;
       if (scaler) state.loss_scaler = scaler->state();
       state.run["grid"] = plan.to_json();  // for people: a checkpoint resumes at any grid
-      saved_to = save_sharded_checkpoint(grid.world(), o.save, steps_done, o.keep_checkpoints, config, optimizer->shard(), skipped, state);
+      saved_to = save_sharded_checkpoint(grid.world(), plan.io.save, steps_done, plan.io.keep_checkpoints, config, optimizer->shard(), skipped, state);
     };
 
     if (speaks) {
@@ -282,9 +280,9 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
       last_loss = result.loss;
       steps.push_back(step_entry(step + 1, result, throughput, learning_rate, seconds, scaler.has_value()));
       std::optional<double> eval_loss;
-      if (eval_data && ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || step + 1 == last_step)) {
+      if (eval_data && ((plan.io.eval_every > 0 && (step + 1) % plan.io.eval_every == 0) || step + 1 == last_step)) {
         const OpScope op(*device, "eval", "eval after step " + std::to_string(step + 1));
-        eval_loss = (stage ? stage->evaluate(*eval_data, o.eval_batches) : evaluate_loss(*device, model, *eval_data, plan.micro_batch, sequence, o.eval_batches)).loss;
+        eval_loss = (stage ? stage->evaluate(*eval_data, plan.io.eval_batches) : evaluate_loss(*device, model, *eval_data, plan.micro_batch, sequence, plan.io.eval_batches)).loss;
         steps.back()["eval_loss"] = *eval_loss;
         last_eval_loss = *eval_loss;
       }
@@ -293,17 +291,17 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
       progress.update(StepProgress{step + 1, last_step, result.loss, throughput, learning_rate, result.gradient_norm,
                                    device->allocator().statistics().allocated_bytes.all().peak,
                                    typical * static_cast<double>(last_step - step - 1), !device->has_storage(), eval_loss});
-      if (o.save_every > 0 && (step + 1) % o.save_every == 0 && step + 1 < last_step) save(step + 1);
+      if (plan.io.save_every > 0 && (step + 1) % plan.io.save_every == 0 && step + 1 < last_step) save(step + 1);
     }
     progress.finish();
     profile.finish();
     optimizer_description = optimizer->describe();
     if (stage) stage_description = stage->describe();
-    if (speaks && last_step < o.steps) std::printf("  stopped after step %lld (--exit-interval %lld)\n", static_cast<long long>(last_step),
-                                         static_cast<long long>(*o.exit_interval));
-    if (!o.save.empty()) {
+    if (speaks && last_step < plan.steps) std::printf("  stopped after step %lld (--exit-interval %lld)\n", static_cast<long long>(last_step),
+                                         static_cast<long long>(*plan.exit_interval));
+    if (!plan.io.save.empty()) {
       save(std::max(first_step, last_step));
-      if (speaks) std::printf("  saved checkpoint %s (%s/latest)\n", saved_to.c_str(), o.save.c_str());
+      if (speaks) std::printf("  saved checkpoint %s (%s/latest)\n", saved_to.c_str(), plan.io.save.c_str());
     }
   } catch (const OutOfMemoryError& error) {
     progress.finish();
@@ -311,7 +309,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
     const std::size_t limit = device->memory_limit();
     TrainingPlan current = plan;
     current.recompute = policy;  // alternatives against the configuration that ran
-    const MemoryAdvice advice = pipelined ? advise_grid_memory(o, current, shape, limit) : advise_memory(dry_run_setup, limit);
+    const MemoryAdvice advice = pipelined ? advise_grid_memory(current, limit) : advise_memory(dry_run_setup, limit);
     throw std::runtime_error("out of device memory" + (plan.grid.world() > 1 ? " on rank " + std::to_string(grid.rank()) : std::string()) +
                              (current_step == 0 ? std::string(" while building the model and optimizer")
                                                 : " in step " + std::to_string(current_step)) +
@@ -324,12 +322,12 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
       {"model", model_summary(config)},
       {"run", {{"device", std::string(device_kind_name(device->kind()))}, {"device_memory_limit", device->memory_limit()},
                {"precision", precision_name(plan.precision)}, {"micro_batch", plan.micro_batch}, {"seq", sequence}, {"grad_accum", plan.micro_batches},
-               {"steps", o.steps}, {"first_step", first_step + 1}, {"checkpointing", policy.name()}, {"checkpointing_requested", plan.recompute.name()},
-               {"loss_chunk", o.loss_chunk},
-               {"offload_optimizer", offloaded ? offload::offload_device_name(*plan.offload_optimizer) : "none"}, {"data", data.name()}, {"shuffle", o.shuffle}, {"seed", o.seed},
+               {"steps", plan.steps}, {"first_step", first_step + 1}, {"checkpointing", policy.name()}, {"checkpointing_requested", plan.recompute.name()},
+               {"loss_chunk", plan.loss_chunk},
+               {"offload_optimizer", offloaded ? offload::offload_device_name(*plan.offload_optimizer) : "none"}, {"data", data.name()}, {"shuffle", plan.io.shuffle}, {"seed", plan.seed},
                {"last_step", last_step}, {"lr", hyper.schedule.peak}, {"lr_schedule", learning_rate_kind_name(hyper.schedule.kind)},
                {"optimizer_settings", hyper.to_json()}, {"lr_schedule_overrides", schedule_overrides},
-               {"lr_schedule_note", nlohmann::json(schedule_horizon_note(hyper.schedule, saved ? saved->step : 0, o.steps, saved.has_value())
+               {"lr_schedule_note", nlohmann::json(schedule_horizon_note(hyper.schedule, saved ? saved->step : 0, plan.steps, saved.has_value())
                                                        .value_or(std::string()))},
                {"threads", cpu::compute_threads()}, {"blas_kernels", cpu::blas_core_name()},
                {"dry_run", !device->has_storage()}}},
@@ -343,7 +341,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   };
   if (scaler) summary["loss_scaling"] = scaler->describe();
   if (eval_data) {
-    summary["eval"] = {{"data", eval_data->name()}, {"every", o.eval_every}, {"batches", o.eval_batches}};
+    summary["eval"] = {{"data", eval_data->name()}, {"every", plan.io.eval_every}, {"batches", plan.io.eval_batches}};
     summary["final_eval_loss"] = last_eval_loss ? nlohmann::json(*last_eval_loss) : nlohmann::json(nullptr);
   }
   if (throughputs.empty() && !step_seconds.empty()) summary["tokens_per_second"] = tokens_per_step / step_seconds.front();
@@ -353,7 +351,7 @@ nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, co
   nlohmann::json entry = rank_entry(grid, *device, optimizer_description, last_step - first_step);
   entry.update(stage_description);
   summary["ranks"] = nlohmann::json::array({entry});
-  if (!o.profile.empty()) summary["profile"] = plan.grid.world() == 1 ? profile.written() : o.profile;
+  if (!plan.io.profile.empty()) summary["profile"] = plan.grid.world() == 1 ? profile.written() : plan.io.profile;
   return summary;
 }
 

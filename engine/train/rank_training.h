@@ -18,19 +18,20 @@
 
 namespace ferry {
 
-// Trains this rank of `grid`; returns its summary with `ranks` holding its own entry. `layout`: a
-// pipeline's, chosen once for a dry run of every rank (null: chosen here, the same on every rank).
-nlohmann::json train_on_grid(const TrainOptions& o, const TrainingPlan& plan, const ProcessGrid& grid, const PipelineLayoutChoice* layout);
+// Trains this rank of `grid` as `plan` says (its only input); returns its summary with `ranks` holding
+// its own entry. `layout`: a pipeline's, chosen once for a dry run of every rank (null: chosen here, the
+// same on every rank).
+nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, const PipelineLayoutChoice* layout);
 
 // Every rank of `plan`'s grid, one after the other in this process on meta (their groups move
 // nothing): rank 0's summary with every rank's entry, the memory the fullest rank's.
-nlohmann::json simulate_every_rank(const TrainOptions& o, const TrainingPlan& plan, const PipelineLayoutChoice* layout);
+nlohmann::json simulate_every_rank(const TrainingPlan& plan, const PipelineLayoutChoice* layout);
 
 // A pipeline's recompute policy and split of the blocks into stages (pipeline_layout.h), by dry runs of
 // every rank when --device-memory or --checkpointing auto asks for them.
-PipelineLayoutChoice choose_grid_layout(const TrainOptions& o, const TrainingPlan& plan, const RunShape& shape, bool prints);
+PipelineLayoutChoice choose_grid_layout(const TrainingPlan& plan, bool prints);
 
 // What would let a pipeline that ran out of memory fit: each alternative measured by its fullest rank.
-MemoryAdvice advise_grid_memory(const TrainOptions& o, const TrainingPlan& plan, const RunShape& shape, std::size_t limit);
+MemoryAdvice advise_grid_memory(const TrainingPlan& plan, std::size_t limit);
 
 }  // namespace ferry

@@ -12,13 +12,13 @@ namespace ferry {
 // Settings a resumed run must share with the run that saved, for the resume to be exact. The data is
 // known by its content, not its path.
 // A resume may change the grid: what must match is the global batch in micro-batches, not grad-accum.
-nlohmann::json resume_contract(const TrainOptions& o, const TrainingPlan& plan, std::int64_t sequence, const TokenDataset& data) {
+nlohmann::json resume_contract(const TrainingPlan& plan, const TokenDataset& data) {
   const TokenDataset::Identity identity = data.identity();
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(identity.xxh64));
-  return {{"batch", plan.micro_batch}, {"seq", sequence}, {"micro_batches_per_step", plan.micro_batches * plan.grid.dp},
+  return {{"batch", plan.micro_batch}, {"seq", plan.sequence}, {"micro_batches_per_step", plan.micro_batches * plan.grid.dp},
           {"precision", precision_name(plan.precision)},
-          {"data", {{"tokens", identity.tokens}, {"xxh64", hash}}}, {"shuffle", o.shuffle}, {"seed", o.seed}};
+          {"data", {{"tokens", identity.tokens}, {"xxh64", hash}}}, {"shuffle", plan.io.shuffle}, {"seed", plan.seed}};
 }
 
 // A resume takes the model's shape from the checkpoint; shape flags may repeat it, not change it.
@@ -40,10 +40,10 @@ void check_shape_flags_against_checkpoint(const TrainOptions& o, const GptConfig
 
 // The last step this run takes: --steps, or earlier at the first multiple of --exit-interval after
 // the step it starts from.
-std::int64_t stopping_step(const TrainOptions& o, std::int64_t first_step) {
-  if (!o.exit_interval) return o.steps;
-  const std::int64_t interval = *o.exit_interval;
-  return std::min(o.steps, (first_step / interval + 1) * interval);
+std::int64_t stopping_step(const TrainingPlan& plan, std::int64_t first_step) {
+  if (!plan.exit_interval) return plan.steps;
+  const std::int64_t interval = *plan.exit_interval;
+  return std::min(plan.steps, (first_step / interval + 1) * interval);
 }
 
 void check_resume_contract(nlohmann::json saved, const nlohmann::json& current, const std::string& directory) {

@@ -15,13 +15,13 @@
 namespace ferry {
 
 // Settings a resumed run must share with the run that saved.
-nlohmann::json resume_contract(const TrainOptions& o, const TrainingPlan& plan, std::int64_t sequence, const TokenDataset& data);
+nlohmann::json resume_contract(const TrainingPlan& plan, const TokenDataset& data);
 // Throws std::invalid_argument naming the first setting of `current` the checkpoint in `directory` disagrees with.
 void check_resume_contract(nlohmann::json saved, const nlohmann::json& current, const std::string& directory);
 // A resume takes the model's shape from the checkpoint; shape flags may repeat it, not change it.
 void check_shape_flags_against_checkpoint(const TrainOptions& o, const GptConfig& config);
 // The last step this run takes: --steps, or earlier at the first multiple of --exit-interval after
 // the step it starts from.
-std::int64_t stopping_step(const TrainOptions& o, std::int64_t first_step);
+std::int64_t stopping_step(const TrainingPlan& plan, std::int64_t first_step);
 
 }  // namespace ferry

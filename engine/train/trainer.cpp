@@ -28,22 +28,22 @@ nlohmann::json run_training(const TrainOptions& options) {
   if (plan.simulated_ranks()) {
     // A dry run of every rank in this process: each runs the same loop on meta over groups that move nothing.
     std::optional<PipelineLayoutChoice> layout;  // a pipeline's split, chosen once for every rank
-    if (plan.grid.pp > 1) layout = choose_grid_layout(o, plan, RunShape{plan.model, plan.sequence}, !o.quiet);
-    nlohmann::json summary = simulate_every_rank(o, plan, layout ? &*layout : nullptr);
-    if (!o.quiet) print_training_result(summary);
+    if (plan.grid.pp > 1) layout = choose_grid_layout(plan, !plan.io.quiet);
+    nlohmann::json summary = simulate_every_rank(plan, layout ? &*layout : nullptr);
+    if (!plan.io.quiet) print_training_result(summary);
     return summary;
   }
   if (plan.world == 1) {
-    nlohmann::json summary = train_on_grid(o, plan, ProcessGrid::split(*make_single_rank_communicator(), plan.grid), nullptr);
+    nlohmann::json summary = train_on_grid(plan, ProcessGrid::split(*make_single_rank_communicator(), plan.grid), nullptr);
     merge_rank_entries(summary, summary["ranks"]);
-    if (!o.quiet) print_training_result(summary);
+    if (!plan.io.quiet) print_training_result(summary);
     return summary;
   }
   const std::unique_ptr<Communicator> world = make_communicator();
   nlohmann::json summary;
   std::vector<std::string> gathered;
   try {
-    summary = train_on_grid(o, plan, ProcessGrid::split(*world, plan.grid), nullptr);
+    summary = train_on_grid(plan, ProcessGrid::split(*world, plan.grid), nullptr);
     gathered = world->gather_strings(json_text(summary["ranks"][0]), 0);
   } catch (const std::exception& error) {
     // The other ranks would wait on this one in their next collective: end the whole job with the reason.
@@ -58,7 +58,7 @@ nlohmann::json run_training(const TrainOptions& options) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const std::string& entry : gathered) ranks.push_back(nlohmann::json::parse(entry));
   merge_rank_entries(summary, std::move(ranks));
-  if (!o.quiet) print_training_result(summary);
+  if (!plan.io.quiet) print_training_result(summary);
   return summary;
 }
 

@@ -133,6 +133,16 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   plan.device_memory_limit = o.device_memory.empty() ? 0 : parse_byte_size(o.device_memory);
   plan.recompute = RecomputePolicy::parse(o.checkpointing);
   plan.allocator = with_device_defaults(AllocatorConfig::from_environment(), plan.device);
+  plan.steps = o.steps;
+  plan.exit_interval = o.exit_interval;
+  plan.seed = o.seed;
+  plan.dropout = GptDropout{o.dropout, o.dropout, o.dropout};
+  plan.optimizer = o.optimizer;
+  plan.threads = o.threads;
+  plan.loss_chunk = o.loss_chunk;
+  plan.weight_copy_elements = o.weight_copy_elements;
+  plan.io = RunIo{o.data, o.shuffle, o.eval_data, o.eval_every, o.eval_batches, o.init_from, o.resume, o.override_lr_schedule, o.save,
+                  o.save_every, o.keep_checkpoints, o.metrics, o.profile, ProfileSteps::parse(o.profile_steps), o.log_every, o.quiet};
   plan.grid.tp = o.tp;
   plan.grid.pp = o.pipeline_stages;
   if (o.tp < 1) throw std::invalid_argument("--tp must be at least 1, got " + number(o.tp));
@@ -206,6 +216,9 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   if (plan.allgather_bucket_elements < 0) {
     throw std::invalid_argument("--allgather-bucket-size must be >= 0 elements, got " + number(plan.allgather_bucket_elements));
   }
+  std::vector<std::string> notes = run_notes(o, plan.grid.dp);  // the config's and the flags', then the grid's
+  notes.insert(notes.end(), plan.notes.begin(), plan.notes.end());
+  plan.notes = std::move(notes);
   return plan;
 }
 

@@ -1,7 +1,7 @@
-// TrainingPlan: what a training run is, typed: the process grid (tp x dp x pp), the batch geometry, the
-// precision, the ZeRO stage and its buckets, the optimizer's offload. Built and validated once from the
-// parsed flags and config (an impossible combination names both settings); the trainer, dry runs and
-// the summary read the plan, never the flags.
+// TrainingPlan: what a training run is, typed: the model, the process grid (tp x dp x pp), the batch
+// geometry, the precision, the ZeRO stage and its buckets, the optimizer's offload, the run's length and
+// what it reads and writes. Built and validated once from the parsed flags and config (an impossible
+// combination names both settings); the training loop, dry runs and the summary read the plan alone.
 #pragma once
 
 #include <cstdint>
@@ -15,13 +15,35 @@
 #include "engine/core/device.h"
 #include "engine/core/dtype.h"
 #include "engine/grid/process_grid.h"
+#include "engine/optim/optimizer_settings.h"
 #include "engine/train/model_config.h"
 #include "engine/train/train_options.h"
+#include "engine/train/training_profile.h"
 #include "models/gpt_model.h"
 #include "offload/zero_offload_optimizer.h"
 #include "schedule/recompute_policy.h"
 
 namespace ferry {
+
+// What a run reads and writes: its data, where it starts from, its checkpoints and outputs.
+struct RunIo {
+  std::string data;                   // empty: the built-in corpus
+  bool shuffle = true;
+  std::string eval_data;              // validation data (empty: none)
+  std::int64_t eval_every = 0;        // 0: at the last step only
+  std::int64_t eval_batches = 20;     // 0: all of it
+  std::string init_from;              // weights to start from (a new run)
+  std::string resume;                 // a checkpoint's step directory (a save root is resolved to its latest)
+  bool override_lr_schedule = false;  // the resumed run's schedule from the flags
+  std::string save;
+  std::int64_t save_every = 0;
+  std::int64_t keep_checkpoints = 0;  // 0: all
+  std::string metrics;
+  std::string profile;
+  ProfileSteps profile_steps;
+  std::int64_t log_every = 10;
+  bool quiet = false;                 // no banner or progress lines
+};
 
 struct TrainingPlan {
   GptConfig model;         // the model's shape: preset and flags, --init-from's, or the resumed checkpoint's
@@ -44,6 +66,15 @@ struct TrainingPlan {
   bool overlap_comm = true;                    // DeepSpeed's overlap_comm: bucket reductions overlap backward
   AllocatorConfig allocator;                   // the caching allocator's settings (FERRY_ALLOC_CONF, PyTorch's keys)
   bool dry_run = false;                        // --device meta
+  std::int64_t steps = 0;                      // total, also when resuming
+  std::optional<std::int64_t> exit_interval;   // stop (and save) after the first step that is a multiple of it
+  std::uint64_t seed = 0;
+  GptDropout dropout;
+  OptimizerRequest optimizer;                  // the flags' optimizer settings (a resume checks them against its checkpoint)
+  int threads = 0;                             // compute threads (0: the machine's cores, shared by its ranks)
+  std::int64_t loss_chunk = 0;                 // tokens per LM-head chunk (0: automatic)
+  std::int64_t weight_copy_elements = 0;       // 16-bit weights' f32 copies in row slices of at most this (0: whole)
+  RunIo io;
   std::vector<std::string> notes;              // settings without effect in this plan, said once at the start
 
   // How the tied token table's gradient reaches the dp reduction: deferred (slice by slice after the
