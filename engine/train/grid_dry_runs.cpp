@@ -1,7 +1,6 @@
 #include <algorithm>
 
 #include "engine/checkpoint/checkpoint.h"
-#include "engine/train/pipeline_advice.h"
 #include "engine/train/rank_training.h"
 #include "engine/train/run_summary.h"
 #include "schedule/pipeline_schedule.h"
@@ -67,12 +66,15 @@ PipelineLayoutChoice choose_grid_layout(const TrainingPlan& plan, bool prints) {
                                 [&](const PipelineLayout& candidate) { return dry_run_rank_peaks(plan, candidate); });
 }
 
-MemoryAdvice advise_grid_memory(const TrainingPlan& plan, std::size_t limit) {
-  return advise_pipeline_memory(plan, plan.model.layers, limit, [&](const TrainingPlan& variant) {
-    const PipelineLayoutChoice choice = choose_grid_layout(variant, false);
-    const std::vector<std::int64_t> peaks = dry_run_rank_peaks(variant, choice.layout);
-    return *std::max_element(peaks.begin(), peaks.end());
-  });
+std::int64_t fullest_rank_peak(const TrainingPlan& plan) {
+  std::vector<std::int64_t> peaks;
+  if (plan.grid.pp > 1) {
+    peaks = dry_run_rank_peaks(plan, choose_grid_layout(plan, false).layout);
+  } else {
+    const nlohmann::json summary = simulate_every_rank(dry_run_plan(plan), nullptr);
+    for (const nlohmann::json& rank : summary["ranks"]) peaks.push_back(rank["peak_reserved"].get<std::int64_t>());
+  }
+  return *std::max_element(peaks.begin(), peaks.end());
 }
 
 }  // namespace ferry

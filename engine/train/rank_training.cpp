@@ -19,10 +19,9 @@
 #include "engine/optim/learning_rate.h"
 #include "engine/report/model_state_report.h"
 #include "engine/train/evaluation.h"
-#include "engine/train/memory_advice.h"
+#include "engine/train/memory_search.h"
 #include "engine/train/metrics_file.h"
 #include "engine/train/model_config.h"
-#include "engine/train/pipeline_advice.h"
 #include "engine/train/pipeline_layout.h"
 #include "engine/train/pipeline_stage.h"
 #include "engine/train/progress.h"
@@ -309,7 +308,7 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
     const std::size_t limit = device->memory_limit();
     TrainingPlan current = plan;
     current.recompute = policy;  // alternatives against the configuration that ran
-    const MemoryAdvice advice = pipelined ? advise_grid_memory(current, limit) : advise_memory(dry_run_setup, limit);
+    const MemorySearch advice = advise_memory(current, limit, fullest_rank_peak);
     throw std::runtime_error("out of device memory" + (plan.grid.world() > 1 ? " on rank " + std::to_string(grid.rank()) : std::string()) +
                              (current_step == 0 ? std::string(" while building the model and optimizer")
                                                 : " in step " + std::to_string(current_step)) +

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/grid/process_grid.h"
-#include "engine/train/memory_advice.h"
+#include "engine/train/memory_search.h"
 #include "engine/train/model_config.h"
 #include "engine/train/pipeline_layout.h"
 #include "engine/train/train_options.h"
@@ -31,7 +31,8 @@ nlohmann::json simulate_every_rank(const TrainingPlan& plan, const PipelineLayou
 // every rank when --device-memory or --checkpointing auto asks for them.
 PipelineLayoutChoice choose_grid_layout(const TrainingPlan& plan, bool prints);
 
-// What would let a pipeline that ran out of memory fit: each alternative measured by its fullest rank.
-MemoryAdvice advise_grid_memory(const TrainingPlan& plan, std::size_t limit);
+// The peak reserved bytes of `plan`'s fullest rank, by a dry run of every rank on meta (a pipeline's
+// layout chosen as the run would choose it): what out-of-memory advice measures each variant by.
+std::int64_t fullest_rank_peak(const TrainingPlan& plan);
 
 }  // namespace ferry

@@ -57,10 +57,11 @@ grep -q -- "--offload-optimizer cpu .*fits" "$work/err.txt" || { echo "the advic
 wide=(--layers 2 --hidden 768 --heads 8 --vocab 4096 --seq 64 --batch 1 --steps 2 --threads 2 --log-every 100 --offload-optimizer cpu
       --device-memory 80000000)
 (cd "$work" && expect_error "reduce-bucket-size [0-9]* .* fits" "$ferry" train "${wide[@]}")
-bucket=$(grep -m1 -E "^ +--reduce-bucket-size [0-9]+ .* fits$" "$work/err.txt" | awk '{print $2}')
-[[ -n $bucket ]] || { echo "no bucket advised:"; cat "$work/err.txt"; exit 1; }
-"$ferry" train "${wide[@]}" --reduce-bucket-size "$bucket" --summary "$work/bucket.json" > /dev/null
-"$ferry" train "${wide[@]}" --reduce-bucket-size "$bucket" --device meta --device-memory 1TiB --summary "$work/bucket_meta.json" > /dev/null
+read -r -a advised < <(grep -m1 -E "^ +--.* fits, " "$work/err.txt" | sed -E 's/ +peak reserved.*//')
+bucket=$(grep -oE -- "--reduce-bucket-size [0-9]+" <<< "${advised[*]}" | awk '{print $2}')
+[[ -n $bucket ]] || { echo "the first advice that fits bounds no bucket:"; cat "$work/err.txt"; exit 1; }
+"$ferry" train "${wide[@]}" "${advised[@]}" --summary "$work/bucket.json" > /dev/null
+"$ferry" train "${wide[@]}" "${advised[@]}" --device meta --device-memory 1TiB --summary "$work/bucket_meta.json" > /dev/null
 /usr/bin/python3 - "$work/bucket.json" "$work/bucket_meta.json" "$bucket" <<'PY'
 import json, sys
 real, meta = (json.load(open(p)) for p in sys.argv[1:3])
@@ -72,7 +73,9 @@ for key in ["peak_allocated", "peak_reserved", "max_by_category"]:
     assert m[key] == meta["memory"][key], (key, m[key], meta["memory"][key])
 PY
 echo '{"zero_optimization": {"stage": 2, "reduce_bucket_size": '"$bucket"', "offload_optimizer": {"device": "cpu"}}}' > "$work/bucket_config.json"
-"$ferry" train "${wide[@]}" --config "$work/bucket_config.json" --summary "$work/bucket_config_run.json" > /dev/null
+other_flags=$(sed -E 's/--reduce-bucket-size [0-9]+//' <<< "${advised[*]}")
+# shellcheck disable=SC2086
+"$ferry" train "${wide[@]}" --config "$work/bucket_config.json" $other_flags --summary "$work/bucket_config_run.json" > /dev/null
 /usr/bin/python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['memory']['peak_reserved'] <= 80000000" "$work/bucket_config_run.json"
 
 # 2c. Any shape fits in a fifth of its 16 bytes per parameter: few wide bf16 blocks with a 4096 vocabulary
@@ -82,7 +85,7 @@ fifth=(--layers 2 --hidden 768 --heads 8 --vocab 4096 --seq 64 --batch 1 --steps
        --offload-optimizer cpu)
 limit=$(( 17421312 * 16 / 5 ))
 (cd "$work" && expect_error "reduce-bucket-size [0-9]* .* fits" "$ferry" train "${fifth[@]}" --device-memory "$limit")
-read -r -a advised < <(grep -m1 -E "^ +--.* fits$" "$work/err.txt" | sed -E 's/ +peak reserved.*//')
+read -r -a advised < <(grep -m1 -E "^ +--.* fits, " "$work/err.txt" | sed -E 's/ +peak reserved.*//')
 [[ " ${advised[*]} " == *" --reduce-bucket-size "* ]] || { echo "the first advice that fits bounds no bucket: ${advised[*]}"; exit 1; }
 "$ferry" train "${fifth[@]}" --device-memory "$limit" "${advised[@]}" --summary "$work/fifth.json" > /dev/null
 "$ferry" train "${fifth[@]}" --summary "$work/fifth_unbounded.json" > /dev/null
@@ -98,6 +101,26 @@ assert bounded["memory"]["peak_reserved"] <= limit < unbounded["memory"]["peak_r
 for a, b in zip(bounded["steps"], unbounded["steps"]):
     assert abs(a["loss"] - b["loss"]) < 1e-3 * b["loss"], (a["loss"], b["loss"])  # other GEMM slicing: rounding (bf16 gradients)
 PY
+
+# 2d. The advice combines changes: 6 blocks of width 512, bf16, offloaded, under 60 MiB, where no one change
+#     fits (the smallest micro-batch alone needs 75 MiB) and no pair either: the cheapest that fits joins
+#     three, and the run trains there at the peak the advice predicted. Under 40 MiB nothing the search
+#     tries fits: it names the least it reaches, with its flags and the --device-memory that fits them.
+six=(--layers 6 --hidden 512 --heads 8 --vocab 4096 --precision bf16 --offload-optimizer cpu --steps 1 --threads 2 --log-every 100)
+(cd "$work" && expect_error "the cheapest changes that fit" "$ferry" train "${six[@]}" --device-memory 60MiB)
+line=$(grep -m1 -E "^ +--.* fits, " "$work/err.txt")
+read -r -a advised <<< "$(sed -E 's/ +peak reserved.*//' <<< "$line")"
+[[ " ${advised[*]} " == *" --batch "* && " ${advised[*]} " == *" --reduce-bucket-size "* && " ${advised[*]} " == *" --weight-copy-elements "* ]] ||
+  { echo "the cheapest advice that fits 60 MiB is not the combination: ${advised[*]}"; cat "$work/err.txt"; exit 1; }
+predicted=$(sed -E 's/.*peak reserved +([0-9.]+) MiB.*/\1/' <<< "$line")
+"$ferry" train "${six[@]}" --device-memory 60MiB "${advised[@]}" --summary "$work/combined.json" > /dev/null
+/usr/bin/python3 -c "import json,sys; m=json.load(open(sys.argv[1]))['memory']; assert abs(m['peak_reserved'] / 2**20 - float(sys.argv[2])) < 0.01, (m, sys.argv[2])" \
+  "$work/combined.json" "$predicted"
+(cd "$work" && expect_error "nothing tried fits" "$ferry" train "${six[@]}" --device-memory 40MiB)
+needed=$(grep -oE "it fits --device-memory [0-9]+" "$work/err.txt" | awk '{print $4}')
+read -r -a least <<< "$(grep -oE "comes with .*; it fits" "$work/err.txt" | sed -E 's/comes with (.*); it fits/\1/')"
+[[ -n $needed && ${#least[@]} -gt 0 ]] || { echo "no least memory named:"; cat "$work/err.txt"; exit 1; }
+"$ferry" train "${six[@]}" --device-memory "$needed" "${least[@]}" > /dev/null
 
 # 3. Checkpoints move between modes: 2 steps offloaded to NVMe, 2 more on the device == 4 on the device.
 "$ferry" train "${shape[@]}" 2 --offload-optimizer nvme --nvme-path "$work/nvme" --save "$work/ckpt" > /dev/null

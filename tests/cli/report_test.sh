@@ -56,8 +56,8 @@ render "$html" "$work/report.png"
 
 # 2. Out of device memory: the error names the failure, the dry-run advice, and the saved profile.
 (cd "$work" && expect_error "out of device memory in step 1" "$ferry" train --steps 2 --threads 2 --device-memory 40MiB)
-for expected in "tried to allocate" "what would help, predicted by dry runs" "--checkpointing full" "--batch 4 --grad-accum 2" \
-                "--offload-optimizer cpu" "ferry report ferry-oom-profile"; do
+for expected in "tried to allocate" "the cheapest changes that fit" "combinations dry-run, cheapest first by predicted step time" \
+                "--batch 4 --grad-accum 2 .* fits, +" "--offload-optimizer cpu" "ferry report ferry-oom-profile"; do
   grep -q -- "$expected" "$work/err.txt" || { echo "the out-of-memory error lacks '$expected'"; cat "$work/err.txt"; exit 1; }
 done
 "$ferry" report "$work/ferry-oom-profile" > "$work/oom_report.txt"
