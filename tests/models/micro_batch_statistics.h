@@ -16,6 +16,9 @@ inline std::unique_ptr<Device> gibibyte_device(DeviceKind kind, DeviceKind kerne
   DeviceOptions options;
   options.kind = kind;
   options.memory_limit = std::size_t{1} << 30;
+  // A meta device standing in for another kind allocates with that kind's allocator settings (cuda:
+  // fixed segments), as a dry run of its plan does.
+  options.allocator_config = with_device_defaults(AllocatorConfig{}, kind == DeviceKind::meta ? kernels : kind);
   std::unique_ptr<Device> device = create_device(options);
   if (kind == DeviceKind::meta) ops::stand_in_for(*device, kernels);
   return device;
