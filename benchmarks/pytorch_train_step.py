@@ -6,6 +6,7 @@ JSON line.
   pytorch_train_step.py --layers 12 --hidden 768 --heads 12 --vocab 50257 --seq 1024 --batch 4
                         [--steps 5] [--threads N] [--lr 6e-4] [--seed 0] [--checkpoint-blocks]
                         [--device cpu|cuda] [--precision fp32|bf16] [--attention unfused|sdpa]
+                        [--compile] [--memory-snapshot PATH]
 
 --device cuda runs eager on the GPU (timed between torch.cuda.synchronize calls) and reports
 torch.cuda.max_memory_allocated/reserved from before the model is built; --precision bf16 is PyTorch's
@@ -13,6 +14,12 @@ usual mixed precision (fp32 parameters and AdamW state, torch.autocast to bf16);
 the reference's unfused attention for F.scaled_dot_product_attention (flash kernels, torch 2.x), the
 strongest eager peer. Running out of GPU memory prints {"fits": false, ...} and exits 0, so a driver
 can search for the largest model that trains.
+
+--compile runs the model through torch.compile (its compile time falls in the first, untimed step, and
+"compile_seconds" reports it). --memory-snapshot PATH (cuda) records PyTorch's allocator history
+(torch.cuda.memory._record_memory_history) through the run and dumps it there (_dump_snapshot), and adds
+torch.cuda.memory_stats' peaks ("memory_stats": allocated_bytes/reserved_bytes/requested_bytes
+.all.peak) for a reader of the snapshot to be checked against.
 
 --checkpoint-blocks wraps every block in torch.utils.checkpoint.checkpoint (use_reentrant=False,
 the RNG state preserved): full activation recompute, PyTorch's way.
@@ -75,6 +82,7 @@ def train(args, ref, device):
     config = ref.GPT2Config(n_layer=args.layers, n_embd=args.hidden, n_head=args.heads,
                             n_positions=args.seq, vocab_size=args.vocab)
     model = ref.build_model(config, seed=args.seed).to(device)
+    forward = torch.compile(model) if args.compile else model
     if args.checkpoint_blocks:
         from torch.utils.checkpoint import checkpoint
         for block in model.h:
@@ -95,7 +103,7 @@ def train(args, ref, device):
             torch.cuda.synchronize()
         start = time.perf_counter()
         with autocast:
-            _, loss = model(inputs, targets)
+            _, loss = forward(inputs, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -123,7 +131,11 @@ def main():
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: torch.autocast mixed precision")
     parser.add_argument("--attention", choices=["unfused", "sdpa"], default="unfused")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (compiled in the untimed first step)")
+    parser.add_argument("--memory-snapshot", default=None, help="cuda: dump PyTorch's memory snapshot of the run here")
     args = parser.parse_args()
+    if args.memory_snapshot and args.device != "cuda":
+        parser.error("--memory-snapshot records the cuda caching allocator: add --device cuda")
     if args.precision == "bf16" and args.device == "cpu":
         parser.error("--precision bf16 is for --device cuda (CPU autocast needs bf16 instructions this peer does not assume)")
     if args.steps < 1:
@@ -139,6 +151,8 @@ def main():
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
+    if args.memory_snapshot:
+        torch.cuda.memory._record_memory_history(stacks="python", max_entries=1000000)
 
     rss_before = proc_status_bytes("VmRSS")
     result = {"system": "pytorch", "torch_version": torch.__version__, "threads": torch.get_num_threads(),
@@ -167,10 +181,18 @@ def main():
         "rss_before_bytes": rss_before,
         "peak_rss_bytes": peak_rss,
         "parameters": ref.count_parameters(model),
+        "compile_seconds": step_seconds[0] if args.compile else 0,
     })
     if cuda:
         result.update({"peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-                       "peak_reserved_bytes": torch.cuda.max_memory_reserved()})
+                       "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+                       "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_ALLOC_CONF", ""))})
+    if args.memory_snapshot:
+        stats = torch.cuda.memory_stats()
+        result["memory_stats"] = {key: stats.get(key + ".all.peak") for key in ("allocated_bytes", "reserved_bytes", "requested_bytes")}
+        torch.cuda.memory._dump_snapshot(args.memory_snapshot)
+        torch.cuda.memory._record_memory_history(enabled=None)
+        result["memory_snapshot"] = args.memory_snapshot
     print(json.dumps(result))
 
 

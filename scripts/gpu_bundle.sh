@@ -5,24 +5,26 @@
 # `allocator_benchmark` (its cudaMalloc / cudaMallocAsync rows run only on a GPU) with the shared
 # libraries they load beyond glibc, libstdc++ and CUDA's own, in build-gpu/bundle.tar.xz (the tool
 # carries 64 MiB at most).
-#   bash scripts/gpu_bundle.sh          # here, on the build machine
+#   [BUILD=build] bash scripts/gpu_bundle.sh   # here, on the build machine (BUILD: reuse a build folder of
+#       the same settings, as the default `build` is, instead of a build-gpu of its own)
 #   bash scripts/gpu_check.sh [benchmark PART...]   # there, with build-gpu/bundle.tar.xz carried
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_WERROR=ON -DFERRY_BUILD_BENCHMARKS=ON
-cmake --build build-gpu -j "$(nproc)" --target ferry cuda_tests allocator_benchmark
-if ! ldd build-gpu/ferry | grep -q libcublasLt; then
-  echo "gpu_bundle.sh: build-gpu has no CUDA (nvcc not found under /usr/local/cuda): nothing to run on a GPU" >&2
+build=${BUILD:-build-gpu}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_WERROR=ON -DFERRY_BUILD_BENCHMARKS=ON
+cmake --build "$build" -j "$(nproc)" --target ferry cuda_tests allocator_benchmark
+if ! ldd "$build/ferry" | grep -q libcublasLt; then
+  echo "gpu_bundle.sh: $build has no CUDA (nvcc not found under /usr/local/cuda): nothing to run on a GPU" >&2
   exit 1
 fi
 
 stage=build-gpu/bundle
 rm -rf "$stage" build-gpu/bundle.tar.xz
 mkdir -p "$stage/bin" "$stage/lib"
-strip -o "$stage/bin/ferry" build-gpu/ferry
-strip -o "$stage/bin/cuda_tests" build-gpu/tests/cuda_tests
-strip -o "$stage/bin/allocator_benchmark" build-gpu/benchmarks/allocator_benchmark
+strip -o "$stage/bin/ferry" "$build/ferry"
+strip -o "$stage/bin/cuda_tests" "$build/tests/cuda_tests"
+strip -o "$stage/bin/allocator_benchmark" "$build/benchmarks/allocator_benchmark"
 # The machine's own glibc, libstdc++ (newer there) and CUDA libraries are used; the rest travels.
 ldd "$stage"/bin/* | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u | while read -r library; do
   case "$(basename "$library")" in

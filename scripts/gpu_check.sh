@@ -5,12 +5,15 @@
 #       the cpu device; fails if any skipped), then `ferry train --device cuda` beside the cpu device
 #   bash scripts/gpu_check.sh benchmark [PART..] # benchmarks/gpu_benchmark.sh, those parts (default all),
 #       and with the part `allocator` the allocator benchmark's cuda rows beside the cache hit
+#   bash scripts/gpu_check.sh all [SECONDS]      # issue 32 in one call: the tests, the allocator rows, then
+#       every benchmark part, all of it inside SECONDS (default 420); the tables in summary.txt, every log
+#       and JSON in results.tar.gz, PyTorch's snapshot in torch_snapshot.pickle.xz
 # Logs and JSON go to $OUT (the device tool's) or build-gpu/out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-tests}
-if [ "$mode" != tests ] && [ "$mode" != benchmark ]; then
-  echo "gpu_check.sh: unknown mode '$mode'; use: gpu_check.sh [tests | benchmark [PART...]]" >&2
+if [ "$mode" != tests ] && [ "$mode" != benchmark ] && [ "$mode" != all ]; then
+  echo "gpu_check.sh: unknown mode '$mode'; use: gpu_check.sh [tests | benchmark [PART...] | all [SECONDS]]" >&2
   exit 2
 fi
 if [ ! -f build-gpu/bundle.tar.xz ]; then
@@ -42,6 +45,32 @@ if ldd "$bundle/bin/ferry" "$bundle/bin/cuda_tests" | grep "not found"; then
 fi
 head -12 "$out/nvidia-smi.txt"
 
+if [ "$mode" = all ]; then  # the rest of this script, then the benchmarks, inside the budget
+  set +e  # each step says how it failed; the next still runs
+  budget=${2:-420}
+  start=$(date +%s)
+  results=$out/results
+  mkdir -p "$results"
+  {
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv || true
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())' || true
+    nvcc --version | tail -2 || true
+    lscpu | grep -m1 'Model name' || true
+  } 2>&1 | tee "$out/summary.txt"
+  status=0
+  OUT=$results timeout 200 bash "$0" tests > "$results/tests.txt" 2>&1 || status=1
+  grep -E "^cuda_tests:|FAILED|skipped|smoke|stray|  (f32|bf16)" "$results/tests.txt" | head -40 | tee -a "$out/summary.txt"
+  timeout 60 "$bundle/bin/allocator_benchmark" --benchmark_filter='CacheHit.*/(4096|2097152|134217728)/.*threads:1|Cuda' --benchmark_repetitions=3 \
+    --benchmark_report_aggregates_only=true --benchmark_min_time=0.1 > "$results/allocator_benchmark.txt" 2>&1 || status=1
+  grep -E "median|error" "$results/allocator_benchmark.txt" | tee -a "$out/summary.txt"
+  RESULTS=$results DEADLINE=$((start + budget - 25)) bash benchmarks/gpu_benchmark.sh "$bundle/bin/ferry" 6 "$PWD/build-gpu/nvme" 2>&1 | tee -a "$out/summary.txt" || status=1
+  cp "$results"/cuda_tests.json "$out/" 2>/dev/null || true
+  if [ -f "$results/torch_snapshot.pickle" ]; then xz -T0 -3 -c "$results/torch_snapshot.pickle" > "$out/torch_snapshot.pickle.xz" && rm "$results/torch_snapshot.pickle"; fi
+  tar -C "$out" -czf "$out/results.tar.gz" results && rm -rf "$results"
+  echo "all: $(($(date +%s) - start)) s" | tee -a "$out/summary.txt"
+  exit "$status"
+fi
+
 if [ "$mode" = benchmark ]; then
   shift
   status=0
@@ -62,6 +91,7 @@ fi
 
 status=0
 "$bundle/bin/cuda_tests" --gtest_output="json:$out/cuda_tests.json" > "$out/cuda_tests.log" 2>&1 || status=$?
+grep -E "^  (f32|bf16)|FAILED|Failure" "$out/cuda_tests.log" | head -40 || true
 tail -30 "$out/cuda_tests.log"
 python3 - "$out/cuda_tests.json" <<'PY' || status=1
 import json, sys

@@ -27,6 +27,8 @@ void add_report_command(CLI::App& app, ReportOptions& options) {
   report->add_option("--output", options.output, "Directory for trace.json and report.html (default: the profile's, or SNAPSHOT-report)");
   report->add_option("--compare", options.compare, "Two runs side by side: each a profile directory, a PyTorch snapshot or a --summary JSON")
       ->expected(2);
+  report->add_option("--summary", options.summary,
+                     "Also write the peaks as JSON here: allocated, reserved and each category's, in bytes, and the events read");
   report->add_option("--torch-snapshot", options.torch_snapshot, "Also write the profile as a PyTorch memory snapshot (opens in pytorch.org/memory_viz)");
 }
 
@@ -121,6 +123,18 @@ int run_report_command(const ReportOptions& options) {
   write_file_atomically((directory / "report.html").string(), report_html(profile, timeline, options.largest));
   std::printf("\n  wrote %s (chrome://tracing, ui.perfetto.dev) and %s\n", (directory / "trace.json").c_str(),
               (directory / "report.html").c_str());
+  if (!options.summary.empty()) {
+    nlohmann::json category_peaks = nlohmann::json::object();
+    for (std::size_t category = 0; category < kNumMemoryCategories; ++category) {
+      category_peaks[std::string(category_name(static_cast<MemoryCategory>(category)))] = timeline.category_peak[category];
+    }
+    write_file_atomically(options.summary, json_text({{"source", options.directory},
+                                                      {"events", profile.events.size()},
+                                                      {"peak_allocated", timeline.peak_allocated},
+                                                      {"peak_reserved", timeline.peak_reserved},
+                                                      {"category_peaks", category_peaks},
+                                                      {"out_of_memory_events", timeline.out_of_memory_events}}));
+  }
   if (!options.torch_snapshot.empty()) {
     write_torch_snapshot_file(options.torch_snapshot, profile_to_snapshot(profile));
     std::printf("  wrote %s (a PyTorch memory snapshot: pytorch.org/memory_viz, ferry report)\n", options.torch_snapshot.c_str());

@@ -20,6 +20,7 @@ struct ReportOptions {
   std::string output;         // where trace.json and report.html go; empty: the profile directory, or SNAPSHOT-report/
   std::string torch_snapshot;  // also write the profile as a PyTorch snapshot here
   std::vector<std::string> compare;  // two runs (profile, snapshot or summary JSON) to put side by side
+  std::string summary;                // also write the peaks (bytes) as JSON here
 };
 
 void add_report_command(CLI::App& app, ReportOptions& options);

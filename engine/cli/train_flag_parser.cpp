@@ -149,6 +149,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--seq", o.seq, "Sequence length per micro-batch (default: the model's positions)");
   train->add_option("--device", o.device, "cpu | cuda (one GPU) | meta (dry run: same allocations, no compute)");
   train->add_option("--device-memory", o.device_memory, "Device memory limit, e.g. 512MiB, 2GiB");
+  train->add_option("--dry-run-of", o.dry_run_of,
+                    "With --device meta: the device the dry run predicts, cpu (default) or cuda (its kernels' workspaces and its "
+                    "allocator defaults, so the peaks are a --device cuda run's)");
   train->add_option("--precision", o.precision,
                     "fp32 | bf16 | fp16 (16-bit parameters and activations, fp32 master weights and gradients; fp16 with loss scaling)");
   // Optimizer settings have no CLI default: unset, they are the defaults named here, or on --resume the

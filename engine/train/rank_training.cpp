@@ -33,6 +33,7 @@
 #include "engine/train/training_step.h"
 #include "models/gpt_model.h"
 #include "models/gpt_weights.h"
+#include "models/kernel_backend.h"
 #include "models/kernels/cpu/compute_threads.h"
 
 namespace ferry {
@@ -99,6 +100,7 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
   }
 
   const std::unique_ptr<Device> device = make_training_device(plan.device, plan.device_memory_limit, plan.allocator);
+  if (device->kind() == DeviceKind::meta) ops::stand_in_for(*device, plan.kernels);
   if (!device->has_storage() && !plan.io.save.empty()) {
     throw std::invalid_argument("--device meta is a dry run without values: it cannot --save (--init-from and --resume give it the shape)");
   }
@@ -117,7 +119,7 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
   RecomputePolicy policy = plan.recompute;
   const bool offloaded = plan.offload_optimizer.has_value();
   DryRunSetup dry_run_setup{config, dtype, dropout, &data, settings, policy, plan.loss_chunk, plan.allocator,
-                            offloaded, device->kind() == DeviceKind::cuda ? DeviceKind::cuda : DeviceKind::cpu,
+                            offloaded, plan.kernels,
                             plan.reduce_bucket_elements, plan.weight_copy_elements,
                             {grid.dp().rank(), grid.dp().size(), plan.zero_stage, plan.allgather_bucket_elements, plan.overlap_comm,
                              plan.tied_table_gradient()}};
@@ -329,7 +331,7 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
                {"lr_schedule_note", nlohmann::json(schedule_horizon_note(hyper.schedule, saved ? saved->step : 0, plan.steps, saved.has_value())
                                                        .value_or(std::string()))},
                {"threads", cpu::compute_threads()}, {"blas_kernels", cpu::blas_core_name()},
-               {"dry_run", !device->has_storage()}}},
+               {"dry_run", !device->has_storage()}, {"kernels", std::string(device_kind_name(plan.kernels))}}},
       {"steps", steps},
       {"final_loss", steps.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_loss)},
       {"tokens_per_second", median(throughputs)},

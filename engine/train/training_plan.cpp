@@ -132,7 +132,20 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   plan.device = parse_device_kind(o.device);
   plan.device_memory_limit = o.device_memory.empty() ? 0 : parse_byte_size(o.device_memory);
   plan.recompute = RecomputePolicy::parse(o.checkpointing);
-  plan.allocator = with_device_defaults(AllocatorConfig::from_environment(), plan.device);
+  plan.kernels = plan.device;
+  if (!o.dry_run_of.empty()) {
+    if (plan.device != DeviceKind::meta) {
+      throw std::invalid_argument("--dry-run-of " + o.dry_run_of + " is for a dry run: add --device meta, or drop --dry-run-of to train on --device " + o.device);
+    }
+    if (o.dry_run_of != "cpu" && o.dry_run_of != "cuda") {
+      throw std::invalid_argument("--dry-run-of '" + o.dry_run_of + "': a dry run predicts cpu or cuda");
+    }
+    plan.kernels = parse_device_kind(o.dry_run_of);
+  } else if (plan.device == DeviceKind::meta) {
+    plan.kernels = DeviceKind::cpu;
+  }
+  // A dry run allocates as the device it predicts: that kind's allocator defaults and kernel sizes.
+  plan.allocator = with_device_defaults(AllocatorConfig::from_environment(), plan.device == DeviceKind::meta ? plan.kernels : plan.device);
   plan.steps = o.steps;
   plan.exit_interval = o.exit_interval;
   plan.seed = o.seed;

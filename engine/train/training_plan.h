@@ -55,6 +55,7 @@ struct TrainingPlan {
   std::string pipeline_schedule = "1f1b";  // pp > 1: the schedule's name (schedule/pipeline_generator.h)
   DType precision = DType::f32;
   DeviceKind device = DeviceKind::cpu;
+  DeviceKind kernels = DeviceKind::cpu;   // whose kernels' allocations the run makes: the device's own, on meta the kind it stands in for (--dry-run-of)
   std::size_t device_memory_limit = 0;    // --device-memory in bytes; 0: the device's default
   RecomputePolicy recompute;              // --checkpointing (automatic: chosen by dry runs at the start)
   int zero_stage = 0;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -66,11 +67,16 @@ struct Tolerances {
   double unresolved;
 };
 
+// The worst errors seen go into the test's record (--gtest_output json), so a GPU run shows how much of
+// each tolerance it used.
 void expect_close(const ModelRun& gpu, const ModelRun& cpu, Tolerances bounds, const std::string& what) {
   EXPECT_NEAR(gpu.loss, cpu.loss, bounds.tolerance * std::abs(cpu.loss)) << what;
   ASSERT_EQ(gpu.gradients.size(), cpu.gradients.size());
+  double worst_gradient = 0, worst_parameter = 0, worst_unresolved_step = 0;
   for (std::size_t i = 0; i < cpu.gradients.size(); ++i) {
-    EXPECT_LT(testing::max_relative_error(gpu.gradients[i], cpu.gradients[i]), bounds.tolerance) << what << ": gradient " << i;
+    const double gradient_error = testing::max_relative_error(gpu.gradients[i], cpu.gradients[i]);
+    worst_gradient = std::max(worst_gradient, gradient_error);
+    EXPECT_LT(gradient_error, bounds.tolerance) << what << ": gradient " << i;
     const std::vector<float>& gradient = cpu.gradients[i];
     double largest = 0;
     for (const float value : gradient) largest = std::max(largest, static_cast<double>(std::abs(value)));
@@ -80,12 +86,26 @@ void expect_close(const ModelRun& gpu, const ModelRun& cpu, Tolerances bounds, c
         resolved_gpu.push_back(gpu.parameters[i][j]);
         resolved_cpu.push_back(cpu.parameters[i][j]);
       } else {
-        EXPECT_LE(std::abs(gpu.parameters[i][j] - cpu.parameters[i][j]), 2.01f * kLearningRate) << what << ": parameter " << i << "[" << j << "]";
+        const float step_difference = std::abs(gpu.parameters[i][j] - cpu.parameters[i][j]);
+        worst_unresolved_step = std::max(worst_unresolved_step, static_cast<double>(step_difference) / kLearningRate);
+        EXPECT_LE(step_difference, 2.01f * kLearningRate) << what << ": parameter " << i << "[" << j << "]";
       }
     }
-    EXPECT_LT(testing::max_relative_error(resolved_gpu, resolved_cpu), bounds.tolerance) << what << ": parameter " << i;
+    const double parameter_error = testing::max_relative_error(resolved_gpu, resolved_cpu);
+    worst_parameter = std::max(worst_parameter, parameter_error);
+    EXPECT_LT(parameter_error, bounds.tolerance) << what << ": parameter " << i;
     EXPECT_FALSE(resolved_cpu.empty()) << what << ": parameter " << i << " has no gradient above the noise";
   }
+  const double loss_error = std::abs(gpu.loss - cpu.loss) / std::abs(cpu.loss);
+  std::printf("  %s: loss error %.3g, worst gradient error %.3g, worst resolved step error %.3g (tolerance %.3g), "
+              "worst unresolved step difference %.3g lr (bound 2)\n",
+              what.c_str(), loss_error, worst_gradient, worst_parameter, bounds.tolerance, worst_unresolved_step);
+  std::string key = what.substr(0, what.find(" ("));  // "f32", "f32 with dropout", "bf16" as f32_with_dropout
+  std::replace(key.begin(), key.end(), ' ', '_');
+  ::testing::Test::RecordProperty(key + "_loss_error", std::to_string(loss_error));
+  ::testing::Test::RecordProperty(key + "_worst_gradient_error", std::to_string(worst_gradient));
+  ::testing::Test::RecordProperty(key + "_worst_step_error", std::to_string(worst_parameter));
+  ::testing::Test::RecordProperty(key + "_worst_unresolved_step_lr", std::to_string(worst_unresolved_step));
 }
 
 #define FERRY_REQUIRE_GPU() \
