@@ -133,6 +133,13 @@ Allocation CachingAllocator::malloc(std::size_t bytes, StreamId stream, MemoryCa
   const std::size_t rounded = round_size(bytes, config_);
   BlockPool& pool = pool_for(is_small_request(rounded));
   Block* block = find_free_block(pool, stream, rounded);
+  if (block == nullptr && !pending_events_.empty()) {
+    // Memory never grows while freed blocks wait for their uses on other streams (a copy still running):
+    // wait for those and look again, so what is reserved is what a device whose events complete at once
+    // reserves (meta's dry run), however fast the GPU runs. PyTorch waits only when out of memory.
+    synchronize_and_free_events();
+    block = find_free_block(pool, stream, rounded);
+  }
   if (block == nullptr) {
     if (config_.garbage_collection_threshold > 0) collect_garbage();
     block = allocate_new_block(pool, stream, rounded);

@@ -244,12 +244,15 @@ if not torch_run or not report:
     sys.exit("  the snapshot or its report is missing (see torch_snapshot.log, report_snapshot.log)")
 stats = torch_run["memory_stats"]
 ok = True
-for key, stat in (("peak_allocated", "allocated_bytes"), ("peak_reserved", "reserved_bytes")):
-    same = report[key] == stats[stat]
+for label, value, stat in (("ferry report peak requested", report["peak_requested"], "requested_bytes"),
+                           ("ferry report peak reserved", report["peak_reserved"], "reserved_bytes"),
+                           ("ferry replay peak allocated", (replay_default or {}).get("peak_allocated", -1), "allocated_bytes"),
+                           ("ferry replay peak reserved", (replay_default or {}).get("peak_reserved", -1), "reserved_bytes")):
+    same = value == stats[stat]
     ok &= same
-    print(f"  ferry report {key:15s} {report[key]:>13,}  torch.cuda.memory_stats {stat}.all.peak {stats[stat]:>13,}  "
-          f"{'equal' if same else 'DIFFER'}")
-print(f"  snapshot events read: {report['events']:,}; requested peak (memory_stats) {stats['requested_bytes']:,}")
+    print(f"  {label:28s} {value:>15,}  torch.cuda.memory_stats {stat}.all.peak {stats[stat]:>15,}  "
+          + ("equal" if same else f"differs by {value - stats[stat]:+,} ({(value - stats[stat]) / stats[stat]:+.3%})"))
+print(f"  snapshot events read: {report['events']:,}")
 gib = lambda b: b / 2**30
 def line(label, live, reserved):
     print(f"  {label:38s} live peak {gib(live):6.2f} GiB  reserved peak {gib(reserved):6.2f} GiB  ({reserved / live:.3f}x)")

@@ -28,7 +28,8 @@ void add_report_command(CLI::App& app, ReportOptions& options) {
   report->add_option("--compare", options.compare, "Two runs side by side: each a profile directory, a PyTorch snapshot or a --summary JSON")
       ->expected(2);
   report->add_option("--summary", options.summary,
-                     "Also write the peaks as JSON here: allocated, reserved and each category's, in bytes, and the events read");
+                     "Also write the peaks as JSON here, in bytes: allocated (a PyTorch snapshot: requested, the sizes its trace "
+                     "records), reserved and each category's, and the events read");
   report->add_option("--torch-snapshot", options.torch_snapshot, "Also write the profile as a PyTorch memory snapshot (opens in pytorch.org/memory_viz)");
 }
 
@@ -128,12 +129,15 @@ int run_report_command(const ReportOptions& options) {
     for (std::size_t category = 0; category < kNumMemoryCategories; ++category) {
       category_peaks[std::string(category_name(static_cast<MemoryCategory>(category)))] = timeline.category_peak[category];
     }
-    write_file_atomically(options.summary, json_text({{"source", options.directory},
-                                                      {"events", profile.events.size()},
-                                                      {"peak_allocated", timeline.peak_allocated},
-                                                      {"peak_reserved", timeline.peak_reserved},
-                                                      {"category_peaks", category_peaks},
-                                                      {"out_of_memory_events", timeline.out_of_memory_events}}));
+    nlohmann::json summary = {{"source", options.directory},
+                              {"events", profile.events.size()},
+                              {"peak_reserved", timeline.peak_reserved},
+                              {"category_peaks", category_peaks},
+                              {"out_of_memory_events", timeline.out_of_memory_events}};
+    // A PyTorch trace records each allocation's requested size; its allocator's whole blocks (allocated_bytes)
+    // are what `ferry replay` of the trace gives.
+    summary[snapshot_input ? "peak_requested" : "peak_allocated"] = timeline.peak_allocated;
+    write_file_atomically(options.summary, json_text(summary));
   }
   if (!options.torch_snapshot.empty()) {
     write_torch_snapshot_file(options.torch_snapshot, profile_to_snapshot(profile));

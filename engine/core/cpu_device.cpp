@@ -24,8 +24,8 @@ HostDevice::HostDevice(const DeviceOptions& options) : kind_(options.kind) {
     source = std::make_unique<HostSegmentSource>(options.memory_limit != 0 ? options.memory_limit
                                                                            : physical_memory_bytes());
   } else {
-    source = std::make_unique<AddressSpaceSegmentSource>(options.memory_limit != 0 ? options.memory_limit
-                                                                                  : kDefaultMetaMemory);
+    source = std::make_unique<AddressSpaceSegmentSource>(options.memory_limit != 0 ? options.memory_limit : kDefaultMetaMemory,
+                                                         /*cuda_pages=*/options.meta_target == DeviceKind::cuda);
   }
   initialize(std::make_unique<ImmediateEventSource>(), std::move(source), options.allocator_config);
 }

@@ -50,6 +50,9 @@ struct DeviceOptions {
   std::size_t memory_limit = 0;
   AllocatorConfig allocator_config = {};
   int cuda_device = 0;
+  // meta: the kind whose memory it mirrors. cuda: expandable segments map the driver's pages (2 MiB, PyTorch's
+  // 20 MiB in the large pool), as the cuda device's virtual-memory source does; cpu: the host's 64 KiB.
+  DeviceKind meta_target = DeviceKind::cpu;
 };
 
 class Device {

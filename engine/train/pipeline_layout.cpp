@@ -77,7 +77,7 @@ PipelineLayoutChoice choose_pipeline_layout(const TrainingPlan& plan, const Pipe
     return {{plan.recompute, candidates.front()},
             {{"by", "cost"}, {"cost_balanced", blocks_json(candidates.front())}, {"moved_for_memory", false}}};
   }
-  const std::size_t limit = make_training_device(plan.device, plan.device_memory_limit, plan.allocator)->memory_limit();
+  const std::size_t limit = make_training_device(plan.device, plan.device_memory_limit, plan.allocator, plan.kernels)->memory_limit();
   auto split_for = [&](const RecomputePolicy& policy) {
     return choose_pipeline_partition(candidates, shape.ranks, static_cast<std::int64_t>(limit),
                                      [&](const std::vector<StageBlocks>& split) { return dry_run({policy, split}); }, kPartitionDryRuns);

@@ -36,9 +36,11 @@ std::unique_ptr<Device> make_training_device(const std::string& kind, const std:
   return make_training_device(parse_device_kind(kind), memory.empty() ? 0 : parse_byte_size(memory), AllocatorConfig::from_environment());
 }
 
-std::unique_ptr<Device> make_training_device(DeviceKind kind, std::size_t memory_limit, const AllocatorConfig& allocator) {
+std::unique_ptr<Device> make_training_device(DeviceKind kind, std::size_t memory_limit, const AllocatorConfig& allocator,
+                                             DeviceKind meta_target) {
   DeviceOptions device_options;
   device_options.kind = kind;
+  device_options.meta_target = meta_target;
   device_options.memory_limit = memory_limit;
   if (device_options.kind == DeviceKind::cpu && memory_limit == 0) {
     device_options.memory_limit = default_cpu_device_memory(detect_rank_environment().local_size);

@@ -100,6 +100,7 @@ DryRun dry_run_step(const DryRunSetup& setup) {
   options.kind = DeviceKind::meta;
   options.memory_limit = kDryRunCapacity;
   options.allocator_config = setup.allocator_config;
+  options.meta_target = setup.kernels;
   const std::unique_ptr<Device> device = create_device(options);
   ops::stand_in_for(*device, setup.kernels);
   {

@@ -102,4 +102,17 @@ expect_error "is not one of full, selective" "$ferry" train --config "$work/bad.
 printf '{"activation_checkpointing": {"number_checkpoints": 4}}' > "$work/noted.json"
 "$ferry" train --config "$work/noted.json" --steps 1 --device meta --layers 2 --hidden 32 --heads 2 --seq 16 --batch 1 > "$work/noted.txt"
 grep -q "note: activation_checkpointing.number_checkpoints has no effect in ferry" "$work/noted.txt"
+
+# 5. --dry-run-of cuda: the meta device allocates as a cuda run does (fused attention keeps log-sum-exps,
+# not [T, T] probabilities; fixed segments), and says so; it is for dry runs only.
+"$ferry" train --model gpt2-tiny --batch 4 --seq 64 --steps 1 --device meta --dry-run-of cuda --summary "$work/dry_cuda.json" > /dev/null
+/usr/bin/python3 - "$work/dry.json" "$work/dry_cuda.json" <<'PY'
+import json, sys
+cpu, cuda = (json.load(open(path)) for path in sys.argv[1:3])
+assert cpu["run"]["kernels"] == "cpu" and cuda["run"]["kernels"] == "cuda", (cpu["run"]["kernels"], cuda["run"]["kernels"])
+assert cuda["memory"]["at_peak"]["activations"] < cpu["memory"]["at_peak"]["activations"], "cuda's attention keeps less than the cpu's"
+assert cuda["memory"]["peak_reserved"] % (2 << 20) == 0, "cuda's fixed segments are whole 2 MiB pages"
+PY
+expect_error "--dry-run-of cuda is for a dry run: add --device meta" "$ferry" train --model gpt2-tiny --steps 1 --dry-run-of cuda
+expect_error "--dry-run-of 'tpu': a dry run predicts cpu or cuda" "$ferry" train --model gpt2-tiny --steps 1 --device meta --dry-run-of tpu
 echo "memory tests passed"

@@ -151,6 +151,17 @@ grep -q "peak reserved" "$work/replay.txt"
 "$ferry" replay "$data/training.pickle" --capacity 40MiB --summary "$work/tight.json" > /dev/null
 /usr/bin/python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['num_ooms'] > 0 and not s['completed']" "$work/tight.json"
 
+# 4b. PyTorch's own snapshot of gpt2 on an H200: the report's peaks are torch.cuda.memory_stats' (requested
+# and reserved: the trace records requested sizes), in bytes in --summary.
+"$ferry" report "$data/gpt2_h200.pickle" --output "$work/h200" --summary "$work/h200.json" > "$work/h200.txt"
+/usr/bin/python3 - "$work/h200.json" "$data/gpt2_h200.expected.json" <<'PY'
+import json, sys
+report, truth = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert report["peak_requested"] == truth["memory_stats"]["requested_bytes.all.peak"], report
+assert report["peak_reserved"] == truth["memory_stats"]["reserved_bytes.all.peak"], report
+assert "peak_allocated" not in report and report["events"] == truth["events"], report
+PY
+
 # 5. Broken snapshots: one clear error each, naming the file and where.
 head -c 5000 "$data/training.pickle" > "$work/truncated.pickle"
 expect_error "truncated.pickle: offset [0-9]*: opcode .*truncated" "$ferry" report "$work/truncated.pickle"

@@ -19,6 +19,7 @@ inline std::unique_ptr<Device> gibibyte_device(DeviceKind kind, DeviceKind kerne
   // A meta device standing in for another kind allocates with that kind's allocator settings (cuda:
   // fixed segments), as a dry run of its plan does.
   options.allocator_config = with_device_defaults(AllocatorConfig{}, kind == DeviceKind::meta ? kernels : kind);
+  options.meta_target = kernels;
   std::unique_ptr<Device> device = create_device(options);
   if (kind == DeviceKind::meta) ops::stand_in_for(*device, kernels);
   return device;

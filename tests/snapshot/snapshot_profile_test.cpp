@@ -4,6 +4,7 @@
 // rule; replaying a snapshot equals replaying the RMM CSV of the same trace; broken traces are refused.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -203,6 +204,33 @@ TEST_P(SnapshotReplay, EqualsTheRmmCsvOfTheSameTrace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Snapshots, SnapshotReplay, ::testing::Values("training", "expandable"));
+
+// PyTorch's own snapshot of gpt2 training on an H200 (gpt2_h200.expected.json says how it was made): the
+// report's peaks are torch.cuda.memory_stats' (the trace records requested sizes: its requested and reserved
+// peaks), and the trace replayed through ferry's allocator reserves what PyTorch's reserved, with fixed
+// segments and with expandable ones (there, allocated too: the same program run again with
+// expandable_segments:True). With fixed segments ferry's replay allocates 0.05% more at the peak than
+// PyTorch counted (9,537,096,704 against 9,532,247,040 bytes): blocks split differently somewhere, cause
+// not yet found; the bound below holds it from growing.
+TEST(SnapshotProfile, AGpuSnapshotGivesPyTorchsOwnPeaks) {
+  const nlohmann::json truth = expected("gpt2_h200.expected.json");
+  const MemoryProfile profile = read_profile_or_snapshot(data_file("gpt2_h200.pickle"));
+  EXPECT_EQ(profile.events.size(), truth["events"].get<std::size_t>());
+  const MemoryTimeline timeline = build_memory_timeline(profile);
+  const nlohmann::json& stats = truth["memory_stats"];
+  EXPECT_EQ(timeline.peak_allocated, stats["requested_bytes.all.peak"].get<std::int64_t>());
+  EXPECT_EQ(timeline.peak_reserved, stats["reserved_bytes.all.peak"].get<std::int64_t>());
+
+  const std::vector<RmmTraceRecord> records = profile_allocation_records(profile);
+  const ReplayResult fixed = replay_trace(records, kUnlimitedReplayCapacity, AllocatorConfig::parse("expandable_segments:False"));
+  EXPECT_EQ(fixed.peak_requested, stats["requested_bytes.all.peak"].get<std::size_t>());
+  EXPECT_EQ(fixed.peak_reserved, stats["reserved_bytes.all.peak"].get<std::size_t>());
+  const double torch_allocated = stats["allocated_bytes.all.peak"].get<double>();
+  EXPECT_LT(std::abs(static_cast<double>(fixed.peak_allocated) - torch_allocated) / torch_allocated, 6e-4);
+  const ReplayResult expandable = replay_trace(records, kUnlimitedReplayCapacity, AllocatorConfig::parse("expandable_segments:True"));
+  EXPECT_EQ(expandable.peak_allocated, truth["expandable_segments_run"]["allocated_bytes.all.peak"].get<std::size_t>());
+  EXPECT_EQ(expandable.peak_reserved, truth["expandable_segments_run"]["reserved_bytes.all.peak"].get<std::size_t>());
+}
 
 }  // namespace
 }  // namespace ferry
