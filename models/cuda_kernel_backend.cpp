@@ -71,7 +71,7 @@ class CudaKernelBackend final : public KernelBackend {
 
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, std::int64_t rows, std::int64_t in_features,
                       std::int64_t out_features, WeightLayout layout, void* workspace) override {
-    cuda::matmul_forward(cublas_, workspace_of(workspace), cuda::MatmulType::f32, out, inp, weight, bias, rows, in_features,
+    cuda::matmul_forward(cublas_, workspace_of(workspace), f32_type(), out, inp, weight, bias, rows, in_features,
                          out_features, layout, stream_);
   }
   void matmul_forward_bf16(void* out, const void* inp, const void* weight, const void* bias, std::int64_t rows,
@@ -82,7 +82,7 @@ class CudaKernelBackend final : public KernelBackend {
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight,
                        std::int64_t rows, std::int64_t in_features, std::int64_t out_features, WeightLayout layout,
                        void* workspace) override {
-    cuda::matmul_backward(cublas_, workspace_of(workspace), cuda::MatmulType::f32, dinp, dweight, dbias, dout, inp, weight, rows,
+    cuda::matmul_backward(cublas_, workspace_of(workspace), f32_type(), dinp, dweight, dbias, dout, inp, weight, rows,
                           in_features, out_features, layout, stream_);
   }
 
@@ -238,6 +238,9 @@ class CudaKernelBackend final : public KernelBackend {
     for (float loss : values) total += loss;
     return total;
   }
+
+  // The f32 products' type: TF32 where a 16-bit model asked for it (F32Products).
+  cuda::MatmulType f32_type() const { return f32_products() == F32Products::tf32 ? cuda::MatmulType::tf32 : cuda::MatmulType::f32; }
 
   CudaDevice& device_;
   cudaStream_t stream_;

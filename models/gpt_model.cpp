@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "engine/core/op_recorder.h"
+#include "models/kernel_backend.h"
 #include "models/tensor_ops.h"
 
 namespace ferry {
@@ -47,6 +48,10 @@ GptModel::GptModel(Device& device, GptConfig config, DType parameter_dtype, GptD
   }
   for (float p : {dropout.embedding, dropout.attention, dropout.residual}) {
     if (!(p >= 0.0f && p < 1.0f)) throw std::invalid_argument("dropout probabilities must be in [0, 1), got " + std::to_string(p));
+  }
+  // A 16-bit model's f32 products (backward, the LM head) run on the tensor cores' TF32 (F32Products).
+  if (device.has_storage()) {
+    ops::kernel_backend(device).set_f32_products(parameter_dtype == DType::f32 ? ops::F32Products::exact : ops::F32Products::tf32);
   }
   parameters_ = GptParameters::allocate(device, config_, parameter_dtype, MemoryCategory::parameters, "", part_);
   if (gradient_storage_ == GradientStorage::whole) {

@@ -31,10 +31,20 @@ struct DeviceValues {
   std::int64_t count = 0;
 };
 
+// How f32 matrix products are computed where the device has a choice: exact fp32 products, or the tensor
+// cores' TF32 products (operands rounded to 10 mantissa bits; fp32 accumulation either way). A 16-bit
+// model's f32 products take bf16/fp16 values (exact in TF32) and f32 gradients (TF32 keeps 3 more bits
+// of them than the bf16 products PyTorch's autocast takes), so GptModel asks for tf32 when its parameters
+// are 16-bit. The cpu computes exact products whatever is asked (it has no TF32 unit); cuda honours it.
+enum class F32Products : std::uint8_t { exact, tf32 };
+
 class KernelBackend : public DeviceAttachment {
  public:
   // What this kind's kernels need allocated around them (tensor_ops allocates it).
   virtual const KernelSizes& sizes() const = 0;
+
+  void set_f32_products(F32Products products) { f32_products_ = products; }
+  F32Products f32_products() const { return f32_products_; }
 
   // bf16/f16 <-> f32 (round to nearest even); f32 to f32 copies.
   virtual void convert_to_f32(const void* source, DType dtype, float* destination, std::int64_t count) = 0;
@@ -125,6 +135,9 @@ class KernelBackend : public DeviceAttachment {
   virtual void adamw_update(std::span<const AdamWTensor> tensors, const AdamWHyperparameters& hyperparameters, std::int64_t step,
                             float gradient_scale) = 0;
   virtual double sum_of_squares(std::span<const DeviceValues> values) = 0;
+
+ private:
+  F32Products f32_products_ = F32Products::exact;
 };
 
 // The backend of `device`'s kind (made on first use and kept with the device; meta's has cpu's sizes

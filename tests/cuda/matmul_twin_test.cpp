@@ -1,5 +1,5 @@
-// The cuBLASLt matmul twin against the CPU twin on the same random inputs: f32 (fp32 compute) and bf16
-// (against the CPU on the bf16-rounded inputs), both weight layouts, with and without bias, odd sizes;
+// The cuBLASLt matmul twin against the CPU twin on the same random inputs: f32 (fp32 compute), tf32 (TF32
+// products) and bf16 (against the CPU on the bf16-rounded inputs), both weight layouts, with and without bias, odd sizes;
 // gradients accumulate, dinp is overwritten, and the workspace is the allocator's. Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -141,7 +141,7 @@ struct GpuMatmul {
   }
 };
 
-DType element_dtype(MatmulType type) { return type == MatmulType::f32 ? DType::f32 : DType::bf16; }
+DType element_dtype(MatmulType type) { return type == MatmulType::bf16 ? DType::bf16 : DType::f32; }
 
 Shape weight_shape(const MatmulSizes& sizes, WeightLayout layout) {
   return layout == WeightLayout::in_out ? Shape{sizes.in_features, sizes.out_features}
@@ -177,10 +177,11 @@ MatmulResults gpu_matmul(GpuMatmul& gpu, MatmulType type, const MatmulValues& va
                        copy_to_host_f32(dbias)};
 }
 
-void expect_matches_cpu_twin(MatmulType type, double tolerance) {
+// `values_like`: whose rounding the inputs take first (bf16: the values a 16-bit model holds).
+void expect_matches_cpu_twin(MatmulType type, double tolerance, MatmulType values_like) {
   GpuMatmul gpu;
   for (const MatmulSizes& sizes : kAllSizes) {
-    const MatmulValues values = random_matmul_values(sizes, type);
+    const MatmulValues values = random_matmul_values(sizes, values_like);
     for (WeightLayout layout : kLayouts) {
       for (bool with_bias : {false, true}) {
         SCOPED_TRACE(describe(sizes, layout, with_bias));
@@ -201,12 +202,21 @@ void expect_matches_cpu_twin(MatmulType type, double tolerance) {
 
 TEST(CudaMatmulTwin, F32MatchesTheCpuTwin) {
   FERRY_REQUIRE_GPU();
-  expect_matches_cpu_twin(MatmulType::f32, 1e-5);
+  expect_matches_cpu_twin(MatmulType::f32, 1e-5, MatmulType::f32);
+}
+
+// TF32 products (a 16-bit model's f32 products, F32Products::tf32): on bf16 values, which TF32 holds
+// exactly, the products are exact and the sums meet the f32 bound; on raw f32 values each operand is
+// rounded once to 10 mantissa bits (2^-11 relative to nearest, 2^-10 truncated), so 3e-3 of the sum of |terms|.
+TEST(CudaMatmulTwin, Tf32ProductsMatchTheCpuTwin) {
+  FERRY_REQUIRE_GPU();
+  expect_matches_cpu_twin(MatmulType::tf32, 1e-5, MatmulType::bf16);
+  expect_matches_cpu_twin(MatmulType::tf32, 3e-3, MatmulType::f32);
 }
 
 TEST(CudaMatmulTwin, Bf16MatchesTheCpuTwinOnRoundedInputs) {
   FERRY_REQUIRE_GPU();
-  expect_matches_cpu_twin(MatmulType::bf16, 1e-2);
+  expect_matches_cpu_twin(MatmulType::bf16, 1e-2, MatmulType::bf16);
 }
 
 TEST(CudaMatmulTwin, SecondBackwardDoublesTheGradients) {

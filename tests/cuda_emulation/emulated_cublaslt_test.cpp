@@ -113,4 +113,38 @@ TEST(EmulatedCublasLt, TransposedStridedBatchedProductWithBias) {
   cublasLtDestroy(handle);
 }
 
+// CUBLAS_COMPUTE_32F_FAST_TF32 rounds each f32 operand to TF32's 10 mantissa bits (to nearest), as the
+// tensor cores take them: 1 + 2^-12 x 1 gives 1, and 1 + 2^-10 (a TF32 value) stays; bf16 matrices are refused.
+TEST(EmulatedCublasLt, Tf32ComputeRoundsOperandsToTenMantissaBits) {
+  const float near_one = 1.0f + 0x1p-12f, tf32_value = 1.0f + 0x1p-10f;
+  const DeviceFloats a({near_one, tf32_value}), b({1.0f}), d({0.0f, 0.0f});
+  cublasLtHandle_t handle = nullptr;
+  ASSERT_EQ(cublasLtCreate(&handle), CUBLAS_STATUS_SUCCESS);
+  cublasLtMatmulAlgo_t algo{};
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasLtMatrixLayout_t layout_a = nullptr, layout_b = nullptr, layout_d = nullptr, layout_bf16 = nullptr;
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&layout_a, CUDA_R_32F, 2, 1, 2), CUBLAS_STATUS_SUCCESS);  // [m=2, k=1]
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&layout_b, CUDA_R_32F, 1, 1, 1), CUBLAS_STATUS_SUCCESS);  // [k=1, n=1]
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&layout_d, CUDA_R_32F, 2, 1, 2), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutCreate(&layout_bf16, CUDA_R_16BF, 2, 1, 2), CUBLAS_STATUS_SUCCESS);
+  for (const cublasComputeType_t compute : {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32}) {
+    cublasLtMatmulDesc_t descriptor = nullptr;
+    ASSERT_EQ(cublasLtMatmulDescCreate(&descriptor, compute, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
+    ASSERT_EQ(cublasLtMatmul(handle, descriptor, &alpha, a.data(), layout_a, b.data(), layout_b, &beta, d.data(), layout_d, d.data(),
+                             layout_d, &algo, nullptr, 0, nullptr),
+              CUBLAS_STATUS_SUCCESS);
+    const std::vector<float> result = d.download();
+    EXPECT_EQ(result[0], compute == CUBLAS_COMPUTE_32F ? near_one : 1.0f);
+    EXPECT_EQ(result[1], tf32_value);
+    if (compute == CUBLAS_COMPUTE_32F_FAST_TF32) {
+      EXPECT_EQ(cublasLtMatmul(handle, descriptor, &alpha, a.data(), layout_bf16, b.data(), layout_bf16, &beta, d.data(), layout_d, d.data(),
+                               layout_d, &algo, nullptr, 0, nullptr),
+                CUBLAS_STATUS_NOT_SUPPORTED);
+    }
+    cublasLtMatmulDescDestroy(descriptor);
+  }
+  for (cublasLtMatrixLayout_t layout : {layout_a, layout_b, layout_d, layout_bf16}) cublasLtMatrixLayoutDestroy(layout);
+  cublasLtDestroy(handle);
+}
+
 }  // namespace

@@ -28,7 +28,9 @@ namespace {
 
 class MatmulDescriptor {
  public:
-  MatmulDescriptor() { FERRY_CUBLAS_CHECK(cublasLtMatmulDescCreate(&descriptor_, CUBLAS_COMPUTE_32F, CUDA_R_32F)); }
+  explicit MatmulDescriptor(cublasComputeType_t compute) {
+    FERRY_CUBLAS_CHECK(cublasLtMatmulDescCreate(&descriptor_, compute, CUDA_R_32F));
+  }
   ~MatmulDescriptor() { cublasLtMatmulDescDestroy(descriptor_); }
   MatmulDescriptor(const MatmulDescriptor&) = delete;
   MatmulDescriptor& operator=(const MatmulDescriptor&) = delete;
@@ -86,7 +88,8 @@ std::uint32_t address_alignment(const void* address) {
   return alignment;
 }
 
-cudaDataType_t element_type(MatmulType type) { return type == MatmulType::f32 ? CUDA_R_32F : CUDA_R_16BF; }
+cudaDataType_t element_type(MatmulType type) { return type == MatmulType::bf16 ? CUDA_R_16BF : CUDA_R_32F; }
+cublasComputeType_t compute_type(MatmulType type) { return type == MatmulType::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F; }
 
 const char* type_name(cudaDataType_t type) { return type == CUDA_R_32F ? "f32" : "bf16"; }
 
@@ -104,7 +107,7 @@ struct RowMajorMatrix {
 // transpose, so cuBLASLt computes out^T = op(right)^T x op(left)^T: right is its A, left its B.
 void row_major_product(const CublasLtHandle& handle, MatmulWorkspace workspace, const RowMajorMatrix& left,
                        bool transpose_left, const RowMajorMatrix& right, bool transpose_right, void* out,
-                       cudaDataType_t out_type, float beta, const void* bias, cudaStream_t stream) {
+                       cudaDataType_t out_type, float beta, const void* bias, cublasComputeType_t compute, cudaStream_t stream) {
   const std::int64_t m = transpose_left ? left.columns : left.rows;
   const std::int64_t k = transpose_left ? left.rows : left.columns;
   const std::int64_t n = transpose_right ? right.rows : right.columns;
@@ -113,7 +116,7 @@ void row_major_product(const CublasLtHandle& handle, MatmulWorkspace workspace, 
                            std::to_string(transpose_right ? right.columns : right.rows));
   }
 
-  MatmulDescriptor descriptor;
+  MatmulDescriptor descriptor(compute);
   const cublasOperation_t operation_a = transpose_right ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t operation_b = transpose_left ? CUBLAS_OP_T : CUBLAS_OP_N;
   descriptor.set(CUBLASLT_MATMUL_DESC_TRANSA, operation_a);
@@ -258,7 +261,7 @@ void matmul_forward(const CublasLtHandle& handle, MatmulWorkspace workspace, Mat
   const bool fuse_bias = bias != nullptr && reinterpret_cast<std::uintptr_t>(bias) % kEpilogueBiasAlignment == 0;
   float beta = 0.0f;
   if (bias != nullptr && !fuse_bias) {
-    if (type == MatmulType::f32) {
+    if (type != MatmulType::bf16) {
       broadcast_bias<float>(out, bias, rows, out_features, stream);
     } else {
       broadcast_bias<__nv_bfloat16>(out, bias, rows, out_features, stream);
@@ -266,7 +269,7 @@ void matmul_forward(const CublasLtHandle& handle, MatmulWorkspace workspace, Mat
     beta = 1.0f;
   }
   row_major_product(handle, workspace, input, false, stored_weight, !in_out, out, element, beta,
-                    fuse_bias ? bias : nullptr, stream);
+                    fuse_bias ? bias : nullptr, compute_type(type), stream);
 }
 
 void matmul_backward(const CublasLtHandle& handle, MatmulWorkspace workspace, MatmulType type, void* dinp,
@@ -290,7 +293,7 @@ void matmul_backward(const CublasLtHandle& handle, MatmulWorkspace workspace, Ma
                                        in_out ? out_features : in_features};
     // dinp[rows, in] = dout x W^T: W^T is the stored [in, out] transposed, or the stored [out, in] itself.
     row_major_product(handle, workspace, output_gradient, false, stored_weight, in_out, dinp, element, 0.0f, nullptr,
-                      stream);
+                      compute_type(type), stream);
   }
   if (dweight != nullptr) {
     require_pointer(function, inp, "inp");
@@ -298,14 +301,14 @@ void matmul_backward(const CublasLtHandle& handle, MatmulWorkspace workspace, Ma
     // Accumulated in f32 for both types: bf16 products are exact in fp32 and the sum stays there.
     if (in_out) {
       row_major_product(handle, workspace, input, true, output_gradient, false, dweight, CUDA_R_32F, 1.0f, nullptr,
-                        stream);
+                        compute_type(type), stream);
     } else {
       row_major_product(handle, workspace, output_gradient, true, input, false, dweight, CUDA_R_32F, 1.0f, nullptr,
-                        stream);
+                        compute_type(type), stream);
     }
   }
   if (dbias != nullptr) {
-    if (type == MatmulType::f32) {
+    if (type != MatmulType::bf16) {
       add_column_sums<float>(dbias, dout, rows, out_features, stream);
     } else {
       add_column_sums<__nv_bfloat16>(dbias, dout, rows, out_features, stream);

@@ -43,11 +43,13 @@ struct MatmulWorkspace {
   std::size_t bytes = 0;
 };
 
-// Element types. Both accumulate in fp32 (CUBLAS_COMPUTE_32F; never TF32).
-//   f32:  every pointer is float.
+// Element types. All accumulate in fp32.
+//   f32:  every pointer is float; fp32 products (CUBLAS_COMPUTE_32F).
+//   tf32: every pointer is float; the tensor cores' TF32 products (CUBLAS_COMPUTE_32F_FAST_TF32: operands
+//         rounded to 10 mantissa bits, which bf16 and fp16 values keep exactly).
 //   bf16: inp, weight, bias, out, dout and dinp hold bf16 bit patterns (std::uint16_t or
 //         __nv_bfloat16); dweight and dbias are float, the fp32 master gradients.
-enum class MatmulType : std::uint8_t { f32, bf16 };
+enum class MatmulType : std::uint8_t { f32, bf16, tf32 };
 
 // out[rows, out_features] = inp[rows, in_features] x W + bias (bias may be null), overwriting out.
 // layout in_out: weight stored [in_features, out_features]; out_in: stored [out_features, in_features]

@@ -74,6 +74,17 @@ void store(void* base, std::int64_t index, cudaDataType_t type, float value) {
   }
 }
 
+// An f32 operand as the tensor cores take it in TF32 mode: 10 mantissa bits, rounded to nearest, ties away
+// from zero (cvt.rna.tf32.f32); infinities and NaNs pass unchanged.
+float to_tf32(float value) {
+  if (!std::isfinite(value)) return value;
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  bits = (bits + 0x1000u) & 0xFFFFE000u;
+  std::memcpy(&value, &bits, sizeof(bits));
+  return value;
+}
+
 // m, n, k of D = op(A) op(B), after the checks cuBLASLt makes on sizes, types and the epilogue.
 struct ProductShape {
   std::int64_t m, n, k;
@@ -82,7 +93,9 @@ cublasStatus_t check(const cublasLtMatmulDescOpaque_t* descriptor, const cublasL
                      const cublasLtMatrixLayoutOpaque_t* b, const cublasLtMatrixLayoutOpaque_t* c, const cublasLtMatrixLayoutOpaque_t* d,
                      ProductShape& shape) {
   if (descriptor == nullptr || a == nullptr || b == nullptr || c == nullptr || d == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  if (descriptor->compute != CUBLAS_COMPUTE_32F || descriptor->scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const bool tf32 = descriptor->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+  if ((descriptor->compute != CUBLAS_COMPUTE_32F && !tf32) || descriptor->scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (tf32 && a->type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;  // TF32 products take f32 matrices
   if (!emulated_type(a->type) || a->type != b->type || !emulated_type(d->type) || c->type != d->type) return CUBLAS_STATUS_NOT_SUPPORTED;
   for (const auto* layout : {a, b, c, d}) {
     if (layout->order != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -256,6 +269,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   const bool ta = descriptor->transa == CUBLAS_OP_T, tb = descriptor->transb == CUBLAS_OP_T;
+  const bool tf32 = descriptor->compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+  const auto operand = [tf32](const void* base, std::int64_t index, cudaDataType_t type) {
+    const float value = load(base, index, type);
+    return tf32 ? to_tf32(value) : value;
+  };
   const auto [m, n, k] = shape;
   std::vector<double> left(static_cast<std::size_t>(m * k)), right(static_cast<std::size_t>(n * k));  // op(A) by rows, op(B) by columns
   for (std::int32_t batch = 0; batch < d_layout->batch_count; ++batch) {
@@ -263,12 +281,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     const std::int64_t c_base = batch * c_layout->batch_stride, d_base = batch * d_layout->batch_stride;
     for (std::int64_t i = 0; i < m; ++i) {
       for (std::int64_t p = 0; p < k; ++p) {
-        left[static_cast<std::size_t>(i * k + p)] = load(a, a_base + (ta ? p + i * a_layout->leading_dimension : i + p * a_layout->leading_dimension), a_layout->type);
+        left[static_cast<std::size_t>(i * k + p)] = operand(a, a_base + (ta ? p + i * a_layout->leading_dimension : i + p * a_layout->leading_dimension), a_layout->type);
       }
     }
     for (std::int64_t j = 0; j < n; ++j) {
       for (std::int64_t p = 0; p < k; ++p) {
-        right[static_cast<std::size_t>(j * k + p)] = load(b, b_base + (tb ? j + p * b_layout->leading_dimension : p + j * b_layout->leading_dimension), b_layout->type);
+        right[static_cast<std::size_t>(j * k + p)] = operand(b, b_base + (tb ? j + p * b_layout->leading_dimension : p + j * b_layout->leading_dimension), b_layout->type);
       }
     }
     for (std::int64_t j = 0; j < n; ++j) {
