@@ -135,8 +135,9 @@ Allocation CachingAllocator::malloc(std::size_t bytes, StreamId stream, MemoryCa
   Block* block = find_free_block(pool, stream, rounded);
   if (block == nullptr && !pending_events_.empty()) {
     // Memory never grows while freed blocks wait for their uses on other streams (a copy still running):
-    // wait for those and look again, so what is reserved is what a device whose events complete at once
-    // reserves (meta's dry run), however fast the GPU runs. PyTorch waits only when out of memory.
+    // wait for those and look again, as a device whose events complete at once (meta's dry run) would find
+    // them free. PyTorch waits only when out of memory. (A hit can still pick another block than the dry
+    // run's while one is awaited: only holding such memory in program order removes all timing.)
     synchronize_and_free_events();
     block = find_free_block(pool, stream, rounded);
   }

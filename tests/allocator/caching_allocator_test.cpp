@@ -178,9 +178,9 @@ TEST(CachingAllocator, LadderWaitsForPendingEventsBeforeGivingUp) {
   m.free(b);
 }
 
-// Reserved bytes never depend on timing: a miss waits for blocks awaiting their events before a new
-// segment (on an H200, gpt2-large's offloaded gradient buckets, still copying, cost a 32 MiB segment
-// that the dry run did not predict).
+// A miss waits for blocks awaiting their events before it takes a new segment: memory never grows because
+// a copy on another stream is still running (a dry run's events complete at once). Which free block a hit
+// takes can still depend on timing: see docs/benchmarks.md, the GPU section's offloaded run.
 TEST(CachingAllocator, MemoryNeverGrowsWhileAFreedBlockAwaitsItsEvent) {
   MetaAllocator m;
   Allocation a = m.malloc(30 * kMiB);
