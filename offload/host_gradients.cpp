@@ -24,7 +24,7 @@ HostGradients::HostGradients(Device& device, const std::vector<std::int64_t>& nu
     total_ += numel;
   }
   offsets_.push_back(total_);
-  values_ = HostBuffer(pinned_, static_cast<std::size_t>(total_) * sizeof(float), MemoryCategory::gradients);
+  if (device.has_storage()) values_ = HostBuffer(pinned_, static_cast<std::size_t>(total_) * sizeof(float), MemoryCategory::gradients);
   zero();
 }
 
@@ -57,7 +57,7 @@ std::span<float> HostGradients::of(std::size_t index) {
 
 void HostGradients::zero() {
   complete_all();
-  if (total_ > 0) std::memset(values_.data(), 0, values_.bytes());
+  if (values_.bytes() > 0) std::memset(values_.data(), 0, values_.bytes());
 }
 
 std::size_t HostGradients::buckets_in_flight() const {
@@ -69,7 +69,7 @@ std::size_t HostGradients::buckets_in_flight() const {
 HostGradients::StagingSlot& HostGradients::take_slot(std::size_t bytes) {
   StagingSlot& slot = slots_[next_slot_];
   complete(slot);
-  if (slot.buffer.bytes() < bytes) {
+  if (device_.has_storage() && slot.buffer.bytes() < bytes) {  // meta copies nothing: no staging buffer
     slot.buffer = HostBuffer();  // give the smaller buffer back first
     slot.buffer = HostBuffer(pinned_, bytes, MemoryCategory::staging);
   }
@@ -83,17 +83,19 @@ void HostGradients::copy_into(StagingSlot& slot, std::size_t offset, const Tenso
   device_.release_event(produced);
   device_.copy(static_cast<std::byte*>(slot.buffer.data()) + offset, tensor.data(), tensor.nbytes(), CopyKind::device_to_host,
                copy_stream_);
-  // Backward frees the bucket when we return: its memory must not be reused before the copy has read it.
-  tensor.storage()->record_stream(copy_stream_);
   bytes_received_ += static_cast<std::int64_t>(tensor.nbytes());
 }
 
 void HostGradients::complete(StagingSlot& slot) {
-  if (!slot.pending) return;
+  if (!slot.pending) {
+    slot.device_memory.clear();
+    return;
+  }
   const PendingBucket bucket = *slot.pending;
   slot.pending.reset();
   device_.synchronize_event(bucket.copied);
   device_.release_event(bucket.copied);
+  slot.device_memory.clear();  // the copy has read it
   const std::span<float> target = region(bucket.index);
   if (bucket.rows < 0) {
     const float* source = slot.buffer.as<float>();
@@ -124,29 +126,28 @@ void HostGradients::complete_all() {
 }
 
 void HostGradients::accumulate(std::size_t index, std::int64_t offset, const Tensor& gradient) {
-  const std::span<float> target = region(index);
   const std::int64_t count = gradient.numel();
-  if (gradient.dtype() != DType::f32 || offset < 0 || offset + count > static_cast<std::int64_t>(target.size())) {
+  if (gradient.dtype() != DType::f32 || offset < 0 || offset + count > numel_of(index)) {
     throw std::invalid_argument("gradient piece of " + std::to_string(count) + " elements at " + std::to_string(offset) +
-                                " does not fit parameter " + std::to_string(index) + " of " + std::to_string(target.size()));
+                                " does not fit parameter " + std::to_string(index) + " of " + std::to_string(numel_of(index)));
   }
-  if (!device_.has_storage()) return;
   StagingSlot& slot = take_slot(gradient.nbytes());
+  slot.device_memory = {gradient};
+  if (!device_.has_storage()) return;  // meta: nothing to copy, the same device memory held as long
   copy_into(slot, 0, gradient);
   slot.pending = PendingBucket{device_.record_event(copy_stream_), index, offset, count, -1, 0};
 }
 
 void HostGradients::accumulate_rows(std::size_t index, const Tensor& ids, const Tensor& rows) {
-  const std::span<float> target = region(index);
   const std::int64_t n = rows.size(0), width = rows.size(1);
-  if (ids.numel() != n || ids.dtype() != DType::i32 || rows.dtype() != DType::f32 || width <= 0 ||
-      static_cast<std::int64_t>(target.size()) % width != 0) {
+  if (ids.numel() != n || ids.dtype() != DType::i32 || rows.dtype() != DType::f32 || width <= 0 || numel_of(index) % width != 0) {
     throw std::invalid_argument("embedding gradient rows: " + std::to_string(ids.numel()) + " ids for " + std::to_string(n) +
                                 " rows of " + std::to_string(width) + " for parameter " + std::to_string(index) + " of " +
-                                std::to_string(target.size()) + " elements");
+                                std::to_string(numel_of(index)) + " elements");
   }
-  if (!device_.has_storage()) return;
   StagingSlot& slot = take_slot(ids_bytes_rounded(n) + rows.nbytes());
+  slot.device_memory = {ids, rows};
+  if (!device_.has_storage()) return;
   copy_into(slot, 0, ids);
   copy_into(slot, ids_bytes_rounded(n), rows);
   slot.pending = PendingBucket{device_.record_event(copy_stream_), index, 0, 0, n, width};

@@ -2,7 +2,10 @@
 // device-to-host on a copy stream into one of a few staging slots and added into one flat f32 gradient
 // array in host memory (parameters laid end to end), so the device never holds a whole gradient copy.
 // The copy overlaps compute: the host adds a bucket only when its slot comes round again or when the
-// gradients are read, and the allocator keeps the bucket's device memory until the copy is done.
+// gradients are read. The slot holds the bucket's device memory until then, on every device kind, so
+// what a run holds follows program order, never a copy's speed; on meta (a dry run) it holds the same
+// device memory and nothing on the host (seen on an H200: freeing a bucket when its copy ended left
+// 32 MiB more reserved than the dry run predicted).
 #pragma once
 
 #include <array>
@@ -31,6 +34,9 @@ class HostGradients : public GradientSink {
 
   // Zeroes every gradient (the start of an optimizer step).
   void zero();
+  // Waits for the copies in flight, adds their buckets in and lets their device memory go (what reading
+  // the gradients does first; a dry run calls it where a run reads them).
+  void complete_all();
   // The gradients, every bucket handed over so far added in (waits for the copies in flight).
   std::span<float> all();
   std::span<float> of(std::size_t index);
@@ -58,6 +64,7 @@ class HostGradients : public GradientSink {
   struct StagingSlot {
     HostBuffer buffer;
     std::optional<PendingBucket> pending;
+    std::vector<Tensor> device_memory;  // the bucket's device tensors, held until the slot completes
   };
 
   std::span<float> region(std::size_t index) const;
@@ -65,9 +72,9 @@ class HostGradients : public GradientSink {
   StagingSlot& take_slot(std::size_t bytes);
   // Queues a copy of `tensor` into `slot` at `offset` bytes, after the compute that produced it.
   void copy_into(StagingSlot& slot, std::size_t offset, const Tensor& tensor);
-  // Waits for the slot's copy and adds its bucket into the gradients.
+  // Waits for the slot's copy, lets the bucket's device memory go and adds the bucket into the gradients.
   void complete(StagingSlot& slot);
-  void complete_all();
+  std::int64_t numel_of(std::size_t index) const { return offsets_.at(index + 1) - offsets_.at(index); }
 
   Device& device_;
   PinnedHostAllocator* pinned_;

@@ -153,6 +153,23 @@ std::vector<Tensor> owned_views(const GptModel& model, const DataParallelGradien
   return views;
 }
 
+// The element counts of the rank's owned pieces, in order: the offloaded optimizer's parameters.
+std::vector<std::int64_t> owned_numels(const DataParallelGradients& gradients) {
+  std::vector<std::int64_t> numels;
+  for (std::size_t position = 0; position < gradients.layout().parameter_count(); ++position) {
+    if (const auto piece = gradients.owned_piece(position)) numels.push_back(static_cast<std::int64_t>(piece->range.size()));
+  }
+  return numels;
+}
+
+// After backward at ZeRO 0 and 1: the rank's owned pieces of the averaged gradients to its host gradients.
+void hand_owned_pieces(const DataParallelGradients& gradients, GradientSink& host) {
+  std::size_t index = 0;
+  for (std::size_t position = 0; position < gradients.layout().parameter_count(); ++position) {
+    if (const auto piece = gradients.owned_piece(position)) host.accumulate(index++, 0, piece->gradient);
+  }
+}
+
 // ZeRO-Offload per rank: after backward the rank's averaged gradients go to its host gradients, CpuAdam
 // steps its share where the state lives, and the parameters are gathered from every rank.
 class OffloadedDataParallelAdamW final : public DataParallelBase {
@@ -181,11 +198,7 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
   }
   void end_backward() override {
     finish_reductions();
-    if (settings_.zero_stage == 2) return;  // the pieces went to the host as they landed
-    std::size_t index = 0;
-    for (std::size_t position = 0; position < gradients_.layout().parameter_count(); ++position) {
-      if (const auto piece = gradients_.owned_piece(position)) optimizer_.gradients().accumulate(index++, 0, piece->gradient);
-    }
+    if (settings_.zero_stage != 2) hand_owned_pieces(gradients_, optimizer_.gradients());  // stage 2's went as they landed
   }
   double unchecked_gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
     const offload::GradientCheck check = optimizer_.check_gradients(owned_index(excluded));
@@ -258,22 +271,31 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
 };
 
 // A dry run of ZeRO-Offload per rank on meta: the device's part only (the gradient sink, its buckets,
-// the parameters' all-gather); the host state is not simulated.
+// the parameters' all-gather); the host gradients are meta's, holding each piece's device memory as long
+// as a run's do and no values, read where OffloadedDataParallelAdamW reads them.
 class DryRunOffloadedDataParallel final : public DataParallelBase {
  public:
   DryRunOffloadedDataParallel(GptModel& model, Communicator& dp, const DataParallelSettings& settings)
-      : DataParallelBase(model, dp, settings, settings.zero_stage == 2) {
-    if (settings.zero_stage == 2) gradients_.set_partition_sink(&dropped_);
+      : DataParallelBase(model, dp, settings, settings.zero_stage == 2), host_(model.device(), owned_numels(gradients_), nullptr) {
+    if (settings.zero_stage == 2) gradients_.set_partition_sink(&host_);
   }
   std::string mode() const override { return "dry run"; }
-  void begin_step() override { gradients_.begin_step(); }
-  void end_backward() override { finish_reductions(); }
+  void begin_step() override {
+    gradients_.begin_step();
+    host_.zero();
+  }
+  void end_backward() override {
+    finish_reductions();
+    if (settings_.zero_stage != 2) hand_owned_pieces(gradients_, host_);
+  }
   double unchecked_gradient_sum_of_squares(std::optional<std::size_t>) override {
+    host_.complete_all();
     double sum = 0;
     if (settings_.zero_stage > 0) dp_.all_reduce(&sum, 1, CommDataType::f64, ReduceOperation::sum);
     return sum;
   }
   void step(float, float) override {
+    host_.complete_all();
     ++steps_;
     if (settings_.zero_stage > 0) {
       gather_parameters(model_.parameters().named(), gradients_.layout(), gradients_.owned(), dp_, settings_.allgather_bucket_elements);
@@ -290,13 +312,7 @@ class DryRunOffloadedDataParallel final : public DataParallelBase {
   }
 
  private:
-  // The host gradients a real run would fill: nothing to keep in a dry run.
-  class DroppedGradients final : public GradientSink {
-   public:
-    void accumulate(std::size_t, std::int64_t, const Tensor&) override {}
-    void accumulate_rows(std::size_t, const Tensor&, const Tensor&) override {}
-  };
-  DroppedGradients dropped_;
+  offload::HostGradients host_;
   std::int64_t steps_ = 0;
 };
 

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "models/adamw_optimizer.h"
+#include "offload/host_gradients.h"
 
 namespace ferry {
 
@@ -221,24 +222,30 @@ class OffloadedAdamW final : public TrainingOptimizer {
   PartGradientSink sink_;
 };
 
-// Drops every gradient: a dry run on meta measures the device's allocations, not values.
-class DiscardingSink final : public GradientSink {
- public:
-  void accumulate(std::size_t, std::int64_t, const Tensor&) override {}
-  void accumulate_rows(std::size_t, const Tensor&, const Tensor&) override {}
-};
-
+// ZeRO-Offload's dry run on meta: the gradient buckets go to host gradients on the meta device, which
+// hold each bucket's device memory as long as a run's do (their staging slots) and keep no values; they
+// are read where OffloadedAdamW reads them (zeroed at the step's start, complete at the gradient check
+// and at the step). A dry run measures the device's allocations, not values.
 class DiscardingOptimizer final : public TrainingOptimizer {
  public:
-  explicit DiscardingOptimizer(GptModel& model) : model_(model) { model_.set_gradient_sink(&sink_); }
+  explicit DiscardingOptimizer(GptModel& model)
+      : model_(model), gradients_(model.device(), numels_of(model), nullptr), sink_(gradients_, model.parameters().named()) {
+    model_.set_gradient_sink(&sink_);
+  }
   ~DiscardingOptimizer() override { model_.set_gradient_sink(nullptr); }
   DiscardingOptimizer(const DiscardingOptimizer&) = delete;
   DiscardingOptimizer& operator=(const DiscardingOptimizer&) = delete;
   std::string mode() const override { return "dry run"; }
-  void begin_step() override {}
-  double unchecked_gradient_sum_of_squares(std::optional<std::size_t>) override { return 0.0; }
+  void begin_step() override { gradients_.zero(); }
+  double unchecked_gradient_sum_of_squares(std::optional<std::size_t>) override {
+    gradients_.complete_all();
+    return 0.0;
+  }
   std::span<float> host_gradient(std::size_t) override { throw std::logic_error("a dry run holds no gradients"); }
-  void step(float, float) override { ++steps_; }
+  void step(float, float) override {
+    gradients_.complete_all();
+    ++steps_;
+  }
   std::int64_t steps_taken() const override { return steps_; }
   void set_steps_taken(std::int64_t steps) override { steps_ = steps; }
   OptimizerSnapshot shard() override { throw std::logic_error("a dry run has no optimizer state to save"); }
@@ -247,8 +254,14 @@ class DiscardingOptimizer final : public TrainingOptimizer {
   nlohmann::json describe() const override { return {{"mode", "dry run"}}; }
 
  private:
+  static std::vector<std::int64_t> numels_of(const GptModel& model) {
+    std::vector<std::int64_t> numels;
+    for (const NamedTensor& each : model.parameters().named()) numels.push_back(each.tensor->numel());
+    return numels;
+  }
   GptModel& model_;
-  DiscardingSink sink_;
+  offload::HostGradients gradients_;
+  PartGradientSink sink_;
   std::int64_t steps_ = 0;
 };
 

@@ -176,10 +176,11 @@ TEST(ZeroOffload, HostGradientsStageInSlotsThatGrowToTheirLargestPiece) {
   EXPECT_EQ(host.of(0)[499], 1.0f);
 }
 
-TEST(ZeroOffload, TheDeviceHoldsOneBoundedGradientBucketAndNoOptimizerState) {
-  // gpt2's shape on meta: whole gradients are 4 bytes per parameter; streamed, the largest bucket is
-  // one parameter (the MLP's [768, 3072] weights) or one vocabulary slice of the table; with a bound,
-  // row slices of at most that many elements, the table's slices too.
+TEST(ZeroOffload, TheDeviceHoldsThreeBoundedGradientBucketsAndNoOptimizerState) {
+  // gpt2's shape on meta: whole gradients are 4 bytes per parameter; streamed, a bucket is one parameter
+  // (the largest: the MLP's [768, 3072] weights) or one vocabulary slice of the table; with a bound, row
+  // slices of at most that many elements, the table's slices too. The device holds the bucket landing and
+  // the two before it (their staging slots hold them until the host adds them, on every device kind).
   const GptConfig gpt2{"gpt2", 12, 768, 12, 50257, 1024};
   const TokenDataset data = TokenDataset::embedded_corpus();
   DryRunSetup setup{gpt2, DType::bf16, {}, &data, StepSettings{1, 64, 1, 0, 1.0}, RecomputePolicy::parse("none"), 0, {}, false};
@@ -191,8 +192,11 @@ TEST(ZeroOffload, TheDeviceHoldsOneBoundedGradientBucketAndNoOptimizerState) {
   const auto largest = [](const DryRun& run, MemoryCategory category) { return run.statistics.category_allocated_bytes[category_index(category)].peak; };
   const std::int64_t C = 768;
   EXPECT_GE(largest(whole, MemoryCategory::gradients), gpt2.parameter_count() * 4);
-  EXPECT_EQ(largest(streamed, MemoryCategory::gradients), 4 * C * C * 4);  // one MLP weight (larger than a table slice)
-  EXPECT_EQ(largest(bounded, MemoryCategory::gradients), (1 << 20) / C * C * 4);  // 1365 rows of 768: the largest slice under 2^20
+  static_assert(offload::HostGradients::kStagingSlots == 2);
+  const std::int64_t mlp_weight = 4 * C * C * 4;
+  EXPECT_GT(largest(streamed, MemoryCategory::gradients), 2 * mlp_weight);  // both MLP weights held while a table slice lands
+  EXPECT_LE(largest(streamed, MemoryCategory::gradients), 3 * mlp_weight);
+  EXPECT_EQ(largest(bounded, MemoryCategory::gradients), 3 * ((1 << 20) / C * C * 4));  // 1365 rows of 768: the largest slice under 2^20
   for (const DryRun* run : {&streamed, &bounded}) {
     EXPECT_EQ(largest(*run, MemoryCategory::optimizer_states), 0);
     EXPECT_EQ(largest(*run, MemoryCategory::parameters), largest(whole, MemoryCategory::parameters));
