@@ -1,6 +1,7 @@
 // ZeRO-Offload's gradient path on a real GPU: HostGradients copies each bucket device-to-host on its
 // copy stream while the compute stream goes on, the bucket's device memory is not handed out again
-// before that copy has read it, and the host sums equal the cpu device's. Skips where no GPU is present.
+// before the host has added it (its staging slot holds it, whatever the copy's speed), and the host sums
+// equal the cpu device's. Skips where no GPU is present.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -29,7 +30,6 @@ std::vector<float> pattern(std::size_t count, float scale) {
 TEST(CudaOffload, GradientBucketsCopyOnTheCopyStreamAndKeepTheirMemoryUntilCopied) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU present";
   auto device = create_device(DeviceOptions{DeviceKind::cuda, std::size_t{4} << 30});
-  auto& cuda = static_cast<CudaDevice&>(*device);
   constexpr std::size_t kCount = std::size_t{8} << 20;  // 32 MiB buckets
   PinnedHostAllocator pinned;
   offload::HostGradients host(*device, {static_cast<std::int64_t>(kCount)}, &pinned);
@@ -50,9 +50,7 @@ TEST(CudaOffload, GradientBucketsCopyOnTheCopyStreamAndKeepTheirMemoryUntilCopie
   }  // backward frees the bucket here
   EXPECT_EQ(host.buckets_in_flight(), 1u);
   Tensor next = Tensor::empty(*device, {static_cast<std::int64_t>(kCount)}, DType::f32, MemoryCategory::gradients);
-  if (cudaStreamQuery(cuda.native_stream(device->default_stream())) == cudaErrorNotReady) {
-    EXPECT_NE(next.data(), first_address);  // the copy has not read the old bucket yet: not handed out
-  }
+  EXPECT_NE(next.data(), first_address);  // held by its slot: not handed out, however far the copy got
   device->fill_zero(next.data(), next.nbytes(), device->default_stream());  // would clobber a reused bucket
   copy_from_host_f32(next, second.data());
   host.accumulate(0, 0, next);
