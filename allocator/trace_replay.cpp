@@ -24,8 +24,9 @@ std::string hex(std::uintptr_t value) {
 }  // namespace
 
 ReplayResult replay_trace(const std::vector<RmmTraceRecord>& records, std::size_t capacity,
-                          const AllocatorConfig& config) {
-  AddressSpaceSegmentSource source(capacity, /*cuda_pages=*/true);  // traces come from GPUs (PyTorch, RMM)
+                          const AllocatorConfig& config, const std::vector<RecordedSegment>& segments) {
+  AddressSpaceSegmentSource address_space(capacity, /*cuda_pages=*/true);  // traces come from GPUs (PyTorch, RMM)
+  RecordedSegmentSource source(address_space, segments);
   ImmediateEventSource events;
   CachingAllocator allocator(source, events, config);
   ReplayResult result;
@@ -98,12 +99,14 @@ ReplayResult replay_trace(const std::vector<RmmTraceRecord>& records, std::size_
   result.num_alloc_retries = stats.num_alloc_retries;
   result.num_ooms = stats.num_ooms;
   result.num_device_alloc = stats.num_device_alloc;
+  result.segments_at_recorded_addresses = source.followed();
   return result;
 }
 
-std::size_t find_min_capacity(const std::vector<RmmTraceRecord>& records, const AllocatorConfig& config) {
+std::size_t find_min_capacity(const std::vector<RmmTraceRecord>& records, const AllocatorConfig& config,
+                              const std::vector<RecordedSegment>& segments) {
   constexpr std::size_t kMiB = std::size_t{1} << 20;
-  const ReplayResult unlimited = replay_trace(records, kUnlimitedReplayCapacity, config);
+  const ReplayResult unlimited = replay_trace(records, kUnlimitedReplayCapacity, config, segments);
   if (!unlimited.completed()) {
     throw std::invalid_argument("the trace does not fit even " + std::to_string(kUnlimitedReplayCapacity) + " bytes (" +
                                 (unlimited.problems.empty() ? std::string("an allocation fails") : unlimited.problems.front()) +
@@ -114,14 +117,14 @@ std::size_t find_min_capacity(const std::vector<RmmTraceRecord>& records, const 
   // Invariant: the trace completes at `high` and fails at `low` (or low is below any possible need).
   std::size_t low = unlimited.peak_requested / kMiB * kMiB;
   if (low > 0) low -= kMiB;
-  if (!replay_trace(records, high, config).completed()) {
+  if (!replay_trace(records, high, config, segments).completed()) {
     // Caching is not monotonic in capacity; widen until it completes.
-    while (high < kUnlimitedReplayCapacity && !replay_trace(records, high, config).completed()) high *= 2;
+    while (high < kUnlimitedReplayCapacity && !replay_trace(records, high, config, segments).completed()) high *= 2;
     high = std::min(high, kUnlimitedReplayCapacity);
   }
   while (high - low > kMiB) {
     const std::size_t middle = low + (high - low) / 2 / kMiB * kMiB;
-    if (replay_trace(records, middle, config).completed()) {
+    if (replay_trace(records, middle, config, segments).completed()) {
       high = middle;
     } else {
       low = middle;

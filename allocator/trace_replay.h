@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "allocator/allocator_config.h"
+#include "allocator/recorded_segment_source.h"
 #include "allocator/rmm_trace.h"
 
 namespace ferry {
@@ -29,6 +30,7 @@ struct ReplayResult {
   std::size_t frees = 0;
   std::size_t trace_failures = 0;  // "allocate failure" records, skipped
   std::size_t unknown_frees = 0;   // frees of pointers not live in the replay
+  std::size_t segments_at_recorded_addresses = 0;  // of the trace's recorded segments (RecordedSegmentSource)
   std::vector<std::string> problems;  // the first few unknown frees and OOMs, with line numbers
   bool completed() const { return num_ooms == 0; }
 };
@@ -36,11 +38,14 @@ struct ReplayResult {
 // Capacity of "unlimited" replays: large enough for any trace, only address space on meta.
 inline constexpr std::size_t kUnlimitedReplayCapacity = std::size_t{1} << 42;  // 4 TiB
 
+// `segments`: where the traced program's segments were (a PyTorch snapshot's segment_alloc events, in
+// order): the replay puts its segments there while it asks for the same sizes (RecordedSegmentSource).
 ReplayResult replay_trace(const std::vector<RmmTraceRecord>& records, std::size_t capacity,
-                          const AllocatorConfig& config);
+                          const AllocatorConfig& config, const std::vector<RecordedSegment>& segments = {});
 
 // Smallest capacity (a multiple of 1 MiB) at which the trace replays without an OOM, by bisection
 // between the trace's peak requested bytes and the unlimited replay's peak reserved bytes.
-std::size_t find_min_capacity(const std::vector<RmmTraceRecord>& records, const AllocatorConfig& config);
+std::size_t find_min_capacity(const std::vector<RmmTraceRecord>& records, const AllocatorConfig& config,
+                              const std::vector<RecordedSegment>& segments = {});
 
 }  // namespace ferry

@@ -31,10 +31,16 @@ int run_replay_command(const ReplayCommandOptions& options) {
   const AllocatorConfig config =
       options.alloc_conf ? AllocatorConfig::parse(*options.alloc_conf) : AllocatorConfig::from_environment();
   const std::size_t capacity = options.capacity.empty() ? kUnlimitedReplayCapacity : parse_byte_size(options.capacity);
-  const std::vector<RmmTraceRecord> records = looks_like_pickle_file(options.trace_path)
-                                                   ? profile_allocation_records(read_profile_or_snapshot(options.trace_path))
-                                                   : read_rmm_trace_file(options.trace_path);
-  const ReplayResult result = replay_trace(records, capacity, config);
+  std::vector<RmmTraceRecord> records;
+  std::vector<RecordedSegment> segments;  // a snapshot's: where PyTorch's segments were
+  if (looks_like_pickle_file(options.trace_path)) {
+    const MemoryProfile profile = read_profile_or_snapshot(options.trace_path);
+    records = profile_allocation_records(profile);
+    segments = profile_segment_records(profile);
+  } else {
+    records = read_rmm_trace_file(options.trace_path);
+  }
+  const ReplayResult result = replay_trace(records, capacity, config, segments);
 
   std::printf("ferry replay %s\n", options.trace_path.c_str());
   std::printf("  records                %zu (%zu allocations, %zu frees, %zu allocate failures skipped)\n",
@@ -48,7 +54,12 @@ int run_replay_command(const ReplayCommandOptions& options) {
               result.peak_requested ? static_cast<double>(result.peak_reserved) / static_cast<double>(result.peak_requested) : 0.0);
   std::printf("  fragmentation at peak  %.1f%% of reserved not requested; largest free block %.1f%% of free bytes\n",
               100.0 * result.fragmentation_at_peak, 100.0 * result.largest_free_fraction_at_peak);
-  std::printf("  segment allocations    %lld\n", static_cast<long long>(result.num_device_alloc));
+  std::printf("  segment allocations    %lld", static_cast<long long>(result.num_device_alloc));
+  if (!segments.empty()) {
+    std::printf(" (%zu of the trace's %zu at its addresses, so equal free blocks are chosen as it chose them)",
+                result.segments_at_recorded_addresses, segments.size());
+  }
+  std::printf("\n");
   std::printf("  alloc retries          %lld\n", static_cast<long long>(result.num_alloc_retries));
   std::printf("  out of memory          %lld\n", static_cast<long long>(result.num_ooms));
   if (result.unknown_frees > 0) std::printf("  unknown frees          %zu\n", result.unknown_frees);
@@ -69,10 +80,11 @@ int run_replay_command(const ReplayCommandOptions& options) {
       {"num_ooms", result.num_ooms},
       {"num_device_alloc", result.num_device_alloc},
       {"unknown_frees", result.unknown_frees},
+      {"segments_at_recorded_addresses", result.segments_at_recorded_addresses},
       {"problems", result.problems},
   };
   if (options.find_min_capacity) {
-    const std::size_t minimum = find_min_capacity(records, config);
+    const std::size_t minimum = find_min_capacity(records, config, segments);
     std::printf("  min capacity           %s (%.3fx peak requested)\n", format_bytes(minimum).c_str(),
                 result.peak_requested ? static_cast<double>(minimum) / static_cast<double>(result.peak_requested) : 0.0);
     summary["min_capacity"] = minimum;

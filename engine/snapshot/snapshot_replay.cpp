@@ -22,4 +22,13 @@ std::vector<RmmTraceRecord> profile_allocation_records(const MemoryProfile& prof
   return records;
 }
 
+std::vector<RecordedSegment> profile_segment_records(const MemoryProfile& profile) {
+  std::vector<RecordedSegment> segments;
+  if (profile.initial_reserved != 0) return segments;  // segments from before the trace: their order is unknown
+  for (const TraceEvent& event : profile.events) {
+    if (event.action == TraceAction::segment_alloc) segments.push_back(RecordedSegment{event.address, event.size});
+  }
+  return segments;
+}
+
 }  // namespace ferry

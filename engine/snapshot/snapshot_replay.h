@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "allocator/recorded_segment_source.h"
 #include "allocator/rmm_trace.h"
 #include "engine/core/memory_profile.h"
 
@@ -13,5 +14,9 @@ namespace ferry {
 // -> free, oom -> allocate failure (line: the event's index + 1). Segment events are the replaying
 // allocator's own business and are left out.
 std::vector<RmmTraceRecord> profile_allocation_records(const MemoryProfile& profile);
+
+// Where the traced allocator put its segments (segment_alloc events, in order), for a replay to put its
+// own there (RecordedSegmentSource): only a profile that starts with nothing reserved has them all.
+std::vector<RecordedSegment> profile_segment_records(const MemoryProfile& profile);
 
 }  // namespace ferry
