@@ -2,6 +2,9 @@
 #include "engine/core/bounded_json.h"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -18,6 +21,27 @@ namespace {
 using nlohmann::json;
 using config::reject_unknown;
 using config::value_of;
+
+// A seed is a whole number of 64 bits: CLI11 would wrap -1 and saturate what overflows.
+const CLI::Validator kSeedValue(
+    [](const std::string& text) -> std::string {
+      std::uint64_t value = 0;
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+        return "'" + text + "' is not a seed: give a whole number from 0 to 18446744073709551615";
+      }
+      return {};
+    },
+    "SEED");
+
+// true or false (1 or 0): CLI11 reads any other number as true.
+const CLI::Validator kTrueOrFalse(
+    [](std::string text) -> std::string {
+      std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      if (text == "true" || text == "false" || text == "1" || text == "0") return {};
+      return "'" + text + "' is neither true nor false (1 or 0)";
+    },
+    "BOOL");
 
 // ferry's own section takes every flag of `ferry train`, named with underscores: {"device_memory":
 // "2GiB"} is --device-memory 2GiB. It becomes flags placed before the command line's, so those override.
@@ -178,7 +202,7 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--betas", optimizer.betas, "AdamW betas as B1,B2 (default 0.9,0.95)");
   train->add_option("--eps", optimizer.eps, "AdamW epsilon (default 1e-8)");
   train->add_option("--grad-clip", optimizer.grad_clip, "Clip the global gradient norm to this, 0 disables (default 1)");
-  train->add_option("--seed", o.seed, "Seed for initialization, data order and dropout");
+  train->add_option("--seed", o.seed, "Seed for initialization, data order and dropout")->check(kSeedValue);
   train->add_option("--data", o.data, "llm.c token shard (.bin) or plain text; default: the embedded corpus");
   train->add_option("--shuffle", o.shuffle, "true | false: shuffled micro-batch order (seeded) or file order");
   train->add_option("--init-from", o.init_from, "Start from Hugging Face GPT-2 safetensors (config.json beside it is read)");
@@ -215,7 +239,8 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                     "allgather_bucket_size; default: the smaller of hidden^2 and a 128th of a rank's parameters)");
   train->add_option("--overlap-comm", o.overlap_comm,
                     "Data parallelism: reduce gradient buckets while backward goes on (true, default) or wait for each at once (false); "
-                    "zero_optimization.overlap_comm");
+                    "zero_optimization.overlap_comm")
+      ->check(kTrueOrFalse);
   train->add_option("--micro-batches", o.micro_batches, "Micro-batches per step through the pipeline (default: --grad-accum)");
   train->add_option("--schedule", o.schedule, "Pipeline schedule: gpipe | 1f1b | 1f1b-deep | interleaved:V | zb-h1");
   train->add_option("--profile", o.profile, "Record a memory profile into DIR (see `ferry report DIR`)");

@@ -19,7 +19,7 @@ struct TrainOptions {
   std::optional<std::int64_t> layers, hidden, heads, vocab, seq;
   std::string device = "cpu";
   std::string device_memory;  // empty: the device's default
-  std::string dry_run_of;     // --dry-run-of cpu | cuda (with --device meta; empty: cpu)
+  std::optional<std::string> dry_run_of;  // --dry-run-of cpu | cuda (with --device meta; unset: cpu)
   std::string precision = "fp32";
   std::int64_t batch = 8;
   std::int64_t grad_accum = 1;

@@ -131,16 +131,20 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   plan.offload = offload_settings(o, plan.offload_optimizer.value_or(offload::OffloadDevice::cpu));
   plan.device = parse_device_kind(o.device);
   plan.device_memory_limit = o.device_memory.empty() ? 0 : parse_byte_size(o.device_memory);
+  if (!o.device_memory.empty() && plan.device_memory_limit == 0) {
+    throw std::invalid_argument("--device-memory " + o.device_memory +
+                                ": a device needs memory; give a size such as 512MiB, or leave the flag out for the device's own");
+  }
   plan.recompute = RecomputePolicy::parse(o.checkpointing);
   plan.kernels = plan.device;
-  if (!o.dry_run_of.empty()) {
+  if (o.dry_run_of) {
     if (plan.device != DeviceKind::meta) {
-      throw std::invalid_argument("--dry-run-of " + o.dry_run_of + " is for a dry run: add --device meta, or drop --dry-run-of to train on --device " + o.device);
+      throw std::invalid_argument("--dry-run-of " + *o.dry_run_of + " is for a dry run: add --device meta, or drop --dry-run-of to train on --device " + o.device);
     }
-    if (o.dry_run_of != "cpu" && o.dry_run_of != "cuda") {
-      throw std::invalid_argument("--dry-run-of '" + o.dry_run_of + "': a dry run predicts cpu or cuda");
+    if (*o.dry_run_of != "cpu" && *o.dry_run_of != "cuda") {
+      throw std::invalid_argument("--dry-run-of '" + *o.dry_run_of + "': a dry run predicts cpu or cuda");
     }
-    plan.kernels = parse_device_kind(o.dry_run_of);
+    plan.kernels = parse_device_kind(*o.dry_run_of);
   } else if (plan.device == DeviceKind::meta) {
     plan.kernels = DeviceKind::cpu;
   }

@@ -155,4 +155,11 @@ assert "caf\ufffd" in summary["run"]["data"], summary["run"]["data"]
 PY
 "${run[@]}" train "${tiny[@]}" --steps 3 --data "$odd/data.txt" --resume "$odd/ck" > /dev/null
 "${run[@]}" report "$odd/profile" > /dev/null
+# Numbers CLI11 would wrap or read loosely: a negative or 65-bit seed, a boolean given as 2, no device memory.
+expect_error "'-1' is not a seed: give a whole number from 0 to 18446744073709551615" "${run[@]}" train "${tiny[@]}" --steps 1 --device meta --seed -1
+expect_error "'18446744073709551616' is not a seed" "${run[@]}" train "${tiny[@]}" --steps 1 --device meta --seed 18446744073709551616
+expect_error "'2' is neither true nor false" "${run[@]}" train "${tiny[@]}" --steps 1 --device meta --overlap-comm 2
+expect_error "--device-memory 0: a device needs memory" "${run[@]}" train "${tiny[@]}" --steps 1 --device meta --device-memory 0
+expect_error "--dry-run-of '': a dry run predicts cpu or cuda" "${run[@]}" train "${tiny[@]}" --steps 1 --device meta --dry-run-of ''
+"${run[@]}" train "${tiny[@]}" --steps 1 --device meta --seed 18446744073709551615 --overlap-comm FALSE > /dev/null
 echo "hostile input: clear errors, no crash, hang or wrapped number"
