@@ -15,12 +15,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-std::vector<std::int64_t> numels_of(const std::vector<OffloadedParameter>& parameters) {
-  std::vector<std::int64_t> numels;
-  for (const OffloadedParameter& each : parameters) numels.push_back(each.parameter->numel());
-  return numels;
-}
-
 // Elements per sub-group. On nvme the host buffers (count x one sub-group's state, rounded up to whole
 // I/O chunks) must fit buffer_pool_bytes: the budget of pinned, locked memory is a budget.
 std::int64_t choose_group_elements(const ZeroOffloadSettings& offload, std::int64_t total) {
@@ -52,6 +46,12 @@ std::int64_t choose_group_elements(const ZeroOffloadSettings& offload, std::int6
 }
 
 }  // namespace
+
+std::vector<std::int64_t> numels_of(const std::vector<OffloadedParameter>& parameters) {
+  std::vector<std::int64_t> numels;
+  for (const OffloadedParameter& each : parameters) numels.push_back(each.parameter->numel());
+  return numels;
+}
 
 const char* offload_device_name(OffloadDevice device) { return device == OffloadDevice::nvme ? "nvme" : "cpu"; }
 

@@ -41,6 +41,9 @@ struct OffloadedParameter {
   bool decay = true;
 };
 
+// The element count of each parameter: the shape of the optimizer's HostGradients (a dry run's too).
+std::vector<std::int64_t> numels_of(const std::vector<OffloadedParameter>& parameters);
+
 // Seconds spent in the last step's phases and what was moved.
 struct OffloadStepTimes {
   double step = 0;         // the whole pipelined update

@@ -15,6 +15,7 @@
 #include "engine/core/memory_profile_file.h"
 #include "engine/report/memory_report.h"
 #include "engine/report/run_comparison.h"
+#include "engine/report/summary_file.h"
 #include "engine/snapshot/snapshot_profile.h"
 
 namespace ferry {
@@ -125,19 +126,15 @@ int run_report_command(const ReportOptions& options) {
   std::printf("\n  wrote %s (chrome://tracing, ui.perfetto.dev) and %s\n", (directory / "trace.json").c_str(),
               (directory / "report.html").c_str());
   if (!options.summary.empty()) {
-    nlohmann::json category_peaks = nlohmann::json::object();
-    for (std::size_t category = 0; category < kNumMemoryCategories; ++category) {
-      category_peaks[std::string(category_name(static_cast<MemoryCategory>(category)))] = timeline.category_peak[category];
-    }
     nlohmann::json summary = {{"source", options.directory},
                               {"events", profile.events.size()},
                               {"peak_reserved", timeline.peak_reserved},
-                              {"category_peaks", category_peaks},
+                              {"category_peaks", bytes_by_category(timeline.category_peak)},
                               {"out_of_memory_events", timeline.out_of_memory_events}};
     // A PyTorch trace records each allocation's requested size; its allocator's whole blocks (allocated_bytes)
     // are what `ferry replay` of the trace gives.
     summary[snapshot_input ? "peak_requested" : "peak_allocated"] = timeline.peak_allocated;
-    write_file_atomically(options.summary, json_text(summary));
+    write_summary_file(options.summary, summary);
   }
   if (!options.torch_snapshot.empty()) {
     write_torch_snapshot_file(options.torch_snapshot, profile_to_snapshot(profile));

@@ -153,12 +153,10 @@ std::vector<Tensor> owned_views(const GptModel& model, const DataParallelGradien
   return views;
 }
 
-// The element counts of the rank's owned pieces, in order: the offloaded optimizer's parameters.
-std::vector<std::int64_t> owned_numels(const DataParallelGradients& gradients) {
+// The element counts of the rank's owned pieces (owned_views): the offloaded optimizer's parameters.
+std::vector<std::int64_t> owned_numels(const GptModel& model, const DataParallelGradients& gradients) {
   std::vector<std::int64_t> numels;
-  for (std::size_t position = 0; position < gradients.layout().parameter_count(); ++position) {
-    if (const auto piece = gradients.owned_piece(position)) numels.push_back(static_cast<std::int64_t>(piece->range.size()));
-  }
+  for (const Tensor& view : owned_views(model, gradients)) numels.push_back(view.numel());
   return numels;
 }
 
@@ -276,7 +274,7 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
 class DryRunOffloadedDataParallel final : public DataParallelBase {
  public:
   DryRunOffloadedDataParallel(GptModel& model, Communicator& dp, const DataParallelSettings& settings)
-      : DataParallelBase(model, dp, settings, settings.zero_stage == 2), host_(model.device(), owned_numels(gradients_), nullptr) {
+      : DataParallelBase(model, dp, settings, settings.zero_stage == 2), host_(model.device(), owned_numels(model, gradients_), nullptr) {
     if (settings.zero_stage == 2) gradients_.set_partition_sink(&host_);
   }
   std::string mode() const override { return "dry run"; }

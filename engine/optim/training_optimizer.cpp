@@ -229,7 +229,9 @@ class OffloadedAdamW final : public TrainingOptimizer {
 class DiscardingOptimizer final : public TrainingOptimizer {
  public:
   explicit DiscardingOptimizer(GptModel& model)
-      : model_(model), gradients_(model.device(), numels_of(model), nullptr), sink_(gradients_, model.parameters().named()) {
+      : model_(model),
+        gradients_(model.device(), offload::numels_of(offloaded_parameters(model)), nullptr),
+        sink_(gradients_, model.parameters().named()) {
     model_.set_gradient_sink(&sink_);
   }
   ~DiscardingOptimizer() override { model_.set_gradient_sink(nullptr); }
@@ -254,11 +256,6 @@ class DiscardingOptimizer final : public TrainingOptimizer {
   nlohmann::json describe() const override { return {{"mode", "dry run"}}; }
 
  private:
-  static std::vector<std::int64_t> numels_of(const GptModel& model) {
-    std::vector<std::int64_t> numels;
-    for (const NamedTensor& each : model.parameters().named()) numels.push_back(each.tensor->numel());
-    return numels;
-  }
   GptModel& model_;
   offload::HostGradients gradients_;
   PartGradientSink sink_;
