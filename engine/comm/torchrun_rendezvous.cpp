@@ -17,6 +17,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <condition_variable>
+#include <cstdio>
+#include <functional>
+#include <mutex>
+#include <stop_token>
 #include <thread>
 
 #include "engine/comm/environment_variables.h"
@@ -117,6 +122,55 @@ pid_t start_ompi_server(const std::string& file) {
   return child;
 }
 
+// What a rank tells rank 0 when it connects: who it is by its torchrun variables.
+struct RankClaim {
+  std::int32_t rank = -1;
+  std::int32_t world_size = 0;
+};
+
+// Rank 0's reply: ompi-server's address, or why the rendezvous failed (then every rank fails with it).
+constexpr const char* kAddressReply = "address:";
+constexpr const char* kRefusalReply = "refused:";
+
+void refuse(int fd, const std::string& reason) noexcept {
+  try {
+    send_text(fd, kRefusalReply + reason, Clock::now() + std::chrono::seconds(2), "the rendezvous' refusal");
+  } catch (const CommunicationError&) {
+    // The rank went away: it fails on its own.
+  }
+  ::close(fd);
+}
+
+std::string address_from_reply(const std::string& reply) {
+  if (reply.starts_with(kRefusalReply)) fail(reply.substr(std::strlen(kRefusalReply)));
+  if (!reply.starts_with(kAddressReply)) fail("rank 0's reply is not a ferry rendezvous (another service on the port? set FERRY_RENDEZVOUS_PORT)");
+  return reply.substr(std::strlen(kAddressReply));
+}
+
+// MPI_Comm_connect and MPI_Comm_accept take no deadline: should joining the world outlive the
+// rendezvous' timeout (a rank died after the handshake), this ends the process with the reason, after
+// `on_expiry` (which stops ompi-server, so nothing is left behind).
+class JoinDeadline {
+ public:
+  JoinDeadline(Clock::time_point deadline, int rank, std::function<void()> on_expiry)
+      : thread_([this, deadline, rank, on_expiry = std::move(on_expiry)](std::stop_token stop) {
+          std::unique_lock lock(mutex_);
+          changed_.wait_until(lock, stop, deadline, [] { return false; });
+          if (stop.stop_requested()) return;
+          std::fprintf(stderr, "ferry: error: torchrun rendezvous: rank %d timed out joining the MPI world of the ranks torchrun started "
+                               "(a rank died or hung after the handshake; FERRY_COMM_TIMEOUT_SECONDS)\n", rank);
+          std::fflush(stderr);
+          on_expiry();
+          std::_Exit(1);
+        }) {}
+  ~JoinDeadline() { thread_.request_stop(); }  // the jthread joins after the stop wakes it
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable_any changed_;
+  std::jthread thread_;  // last: started once the members it waits on exist
+};
+
 std::string required_variable(const char* name) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') fail(std::string(name) + " is not set (torchrun sets it for every rank)");
@@ -203,6 +257,16 @@ void TorchrunRendezvous::serve_address(const std::string& address) {
     any.sin_port = htons(static_cast<std::uint16_t>(port_));
     any.sin_addr.s_addr = htonl(INADDR_ANY);
     if (::bind(listener, reinterpret_cast<sockaddr*>(&any), sizeof any) != 0) {
+      const int error = errno;
+      // A port in use may be another process that claims RANK 0 of this job: ask it, so the error names that.
+      if (error == EADDRINUSE) {
+        try {
+          claim_rank_zero_from_listener();
+        } catch (const CommunicationError& refusal) {
+          if (std::strstr(refusal.what(), "claim RANK 0") != nullptr) throw;
+        }
+      }
+      errno = error;
       fail("rank 0 cannot listen on port " + std::to_string(port_) + ": " + error_text() + " (set FERRY_RENDEZVOUS_PORT to a free port)");
     }
     if (::listen(listener, environment_.world_size) != 0) fail("listen failed: " + error_text());
@@ -212,21 +276,38 @@ void TorchrunRendezvous::serve_address(const std::string& address) {
                                             " to connect to port " + std::to_string(port_));
       const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) fail("accept failed: " + error_text());
-      std::int32_t rank = -1;
+      RankClaim claim;
       try {
-        receive_bytes(fd, &rank, sizeof rank, deadline, "a rank's number");
+        receive_bytes(fd, &claim, sizeof claim, deadline, "a rank's number");
       } catch (...) {
         ::close(fd);
         throw;
       }
-      if (rank < 1 || rank >= environment_.world_size || sockets_[static_cast<std::size_t>(rank)] >= 0) {
-        ::close(fd);
-        fail("a connection on port " + std::to_string(port_) + " said it is rank " + std::to_string(rank) + " (another job on the port?)");
+      std::string refusal;
+      if (claim.world_size != environment_.world_size) {
+        refusal = "torchrun's variables disagree: RANK " + std::to_string(claim.rank) + " says WORLD_SIZE " + std::to_string(claim.world_size) +
+                  ", RANK 0 says WORLD_SIZE " + std::to_string(environment_.world_size) + "; launch every rank with the same WORLD_SIZE";
+      } else if (claim.rank == 0 || (claim.rank > 0 && claim.rank < environment_.world_size && sockets_[static_cast<std::size_t>(claim.rank)] >= 0)) {
+        refusal = "two processes claim RANK " + std::to_string(claim.rank) + " of WORLD_SIZE " + std::to_string(environment_.world_size) +
+                  "; give each rank its own RANK from 0 to " + std::to_string(environment_.world_size - 1);
+      } else if (claim.rank < 0 || claim.rank >= environment_.world_size) {
+        refusal = "a connection on port " + std::to_string(port_) + " said it is rank " + std::to_string(claim.rank) + " of " +
+                  std::to_string(claim.world_size) + " (another job on the port? set FERRY_RENDEZVOUS_PORT)";
       }
+      if (!refusal.empty()) {
+        // Every rank that came fails now with the reason, instead of waiting out the timeout.
+        refuse(fd, refusal);
+        for (int& joined_fd : sockets_) {
+          if (joined_fd >= 0) refuse(joined_fd, refusal);
+          joined_fd = -1;
+        }
+        fail(refusal);
+      }
+      const std::int32_t rank = claim.rank;
       sockets_[static_cast<std::size_t>(rank)] = fd;
     }
     for (int rank = 1; rank < environment_.world_size; ++rank) {
-      send_text(sockets_[static_cast<std::size_t>(rank)], address, deadline, "ompi-server's address");
+      send_text(sockets_[static_cast<std::size_t>(rank)], kAddressReply + address, deadline, "ompi-server's address");
     }
   } catch (...) {
     ::close(listener);
@@ -235,8 +316,7 @@ void TorchrunRendezvous::serve_address(const std::string& address) {
   ::close(listener);
 }
 
-std::string TorchrunRendezvous::fetch_address() {
-  const auto deadline = Clock::now() + timeout_;
+int TorchrunRendezvous::connect_to_rank_zero(Clock::time_point deadline) const {
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
@@ -257,10 +337,30 @@ std::string TorchrunRendezvous::fetch_address() {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ::freeaddrinfo(found);
+  return fd;
+}
+
+void TorchrunRendezvous::claim_rank_zero_from_listener() {
+  const int fd = connect_to_rank_zero(Clock::now() + std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(5)));
+  try {
+    const auto deadline = Clock::now() + std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(5));
+    const RankClaim claim{0, environment_.world_size};
+    send_bytes(fd, &claim, sizeof claim, deadline, "this rank's number");
+    address_from_reply(receive_text(fd, deadline, "the listener's reply"));  // a ferry rank 0 refuses a second rank 0, naming it
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+}
+
+std::string TorchrunRendezvous::fetch_address() {
+  const auto deadline = Clock::now() + timeout_;
+  const int fd = connect_to_rank_zero(deadline);
   sockets_.assign(1, fd);
-  const std::int32_t rank = environment_.rank;
-  send_bytes(fd, &rank, sizeof rank, deadline, "this rank's number");
-  return receive_text(fd, deadline, "ompi-server's address from rank 0");
+  const RankClaim claim{environment_.rank, environment_.world_size};
+  send_bytes(fd, &claim, sizeof claim, deadline, "this rank's number");
+  return address_from_reply(receive_text(fd, deadline, "ompi-server's address from rank 0"));
 }
 
 MPI_Comm TorchrunRendezvous::join_world() {
@@ -268,6 +368,7 @@ MPI_Comm TorchrunRendezvous::join_world() {
   const int rank = environment_.rank, size = environment_.world_size;
   MPI_Comm current = MPI_COMM_NULL;
   char port[MPI_MAX_PORT_NAME] = {};
+  const JoinDeadline bounded(deadline, rank, [this] { release(); });
   try {
     if (rank == 0) {
       FERRY_MPI_CHECK(MPI_Open_port(MPI_INFO_NULL, port));

@@ -35,6 +35,11 @@ class TorchrunRendezvous {
   void release() noexcept;                          // the sockets, ompi-server and its directory
   void serve_address(const std::string& address);  // rank 0
   std::string fetch_address();                      // the others
+  // A connection to rank 0's port, retried until `deadline`.
+  int connect_to_rank_zero(std::chrono::steady_clock::time_point deadline) const;
+  // Rank 0 whose port is taken: claims RANK 0 from whoever listens there; a ferry rank 0 of the same
+  // job refuses it, and this throws that refusal ("two processes claim RANK 0").
+  void claim_rank_zero_from_listener();
 
   RankEnvironment environment_;
   std::chrono::milliseconds timeout_;

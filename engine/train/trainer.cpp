@@ -8,6 +8,7 @@
 #include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/core/safetensors.h"
 #include "engine/train/evaluation.h"
+#include "engine/train/job_agreement.h"
 #include "engine/train/model_config.h"
 #include "engine/train/rank_training.h"
 #include "engine/train/run_summary.h"
@@ -43,6 +44,7 @@ nlohmann::json run_training(const TrainOptions& options) {
   nlohmann::json summary;
   std::vector<std::string> gathered;
   try {
+    require_same_job(*world, plan);  // before any other collective: a rank with other settings would mismatch them
     summary = train_on_grid(plan, ProcessGrid::split(*world, plan.grid), nullptr);
     gathered = world->gather_strings(json_text(summary["ranks"][0]), 0);
   } catch (const std::exception& error) {
