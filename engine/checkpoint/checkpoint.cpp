@@ -1,4 +1,5 @@
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/checkpoint_directory.h"
 
 #include <algorithm>
 #include <array>
@@ -6,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <vector>
 
@@ -35,19 +38,54 @@ std::string hex64(std::uint64_t value) {
 
 std::string in(const std::string& directory, const char* file) { return (fs::path(directory) / file).string(); }
 
-// Each file's XXH64 against the one DONE recorded (checkpoints saved before checksums have none to
-// check). Throws CheckpointError naming the file, the expected and the found hash.
+// DONE's text parsed: "step N", then "HASH  FILE" for each checked file, in order, and nothing else.
+// Empty when it is not (a crash leaves a zero-length DONE on ext4): done_marker_problem says why.
+struct DoneMarker {
+  std::int64_t step = -1;
+  std::array<std::string, kCheckedFiles.size()> hashes;
+};
+
+std::optional<DoneMarker> parse_done_marker(const std::string& text, std::string& problem) {
+  std::istringstream lines(text);
+  std::string line;
+  DoneMarker marker;
+  if (text.empty()) {
+    problem = "its DONE marker is empty (a save interrupted by a crash)";
+    return std::nullopt;
+  }
+  if (!std::getline(lines, line) || line.rfind("step ", 0) != 0 || line.size() == 5 ||
+      line.find_first_not_of("0123456789", 5) != std::string::npos || line.size() > 5 + 18) {
+    problem = "its DONE marker is garbled (it does not start with the step)";
+    return std::nullopt;
+  }
+  marker.step = std::stoll(line.substr(5));
+  for (std::size_t i = 0; i < kCheckedFiles.size(); ++i) {
+    const std::string suffix = std::string("  ") + kCheckedFiles[i];
+    if (!std::getline(lines, line) || line.size() != 16 + suffix.size() || line.compare(16, std::string::npos, suffix) != 0 ||
+        line.find_first_not_of("0123456789abcdef") < 16) {
+      problem = std::string("its DONE marker lacks the checksum of ") + kCheckedFiles[i] + " (garbled, or saved by a ferry without checksums)";
+      return std::nullopt;
+    }
+    marker.hashes[i] = line.substr(0, 16);
+  }
+  if (std::getline(lines, line) || !text.ends_with('\n')) {
+    problem = "its DONE marker is garbled (text after the checksums)";
+    return std::nullopt;
+  }
+  return marker;
+}
+
+// Each file's XXH64 against the one DONE recorded. Throws CheckpointError naming the file, the
+// expected and the found hash.
 void verify_checksums(const std::string& directory) {
-  const std::string done = read_text_file(in(directory, kDoneFile));
-  for (const char* file : kCheckedFiles) {
-    const std::size_t at = done.find(std::string("  ") + file + "\n");
-    if (at == std::string::npos) continue;
-    if (at < 16) throw CheckpointError("checkpoint '" + directory + "' is corrupt: its DONE marker is garbled (" + file + ")");
-    const std::string expected = done.substr(at - 16, 16);
-    const std::string found = hex64(xxhash64_of_file(in(directory, file)));
-    if (found != expected) {
-      throw CheckpointError("checkpoint is corrupt: " + in(directory, file) + " has XXH64 " + found + ", but DONE recorded " + expected +
-                            " when it was saved (a changed or damaged file); resume from another checkpoint");
+  std::string problem;
+  const std::optional<DoneMarker> marker = parse_done_marker(read_text_file(in(directory, kDoneFile)), problem);
+  if (!marker) throw CheckpointError("checkpoint '" + directory + "' is partial: " + problem + "; " + intact_checkpoints_hint(directory));
+  for (std::size_t i = 0; i < kCheckedFiles.size(); ++i) {
+    const std::string found = hex64(xxhash64_of_file(in(directory, kCheckedFiles[i])));
+    if (found != marker->hashes[i]) {
+      throw CheckpointError("checkpoint is corrupt: " + in(directory, kCheckedFiles[i]) + " has XXH64 " + found + ", but DONE recorded " +
+                            marker->hashes[i] + " when it was saved (a changed or damaged file); " + intact_checkpoints_hint(directory));
     }
   }
 }
@@ -60,9 +98,8 @@ void require_complete(const std::string& directory) {
     throw CheckpointError("'" + directory + "' is not a checkpoint (it is empty): give --resume a --save directory (it has `latest`) "
                           "or one of its step-N directories");
   }
-  if (!fs::exists(in(directory, kDoneFile))) {
-    throw CheckpointError("checkpoint '" + directory + "' is partial: it has no DONE marker, so its save was interrupted; "
-                          "resume from another checkpoint or start without --resume");
+  if (const std::string problem = checkpoint_incomplete_reason(directory); !problem.empty()) {
+    throw CheckpointError("checkpoint '" + directory + "' is partial: " + problem + "; " + intact_checkpoints_hint(directory));
   }
   for (const char* file : {kModelFile, kConfigFile, kOptimizerFile, kStateFile}) {
     if (!fs::exists(in(directory, file))) throw CheckpointError("checkpoint '" + directory + "' is corrupt: " + file + " is missing");
@@ -83,6 +120,21 @@ void load_f32(const SafetensorsFile& file, const std::string& name, const Shape&
 }
 
 }  // namespace
+
+std::string checkpoint_incomplete_reason(const std::string& directory) {
+  std::error_code error;
+  const fs::path done = fs::path(directory) / kDoneFile;
+  if (!fs::exists(fs::symlink_status(done, error))) return "it has no DONE marker, so its save was interrupted";
+  if (!fs::is_regular_file(fs::symlink_status(done, error))) return "its DONE is not a file ferry wrote";
+  if (fs::file_size(done, error) > 4096 || error) return "its DONE marker is garbled (too large)";
+  std::string problem;
+  try {
+    parse_done_marker(read_text_file(done.string()), problem);
+  } catch (const std::exception& read_error) {
+    problem = std::string("its DONE marker cannot be read: ") + read_error.what();
+  }
+  return problem;
+}
 
 void create_checkpoint_files(const std::string& directory, const GptConfig& config, std::int64_t optimizer_steps) {
   if (fs::exists(in(directory, kDoneFile)) || fs::exists(in(directory, kModelFile))) {

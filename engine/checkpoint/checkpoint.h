@@ -34,6 +34,11 @@ void finish_checkpoint(const std::string& directory, const GptConfig& config, co
 // checkpoint resumes under any --offload-optimizer mode.
 void save_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer, const TrainerState& state);
 
+// Empty when `directory` holds a complete checkpoint by its DONE marker (written last, atomically: the
+// step, then every file's XXH64); otherwise why not: no DONE, an empty one (what a crash leaves on ext4),
+// a garbled one, or one without every file's checksum. The files themselves are hashed on load.
+std::string checkpoint_incomplete_reason(const std::string& directory);
+
 // The trainer state of a complete checkpoint (trainer_state.json), without its tensors.
 TrainerState read_trainer_state(const std::string& directory);
 

@@ -209,6 +209,9 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--save", o.save, "Checkpoint root: DIR/step-N written at the end (and every --save-every steps), DIR/latest links the newest");
   train->add_option("--save-every", o.save_every, "Also checkpoint every N steps (0: only at the end)");
   train->add_option("--keep-checkpoints", o.keep_checkpoints, "Keep the newest N checkpoints under --save, removing older ones (0: keep all)");
+  train->add_flag("--overwrite-checkpoints", o.overwrite_checkpoints,
+                  "Save into a --save root that holds another run's checkpoints (refused without it: a new run would overwrite them, "
+                  "and --keep-checkpoints delete them)");
   train->add_option("--resume", o.resume, "Continue from a checkpoint: a --save root (its latest) or one step-N directory");
   train->add_flag("--override-lr-schedule", o.override_lr_schedule,
                   "With --resume: take the learning-rate schedule (--lr, --lr-schedule, --warmup-steps, --lr-decay-steps, default --steps, "

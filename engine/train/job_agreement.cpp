@@ -130,6 +130,7 @@ std::vector<JobSetting> job_settings(const TrainingPlan& plan) {
       {"--save", plan.io.save.empty() ? "none" : plan.io.save},
       {"--save-every", text(plan.io.save_every)},
       {"--keep-checkpoints", text(plan.io.keep_checkpoints)},
+      {"--overwrite-checkpoints", text(plan.io.overwrite_checkpoints)},
       {"--profile-steps", text(plan.io.profile_steps.first) + "-" + text(plan.io.profile_steps.last) +
                               (plan.io.profile_steps.from_run_start ? " of the run" : "")},
   });

@@ -12,6 +12,7 @@
 #include "allocator/byte_size.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/checkpoint_directory.h"
+#include "engine/checkpoint/save_root_lock.h"
 #include "engine/checkpoint/sharded_save.h"
 #include "engine/core/safetensors.h"
 #include "engine/data/token_data.h"
@@ -224,7 +225,10 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
     last_step = stopping_step(plan, first_step);
     // Every rank writes its shard of the checkpoint's consolidated files (sharded_save.h).
     std::string saved_to;
+    std::optional<SaveRootLock> save_root_lock;  // held by rank 0 for the run's life: one run saves into a root at a time
     if (!plan.io.save.empty() && grid.rank() == 0) {
+      save_root_lock.emplace(plan.io.save);
+      require_save_root_usable(plan.io.save, plan.io.resume, plan.io.overwrite_checkpoints);
       for (const std::string& path : remove_stale_checkpoint_files(plan.io.save)) {
         if (speaks) std::printf("  removed what an interrupted save left: %s\n", path.c_str());
       }
@@ -348,6 +352,7 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
   if (throughputs.empty() && !step_seconds.empty()) summary["tokens_per_second"] = tokens_per_step / step_seconds.front();
   if (!device->has_storage()) summary["tokens_per_second"] = nullptr;  // a dry run computes nothing: no rate to report
   summary["grid"] = plan.to_json();
+  if (!metrics.stopped().empty()) summary["metrics_stopped"] = metrics.stopped();
   if (pipelined) summary["pipeline"] = pipeline_summary(*schedule, chosen->layout.stage_blocks, chosen->partition, plan.world);
   nlohmann::json entry = rank_entry(grid, *device, optimizer_description, last_step - first_step);
   entry.update(stage_description);

@@ -33,6 +33,7 @@ struct TrainOptions {
   std::string save;
   std::int64_t save_every = 0;
   std::int64_t keep_checkpoints = 0;  // complete checkpoints kept under --save (0: all)
+  bool overwrite_checkpoints = false;  // save into a root holding another run's checkpoints
   std::string resume;
   // On resume, the learning-rate schedule from the flags instead of the checkpoint (its horizon: --steps
   // unless --lr-decay-steps); weights, moments, step and data position as saved.

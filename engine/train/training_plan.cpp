@@ -38,6 +38,7 @@ void validate_options(const TrainOptions& o) {
   if (o.save_every > 0 && o.save.empty()) throw std::invalid_argument("--save-every needs --save DIR");
   if (o.keep_checkpoints < 0) throw std::invalid_argument("--keep-checkpoints must be >= 0 (0: keep all)");
   if (o.keep_checkpoints > 0 && o.save.empty()) throw std::invalid_argument("--keep-checkpoints needs --save DIR");
+  if (o.overwrite_checkpoints && o.save.empty()) throw std::invalid_argument("--overwrite-checkpoints needs --save DIR (the root it may save into)");
   if (o.override_lr_schedule && o.resume.empty()) {
     throw std::invalid_argument("--override-lr-schedule takes a resumed run's schedule from the flags: it needs --resume DIR "
                                 "(a new run's schedule comes from the flags already)");
@@ -159,7 +160,7 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   plan.loss_chunk = o.loss_chunk;
   plan.weight_copy_elements = o.weight_copy_elements;
   plan.io = RunIo{o.data, o.shuffle, o.eval_data, o.eval_every, o.eval_batches, o.init_from, o.resume, o.override_lr_schedule, o.save,
-                  o.save_every, o.keep_checkpoints, o.metrics, o.profile, ProfileSteps::parse(o.profile_steps), o.log_every, o.quiet};
+                  o.save_every, o.keep_checkpoints, o.overwrite_checkpoints, o.metrics, o.profile, ProfileSteps::parse(o.profile_steps), o.log_every, o.quiet};
   plan.grid.tp = o.tp;
   plan.grid.pp = o.pipeline_stages;
   if (o.tp < 1) throw std::invalid_argument("--tp must be at least 1, got " + number(o.tp));

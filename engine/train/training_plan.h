@@ -38,6 +38,7 @@ struct RunIo {
   std::string save;
   std::int64_t save_every = 0;
   std::int64_t keep_checkpoints = 0;  // 0: all
+  bool overwrite_checkpoints = false; // may save into a root that holds another run's checkpoints
   std::string metrics;
   std::string profile;
   ProfileSteps profile_steps;

@@ -81,10 +81,23 @@ expect_error "checkpoint is corrupt: $work/flipped/model.safetensors has XXH64 .
 cp -r "$work/trust/step-00000001" "$work/edited"
 sed -i 's/"n_layer": 2/"n_layer": 1/' "$work/edited/config.json"
 expect_error "checkpoint is corrupt: $work/edited/config.json has XXH64" "${run[@]}" train --seq 16 --batch 2 --threads 1 --steps 2 --resume "$work/edited"
-cp -r "$work/trust/step-00000001" "$work/negative"
-echo "step 1" > "$work/negative/DONE"  # a checkpoint from before checksums: its values are still checked
-sed -i 's/"step": 1/"step": -5/' "$work/negative/trainer_state.json"
-expect_error "trainer_state.json says step -5, expected 0 to" "${run[@]}" train "${tiny[@]}" --steps 2 --resume "$work/negative"
+# DONE holds every file's checksum or the checkpoint is partial (an empty DONE is what a crash leaves on
+# ext4; one without checksums let a damaged model load), and the error lists the intact checkpoints.
+"$ferry" train "${tiny[@]}" --steps 2 --save-every 1 --save "$work/done" > /dev/null
+for text in "" "step 2" "$(head -c 64 /dev/urandom | base64)"; do
+  printf '%s' "$text" > "$work/done/step-00000002/DONE"
+  expect_error "checkpoint '$work/done/step-00000002' is partial: its DONE marker .*; resume from one of the intact checkpoints beside it: $work/done/step-00000001" \
+    "${run[@]}" train "${tiny[@]}" --steps 3 --resume "$work/done"
+done
+# A broken `latest` names `latest` and the intact steps (before: "partial: no DONE").
+rm "$work/done/latest" && echo "my notes" > "$work/done/latest"
+expect_error "\`latest\` is a file, not the link ferry keeps to the newest checkpoint; resume from one of: $work/done/step-00000001" \
+  "${run[@]}" train "${tiny[@]}" --steps 3 --resume "$work/done"
+rm "$work/done/latest" && mkdir "$work/done/latest"
+expect_error "\`latest\` is a directory, not the link" "${run[@]}" train "${tiny[@]}" --steps 3 --resume "$work/done"
+rmdir "$work/done/latest"
+expect_error "checkpoint root '$work/done' has no \`latest\` link; resume from one of: $work/done/step-00000001" \
+  "${run[@]}" train "${tiny[@]}" --steps 3 --resume "$work/done"
 "${run[@]}" train "${tiny[@]}" --steps 2 --resume "$work/trust" > /dev/null  # the untouched one resumes
 # A profile directory with rank-0 and rank-5 only: the missing ranks are named, not silently dropped.
 "$ferry" train "${tiny[@]}" --steps 1 --profile "$work/ranks/rank-0" > /dev/null
@@ -127,7 +140,7 @@ expect_error "--device-memory 100.00 TiB: this machine cannot reserve the addres
 # SIGKILL at moments spread over a run that saves every step (most of its time is in saves: writes,
 # fsyncs, renames): whenever it dies, the save root resumes, and the next save clears what was left.
 for delay in 0.4 0.7 1.0 1.3 1.6; do
-  "$ferry" train "${tiny[@]}" --steps 100000 --save-every 1 --save "$work/killed" > /dev/null 2>&1 &
+  "$ferry" train "${tiny[@]}" --steps 100000 --save-every 1 --save "$work/killed" --overwrite-checkpoints > /dev/null 2>&1 &
   pid=$!
   sleep "$delay"
   kill -9 "$pid" 2> /dev/null || true
@@ -139,6 +152,56 @@ for delay in 0.4 0.7 1.0 1.3 1.6; do
     echo "temporaries left after the next save:"; ls -laR "$work/killed"; exit 1
   fi
 done
+
+# A save never destroys what it did not write (issue 29). Two runs into one root at once: the second is
+# refused, naming the first's PID, and the first goes on saving.
+"$ferry" train "${tiny[@]}" --steps 100000 --save-every 50 --save "$work/shared" > /dev/null 2>&1 &
+first=$!
+for _ in $(seq 100); do [[ -e "$work/shared/latest" ]] && break; sleep 0.1; done
+expect_error "--save '$work/shared' is in use by another ferry run (PID $first on host" \
+  "${run[@]}" train "${tiny[@]}" --steps 2 --save "$work/shared" --overwrite-checkpoints
+kill "$first" && wait "$first" 2> /dev/null || true
+# A new run into a root with another run's checkpoints is refused (it overwrote them, and with
+# --keep-checkpoints 1 deleted them at its first save); resuming from it or --overwrite-checkpoints saves.
+"$ferry" train "${tiny[@]}" --steps 2 --save "$work/theirs" > /dev/null
+before=$(cd "$work/theirs" && sha256sum step-*/* | sha256sum)
+expect_error "--save '$work/theirs' holds 1 checkpoint of another run (the newest step-00000002): a new run would overwrite them" \
+  "${run[@]}" train "${tiny[@]}" --steps 2 --seed 5 --save "$work/theirs" --keep-checkpoints 1
+[[ $(cd "$work/theirs" && sha256sum step-*/* | sha256sum) == "$before" ]] || { echo "a refused run changed the root"; exit 1; }
+expect_error "--overwrite-checkpoints needs --save" "${run[@]}" train "${tiny[@]}" --steps 1 --overwrite-checkpoints
+"${run[@]}" train "${tiny[@]}" --steps 3 --resume "$work/theirs" --save "$work/theirs" > /dev/null
+"${run[@]}" train "${tiny[@]}" --steps 2 --seed 5 --save "$work/theirs" --overwrite-checkpoints > /dev/null
+# A user's own step-N directory and file named `latest` are never replaced, nor removed by cleanup.
+mkdir -p "$work/user/step-00000002" "$work/user/step-00000009" && echo mine > "$work/user/step-00000002/notes.txt"
+expect_error "'$work/user/step-00000002' exists and is not a checkpoint ferry wrote" "${run[@]}" train "${tiny[@]}" --steps 2 --save "$work/user"
+[[ $(cat "$work/user/step-00000002/notes.txt") == mine && -d "$work/user/step-00000009" ]] || { echo "a user's step directory was touched"; exit 1; }
+rm -r "$work/user/step-00000002" && echo "my notes" > "$work/user/latest"
+expect_error "its \`latest\` is a file ferry did not write" "${run[@]}" train "${tiny[@]}" --steps 2 --save "$work/user"
+[[ $(cat "$work/user/latest") == "my notes" && -d "$work/user/step-00000009" ]] || { echo "a user's latest was touched"; exit 1; }
+
+# --metrics on a full disk (a tmpfs of 8 KiB, in a mount namespace of its own): each line whole or not
+# at all, said once, and the run trains on (before: a half line, and the run died).
+mkdir -p "$work/full"
+unshare -m bash -c '
+  set -euo pipefail
+  mount -t tmpfs -o size=8k tmpfs "$1"
+  shift
+  out=$1; shift
+  "$@" --metrics "$(dirname "$out")/full/metrics.jsonl" --summary "$out.json" > /dev/null 2> "$out.err"
+  cp "$(dirname "$out")/full/metrics.jsonl" "$out.jsonl"
+' _ "$work/full" "$work/metrics_full" "${run[@]}" train "${tiny[@]}" --steps 40 --log-every 1000 ||
+  { echo "a full --metrics disk ended the run:"; cat "$work/metrics_full.err"; exit 1; }
+[[ $(grep -c "warning: --metrics '$work/full/metrics.jsonl' stopped: writing step .*'s line failed" "$work/metrics_full.err") == 1 ]] ||
+  { echo "metrics stopping not said once:"; cat "$work/metrics_full.err"; exit 1; }
+/usr/bin/python3 - "$work/metrics_full" <<'PY'
+import json, sys
+lines = open(sys.argv[1] + ".jsonl", "rb").read()
+assert lines.endswith(b"\n"), lines[-80:]
+steps = [json.loads(line)["step"] for line in lines.splitlines()]
+assert 0 < len(steps) < 40 and steps == list(range(1, len(steps) + 1)), steps
+summary = json.load(open(sys.argv[1] + ".json"))
+assert len(summary["steps"]) == 40 and "the file ends with the last whole line" in summary["metrics_stopped"], summary.get("metrics_stopped")
+PY
 
 # Paths that are not UTF-8 (a Latin-1 name): every output is written, JSON names them with U+FFFD, and
 # the checkpoint resumes and the profile reports.

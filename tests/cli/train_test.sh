@@ -76,9 +76,10 @@ cmp "$work/straight_fp32/latest/model.safetensors" "$work/every/latest/model.saf
 "${run[@]}" --steps 4 --save-every 1 --keep-checkpoints 2 --save "$work/kept" > "$work/kept.txt"
 grep -q "saved checkpoint $work/kept/step-00000004 ($work/kept/latest)" "$work/kept.txt"
 [[ $(cd "$work/kept" && echo step-*) == "step-00000003 step-00000004" ]] || { ls -l "$work/kept"; exit 1; }
-# What a save killed at any point leaves (a staging directory, temporary files, a step without DONE, an
-# older checkpoint of the same step set aside) never changes what resumes, and the next save clears it:
-# the set-aside checkpoint whose replacement never arrived is put back.
+# What a save killed at any point leaves (a staging directory, temporary files, an older checkpoint of
+# the same step set aside) never changes what resumes, and the next save clears it: the set-aside
+# checkpoint whose replacement never arrived is put back. A step directory ferry did not stage (no DONE,
+# no marker: a user's) is left as it is.
 cp -r "$work/kept/step-00000004" "$work/kept/step-00000005.tmp.999999999" && rm "$work/kept/step-00000005.tmp.999999999/DONE"
 echo partial > "$work/kept/step-00000004/model.safetensors.tmp.999999998"
 mkdir "$work/kept/step-00000007"
@@ -90,9 +91,10 @@ assert json.load(open(sys.argv[1]))["run"]["first_step"] == 5
 PY
 "${run[@]}" --steps 5 --resume "$work/kept" --save "$work/kept" --keep-checkpoints 3 > "$work/kept.txt"
 grep -q "removed what an interrupted save left: $work/kept/step-00000005.tmp.999999999" "$work/kept.txt"
-grep -q "removed what an interrupted save left: $work/kept/step-00000007" "$work/kept.txt"
+if grep -q "step-00000007" "$work/kept.txt"; then echo "cleanup touched a step directory ferry did not stage"; exit 1; fi
 grep -q "removed what an interrupted save left: $work/kept/step-00000003 (restored)" "$work/kept.txt"
-[[ $(cd "$work/kept" && echo step-*) == "step-00000003 step-00000004 step-00000005" ]] || { ls -l "$work/kept"; exit 1; }
+[[ $(cd "$work/kept" && echo step-*) == "step-00000003 step-00000004 step-00000005 step-00000007" ]] || { ls -l "$work/kept"; exit 1; }
+rmdir "$work/kept/step-00000007"
 [[ ! -e "$work/kept/step-00000004/model.safetensors.tmp.999999998" ]]
 rm "$work/kept/step-00000005" -r
 expect_error "checkpoint root '$work/kept': \`latest\` names 'step-00000005', which is missing .* resume from one of: $work/kept/step-00000003 $work/kept/step-00000004" \

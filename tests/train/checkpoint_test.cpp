@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <utility>
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/checkpoint_directory.h"
+#include "engine/checkpoint/save_root_lock.h"
 #include "engine/core/atomic_file.h"
 #include "engine/core/safetensors.h"
 #include "models/gpt_weights.h"
@@ -232,6 +234,135 @@ TEST(CheckpointDirectory, AFailedSaveLeavesLatestAndNoStagingBehind) {
   EXPECT_EQ(read_trainer_state(resolve_checkpoint(root)).step, 5);
   EXPECT_TRUE(remove_stale_checkpoint_files(root).empty());
   fs::remove_all(root);
+}
+
+
+// DONE is a checkpoint's promise: empty (what a crash leaves on ext4), random bytes, or without every
+// file's checksum, it is partial, and the error lists the intact checkpoints beside it.
+TEST(CheckpointDirectory, ADoneWithoutEveryChecksumIsPartial) {
+  auto device = create_device(DeviceOptions{});
+  GptModel model(*device, tiny(), DType::f32);
+  initialize_gpt_parameters(model.parameters(), tiny(), 7);
+  const auto optimizer = make_device_optimizer(model, {});
+  const std::string root = fresh_directory("done_root");
+  for (const std::int64_t step : {1, 2}) {
+    save_checkpoint_step(root, step, 0, [&](const std::string& directory) {
+      save_checkpoint(directory, model, *optimizer, trainer_state(step, 0, 1, nlohmann::json::object()));
+    });
+  }
+  const std::string damaged = checkpoint_step_directory(root, 2), intact = checkpoint_step_directory(root, 1);
+  EXPECT_EQ(checkpoint_incomplete_reason(damaged), "");
+  const std::string done = read_text_file(damaged + "/DONE");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "is empty"},
+      {std::string("\x93\x01garbage\n", 10), "garbled"},
+      {"step 2\n", "lacks the checksum of model.safetensors"},
+      {done.substr(0, done.rfind("  trainer_state.json")) + "\n", "lacks the checksum of trainer_state.json"},
+      {done + "extra\n", "text after the checksums"},
+      {"step 2\n" + std::string(16, 'z') + "  model.safetensors\n", "lacks the checksum of model.safetensors"},
+  };
+  for (const auto& [text, reason] : cases) {
+    write_file_atomically(damaged + "/DONE", text);
+    EXPECT_NE(checkpoint_incomplete_reason(damaged).find(reason), std::string::npos) << checkpoint_incomplete_reason(damaged);
+    try {
+      read_trainer_state(damaged);
+      ADD_FAILURE() << "a DONE of '" << text << "' was accepted";
+    } catch (const CheckpointError& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("is partial: "), std::string::npos) << message;
+      EXPECT_NE(message.find("resume from one of the intact checkpoints beside it: " + intact), std::string::npos) << message;
+    }
+  }
+  write_file_atomically(damaged + "/DONE", done);
+  EXPECT_EQ(read_trainer_state(damaged).step, 2);
+  fs::remove_all(root);
+}
+
+// A save root: one run at a time, a new run never overwrites another's checkpoints unless told, and
+// cleanup and saves never touch a step-* directory or `latest` ferry did not write.
+TEST(CheckpointDirectory, ASaveNeverDestroysWhatItDidNotWrite) {
+  auto device = create_device(DeviceOptions{});
+  GptModel model(*device, tiny(), DType::f32);
+  initialize_gpt_parameters(model.parameters(), tiny(), 7);
+  const auto optimizer = make_device_optimizer(model, {});
+  const std::string root = fresh_directory("own_root");
+  auto write_step = [&](std::int64_t step, std::int64_t keep) {
+    return save_checkpoint_step(root, step, keep, [&](const std::string& directory) {
+      save_checkpoint(directory, model, *optimizer, trainer_state(step, 0, 1, nlohmann::json::object()));
+    });
+  };
+  {
+    const SaveRootLock held(root);
+    try {
+      const SaveRootLock second(root);
+      ADD_FAILURE() << "a second lock on one save root";
+    } catch (const CheckpointError& error) {
+      EXPECT_NE(std::string(error.what()).find("is in use by another ferry run (PID " + std::to_string(::getpid()) + " on host"), std::string::npos)
+          << error.what();
+    }
+  }
+  { const SaveRootLock again(root); }  // released with its holder
+  require_save_root_usable(root, "", false);  // no checkpoints yet
+  write_step(1, 0);
+  try {
+    require_save_root_usable(root, "", false);
+    ADD_FAILURE() << "a new run into a root with checkpoints";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(std::string(error.what()).find("holds 1 checkpoint of another run (the newest step-00000001)"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("--overwrite-checkpoints"), std::string::npos) << error.what();
+  }
+  require_save_root_usable(root, checkpoint_step_directory(root, 1), false);  // resuming from it
+  require_save_root_usable(root, "", true);
+  EXPECT_THROW(require_save_root_usable(root, fresh_directory("elsewhere") + "/step-00000001", false), CheckpointError);
+
+  // A user's own directories beside ferry's: a step without DONE or marker, a stale-looking staging
+  // directory without the marker. Cleanup leaves them; pruning counts only complete checkpoints.
+  fs::create_directories(root + "/step-00000007");
+  std::ofstream(root + "/step-00000007/notes.txt") << "mine";
+  fs::create_directories(root + "/step-00000009.tmp.999999999");
+  std::ofstream(root + "/step-00000009.tmp.999999999/notes.txt") << "mine too";
+  fs::create_directories(root + "/step-00000006.tmp.999999997");  // empty: a staging directory killed before its marker
+  fs::create_directories(root + "/step-00000008.tmp.999999998");  // ferry's: a staged copy with the marker
+  fs::copy(checkpoint_step_directory(root, 1), root + "/step-00000008.tmp.999999998", fs::copy_options::recursive);
+  const std::vector<std::string> removed = remove_stale_checkpoint_files(root);
+  std::vector<std::string> sorted = removed;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, (std::vector<std::string>{root + "/step-00000006.tmp.999999997", root + "/step-00000008.tmp.999999998"}));
+  EXPECT_TRUE(fs::exists(root + "/step-00000007/notes.txt"));
+  EXPECT_TRUE(fs::exists(root + "/step-00000009.tmp.999999999"));
+  write_step(2, 1);
+  EXPECT_TRUE(fs::exists(root + "/step-00000007/notes.txt"));
+  EXPECT_FALSE(fs::exists(checkpoint_step_directory(root, 1)));
+  // A save of a step whose name a user's directory holds is refused, the directory whole.
+  EXPECT_THROW(write_step(7, 0), CheckpointError);
+  EXPECT_TRUE(fs::exists(root + "/step-00000007/notes.txt"));
+  EXPECT_EQ(resolve_checkpoint(root), checkpoint_step_directory(root, 2));
+  // A `latest` that is a user's file: refused before the run and at a save, never replaced.
+  fs::remove(root + "/latest");
+  std::ofstream(root + "/latest") << "my notes";
+  EXPECT_THROW(require_save_root_usable(root, "", true), CheckpointError);
+  EXPECT_THROW(write_step(3, 0), CheckpointError);
+  EXPECT_EQ(read_text_file(root + "/latest"), "my notes");
+  try {
+    resolve_checkpoint(root);
+    ADD_FAILURE() << "a file named latest resolved";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(std::string(error.what()).find("`latest` is a file, not the link ferry keeps to the newest checkpoint; resume from one of: " +
+                                             checkpoint_step_directory(root, 2)), std::string::npos) << error.what();
+  }
+  fs::remove_all(root);
+}
+
+TEST(Checkpoint, AnImpossibleStepInTheTrainerStateIsNamed) {
+  // A checkpoint's trainer_state.json with its step edited (DONE's checksum catches the edit on load; a
+  // state written wrong is still refused by its values).
+  const std::string text = trainer_state_text(trainer_state(-5, 0, 1, nlohmann::json::object()), 0);
+  try {
+    parse_trainer_state(text, "/checkpoint");
+    ADD_FAILURE() << "step -5 accepted";
+  } catch (const std::exception& error) {
+    EXPECT_NE(std::string(error.what()).find("says step -5, expected 0 to"), std::string::npos) << error.what();
+  }
 }
 
 }  // namespace
