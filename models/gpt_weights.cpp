@@ -2,12 +2,14 @@
 #include "engine/core/bounded_json.h"
 
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
 
 #include "engine/core/atomic_file.h"
+#include "models/kernels/cpu/layernorm.h"
 
 namespace ferry {
 namespace {
@@ -51,6 +53,29 @@ GptConfig read_hf_gpt_config(const std::string& path) {
   config.max_sequence = field("n_positions");
   config.vocab = field("vocab_size");
   config.validate();
+  // Keys whose values change the model: ferry computes GPT-2's, and any other value would train a
+  // model the config does not describe.
+  const auto refuse = [&](const std::string& key, const std::string& what) {
+    throw std::invalid_argument("'" + path + "': \"" + key + "\" is " + json[key].dump() + ", but ferry computes " + what +
+                                " (GPT-2's); it would train another model than this config describes");
+  };
+  if (json.contains("activation_function") &&
+      !(json["activation_function"] == "gelu_new" || json["activation_function"] == "gelu_pytorch_tanh")) {
+    refuse("activation_function", "the tanh GELU (\"gelu_new\")");
+  }
+  if (json.contains("layer_norm_epsilon") &&
+      !(json["layer_norm_epsilon"].is_number() && std::abs(json["layer_norm_epsilon"].get<double>() - cpu::kLayerNormEpsilon) <= 1e-12)) {
+    refuse("layer_norm_epsilon", "LayerNorm with epsilon 1e-05");
+  }
+  if (json.contains("n_inner") && !json["n_inner"].is_null() && json["n_inner"] != 4 * config.hidden) {
+    refuse("n_inner", "an MLP of 4 x n_embd = " + std::to_string(4 * config.hidden) + " (null)");
+  }
+  if (json.contains("tie_word_embeddings") && json["tie_word_embeddings"] != true) refuse("tie_word_embeddings", "a head tied to the token table (true)");
+  if (json.contains("scale_attn_weights") && json["scale_attn_weights"] != true) refuse("scale_attn_weights", "attention scaled by 1/sqrt(head size) (true)");
+  if (json.contains("scale_attn_by_inverse_layer_idx") && json["scale_attn_by_inverse_layer_idx"] != false) {
+    refuse("scale_attn_by_inverse_layer_idx", "attention without a per-layer scale (false)");
+  }
+  if (json.contains("add_cross_attention") && json["add_cross_attention"] != false) refuse("add_cross_attention", "no cross-attention (false)");
   return config;
 }
 

@@ -59,6 +59,10 @@ class NvmeStateTier final : public OptimizerStateTier {
     const std::size_t state_bytes = 3 * static_cast<std::size_t>(group_elements) * sizeof(float);
     region_bytes_ = (state_bytes + chunk - 1) / chunk * chunk;
     file_ = store.create_file("optimizer_states.bin", static_cast<std::uint64_t>(group_count()) * region_bytes_);
+    // The name goes at once: the state lives while the store holds the file open, and no signal, crash
+    // or SIGKILL leaves it behind (nor does another run's file of the same name get removed at the end).
+    std::error_code ignored;
+    std::filesystem::remove(store_.path(file_), ignored);
     std::vector<std::span<std::byte>> spans;
     for (int i = 0; i < buffer_count; ++i) {
       Slot slot;
@@ -74,10 +78,8 @@ class NvmeStateTier final : public OptimizerStateTier {
   ~NvmeStateTier() override {
     try {
       flush();
-    } catch (...) {  // the store already reported it; the file is scratch
+    } catch (...) {  // the store already reported it; the file is scratch (unnamed since it was made)
     }
-    std::error_code ignored;
-    std::filesystem::remove(store_.path(file_), ignored);
   }
   std::string name() const override { return "nvme"; }
   std::uint64_t nvme_bytes() const override { return static_cast<std::uint64_t>(group_count()) * region_bytes_; }

@@ -34,6 +34,18 @@ std::int64_t choose_group_elements(const ZeroOffloadSettings& offload, std::int6
   const auto fitting = static_cast<std::int64_t>(largest_region / state_bytes_per_element);
   if (offload.sub_group_elements <= 0) return std::clamp<std::int64_t>(fitting, 1, std::max<std::int64_t>(total, 1));
   const std::int64_t elements = std::clamp<std::int64_t>(offload.sub_group_elements, 1, std::max<std::int64_t>(total, 1));
+  // Each sub-group's region is padded to whole I/O chunks: a sub-group of less than a chunk of state
+  // would make the file mostly padding (1 element per group: a 1 MiB chunk for 12 bytes), so the file
+  // is bounded by twice the state it holds.
+  const auto chunk_elements = static_cast<std::int64_t>((chunk + state_bytes_per_element - 1) / state_bytes_per_element);
+  if (elements < total && elements < chunk_elements) {
+    throw std::invalid_argument("--offload-sub-group " + std::to_string(elements) + ": each sub-group's state (" +
+                                format_bytes(static_cast<std::size_t>(elements) * state_bytes_per_element) + ") is padded on NVMe to a whole " +
+                                format_bytes(chunk) + " I/O chunk, so the file would hold " +
+                                format_bytes(static_cast<std::size_t>((total + elements - 1) / elements) * chunk) + " for " +
+                                format_bytes(static_cast<std::size_t>(total) * state_bytes_per_element) + " of state; give at least " +
+                                std::to_string(chunk_elements) + " elements (a chunk's worth), or 0 to size sub-groups from the buffers");
+  }
   const std::size_t region = (static_cast<std::size_t>(elements) * state_bytes_per_element + chunk - 1) / chunk * chunk;
   if (region > largest_region) {
     throw std::invalid_argument("--offload-buffer-count " + std::to_string(count) + " buffers of one sub-group (--offload-sub-group " +

@@ -17,11 +17,21 @@ namespace ferry::config {
 
 using nlohmann::json;
 
-// Integers must be whole JSON numbers within T's range (2.7, 1e30 and 4294967297 for an int are errors
-// naming the range, never truncated or wrapped); floating-point values must be finite.
+// Integers must be whole numbers within T's range (2.7, 1e30 and 4294967297 for an int are errors
+// naming the range, never truncated or wrapped); a whole number written as a float (5e8, as DeepSpeed's
+// own examples write reduce_bucket_size) is that integer. Floating-point values must be finite; strings
+// must not be empty.
 template <typename T>
 T value_of(const json& node, const std::string& key) {
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (node.is_number_float()) {
+      const double value = node.get<double>();
+      // Below 2^63 every whole double converts exactly; the bounds are compared as doubles.
+      if (std::isfinite(value) && std::trunc(value) == value && value >= static_cast<double>(std::numeric_limits<T>::min()) &&
+          value < std::ldexp(1.0, std::numeric_limits<T>::digits)) {
+        return static_cast<T>(value);
+      }
+    }
     return json_integer<T>(node, "config key '" + key + "'");
   } else {
     T value;
@@ -32,6 +42,9 @@ T value_of(const json& node, const std::string& key) {
     }
     if constexpr (std::is_floating_point_v<T>) {
       if (!std::isfinite(value)) throw std::invalid_argument("config key '" + key + "' is " + node.dump() + ": it must be a finite number");
+    }
+    if constexpr (std::is_same_v<T, std::string>) {
+      if (value.empty()) throw std::invalid_argument("config key '" + key + "' is empty: give it a value, or leave the key out for its default");
     }
     return value;
   }

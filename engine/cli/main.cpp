@@ -15,6 +15,7 @@
 #include "engine/cli/bench_memory.h"
 #include "engine/cli/build_info.h"
 #include "engine/cli/command_suggestions.h"
+#include "engine/cli/empty_values.h"
 #include "engine/cli/replay_command.h"
 #include "engine/cli/report_command.h"
 #include "engine/cli/schedule_command.h"
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
   ferry::add_report_command(app, report);
   ferry::BenchMemoryOptions bench_memory;
   ferry::add_bench_command(app, bench_memory);
+  ferry::refuse_empty_values(app);
   // The config is applied first: its DeepSpeed keys into the options, its "ferry" section as flags that
   // go before the command line's, so that the command line overrides both.
   std::vector<std::string> arguments(argv + 1, argv + argc);

@@ -8,6 +8,7 @@
 
 #include "allocator/byte_size.h"
 #include "allocator/trace_replay.h"
+#include "engine/core/atomic_file.h"
 #include "engine/report/summary_file.h"
 #include "engine/snapshot/snapshot_profile.h"
 #include "engine/snapshot/snapshot_replay.h"
@@ -38,6 +39,7 @@ int run_replay_command(const ReplayCommandOptions& options) {
     records = profile_allocation_records(profile);
     segments = profile_segment_records(profile);
   } else {
+    regular_file_size(options.trace_path);  // a device or pipe never ends: refused, naming it
     records = read_rmm_trace_file(options.trace_path);
   }
   const ReplayResult result = replay_trace(records, capacity, config, segments);

@@ -1,4 +1,5 @@
 #include "engine/cli/train_flag_parser.h"
+#include "engine/cli/empty_values.h"
 #include "engine/core/bounded_json.h"
 
 #include <algorithm>
@@ -165,7 +166,8 @@ void apply_scheduler(const json& scheduler, TrainOptions& options) {
 CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   CLI::App* train = app.add_subcommand("train", "Train a GPT model (default: gpt2-tiny on the embedded corpus, cpu device)");
   train->add_option("--config", o.config_path, "JSON config (DeepSpeed keys + a \"ferry\" section); flags override it");
-  train->add_option("--model", o.model, "Preset: gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-small ... gpt3-30b");
+  train->add_option("--model", o.model, "Preset: gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-small ... gpt3-30b")
+      ->each([&o](const std::string&) { o.model_given = true; });
   train->add_option("--layers", o.layers, "Transformer blocks (overrides the preset)");
   train->add_option("--hidden", o.hidden, "Hidden width (overrides the preset)");
   train->add_option("--heads", o.heads, "Attention heads (overrides the preset)");
@@ -187,8 +189,8 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                     "fp16: double the scale after this many steps without overflow (default 1000)");
   train->add_option("--hysteresis", optimizer.hysteresis, "fp16: overflowing steps (skipped) before the scale halves (default 2)");
   train->add_option("--min-loss-scale", optimizer.min_loss_scale, "fp16: the dynamic scale never goes below this (default 1)");
-  train->add_option("--batch", o.batch, "Micro-batch size (sequences)");
-  train->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step");
+  train->add_option("--batch", o.batch, "Micro-batch size (sequences)")->each([&o](const std::string&) { o.batch_given = true; });
+  train->add_option("--grad-accum", o.grad_accum, "Micro-batches per optimizer step")->each([&o](const std::string&) { o.grad_accum_given = true; });
   train->add_option("--steps", o.steps, "Total optimizer steps (a resumed run continues up to this count)");
   train->add_option("--exit-interval", o.exit_interval,
                     "Stop after the first step that is a multiple of K, saving when --save is given (Megatron's --exit-interval)");
@@ -305,8 +307,14 @@ std::vector<std::string> apply_config_file(const std::string& path, TrainOptions
                               "gradient_clipping", "bf16", "fp16", "scheduler", "steps_per_print", "activation_checkpointing",
                               "recompute_granularity", "recompute_method", "recompute_num_layers", "zero_optimization", "aio", "ferry",
                               "tensor_model_parallel_size", "pipeline_model_parallel_size", "sequence_parallel"});
-  if (config.contains("train_micro_batch_size_per_gpu")) options.batch = value_of<std::int64_t>(config["train_micro_batch_size_per_gpu"], "train_micro_batch_size_per_gpu");
-  if (config.contains("gradient_accumulation_steps")) options.grad_accum = value_of<std::int64_t>(config["gradient_accumulation_steps"], "gradient_accumulation_steps");
+  if (config.contains("train_micro_batch_size_per_gpu")) {
+    options.batch = value_of<std::int64_t>(config["train_micro_batch_size_per_gpu"], "train_micro_batch_size_per_gpu");
+    options.batch_given = true;
+  }
+  if (config.contains("gradient_accumulation_steps")) {
+    options.grad_accum = value_of<std::int64_t>(config["gradient_accumulation_steps"], "gradient_accumulation_steps");
+    options.grad_accum_given = true;
+  }
   // Checked against micro-batch x grad-accum x dp once the grid is known (make_training_plan).
   if (config.contains("train_batch_size")) options.train_batch_size = value_of<std::int64_t>(config["train_batch_size"], "train_batch_size");
   if (config.contains("tensor_model_parallel_size")) options.tp = value_of<std::int32_t>(config["tensor_model_parallel_size"], "tensor_model_parallel_size");
@@ -320,9 +328,24 @@ std::vector<std::string> apply_config_file(const std::string& path, TrainOptions
     const json& optimizer = config["optimizer"];
     reject_unknown(optimizer, "optimizer", {"type", "params"});
     const std::string type = value_of<std::string>(optimizer.value("type", json("AdamW")), "optimizer.type");
-    if (type != "AdamW" && type != "adamw") throw std::invalid_argument("optimizer type '" + type + "' is not supported (AdamW)");
     const json params = optimizer.value("params", json::object());
-    reject_unknown(params, "optimizer.params", {"lr", "betas", "eps", "weight_decay"});
+    reject_unknown(params, "optimizer.params", {"lr", "betas", "eps", "weight_decay", "adam_w_mode"});
+    // DeepSpeed's "Adam" is AdamW unless adam_w_mode is false (its FusedAdam and DeepSpeedCPUAdam default
+    // to decoupled weight decay); Adam with L2 regularization in the gradient is not built.
+    std::string lowered = type;
+    std::transform(lowered.begin(), lowered.end(), lowered.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    const bool adam_w_mode = value_of<bool>(params.value("adam_w_mode", json(true)), "optimizer.params.adam_w_mode");
+    if (lowered != "adamw" && lowered != "adam") {
+      throw std::invalid_argument("config key 'optimizer.type' is '" + type + "': ferry trains with AdamW (\"AdamW\", or DeepSpeed's \"Adam\" "
+                                  "with adam_w_mode true, its default)");
+    }
+    if (lowered == "adamw" && params.contains("adam_w_mode") && !adam_w_mode) {
+      throw std::invalid_argument("config: optimizer.type 'AdamW' with optimizer.params.adam_w_mode false contradict each other");
+    }
+    if (!adam_w_mode) {
+      throw std::invalid_argument("config: optimizer 'Adam' with adam_w_mode false is Adam with L2 regularization (weight decay added to "
+                                  "the gradient), which ferry does not build: set adam_w_mode true (AdamW, decoupled weight decay)");
+    }
     if (params.contains("lr")) options.optimizer.lr = value_of<double>(params["lr"], "optimizer.params.lr");
     if (params.contains("eps")) options.optimizer.eps = value_of<double>(params["eps"], "optimizer.params.eps");
     if (params.contains("weight_decay")) {
@@ -361,6 +384,7 @@ void check_config_flags(const std::vector<std::string>& flags, const std::string
     CLI::App probe;
     TrainOptions scratch;
     CLI::App* train = add_train_command(probe, scratch);
+    refuse_empty_values(*train);
     if (flags[i] == "--config" || train->get_option_no_throw(flags[i]) == nullptr) {
       std::vector<std::string> known;
       for (const CLI::Option* option : train->get_options()) {

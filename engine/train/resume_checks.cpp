@@ -33,6 +33,20 @@ void check_shape_flags_against_checkpoint(const TrainOptions& o, const GptConfig
                                   "', whose model has " + flag + " " + std::to_string(saved[i]) + ": drop the flag to resume it");
     }
   }
+  if (o.model_given) {
+    const std::optional<GptConfig> preset = gpt_preset(o.model);
+    if (!preset) {
+      throw std::invalid_argument("unknown --model '" + o.model + "' beside --resume (the model is the checkpoint's: drop --model to resume it)");
+    }
+    // The preset's shape with the flags that override it (each checked above).
+    if (o.layers.value_or(preset->layers) != config.layers || o.hidden.value_or(preset->hidden) != config.hidden ||
+        o.heads.value_or(preset->heads) != config.heads || o.vocab.value_or(preset->vocab) != config.vocab) {
+      throw std::invalid_argument("--model " + o.model + " contradicts the checkpoint '" + o.resume + "', whose model has " +
+                                  std::to_string(config.layers) + " layers of width " + std::to_string(config.hidden) + ", " +
+                                  std::to_string(config.heads) + " heads and a vocabulary of " + std::to_string(config.vocab) +
+                                  ": drop --model to resume it");
+    }
+  }
   if (!o.init_from.empty()) {
     std::printf("  note: --init-from %s is not read: --resume continues from the checkpoint's weights\n", o.init_from.c_str());
   }

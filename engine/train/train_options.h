@@ -16,6 +16,7 @@ namespace ferry {
 struct TrainOptions {
   std::string config_path;
   std::string model = "gpt2-tiny";
+  bool model_given = false;       // --model was given (a resume checks it against the checkpoint's model)
   std::optional<std::int64_t> layers, hidden, heads, vocab, seq;
   std::string device = "cpu";
   std::string device_memory;  // empty: the device's default
@@ -23,6 +24,8 @@ struct TrainOptions {
   std::string precision = "fp32";
   std::int64_t batch = 8;
   std::int64_t grad_accum = 1;
+  // Given by a flag or the config (DeepSpeed derives the missing factor of train_batch_size).
+  bool batch_given = false, grad_accum_given = false;
   std::int64_t steps = 300;
   std::optional<std::int64_t> exit_interval;  // stop (and save) after the first step that is a multiple of it
   OptimizerRequest optimizer;  // schedule, AdamW, clipping, fp16 loss scaling: defaults or the checkpoint's

@@ -105,6 +105,39 @@ nlohmann::json TrainingPlan::to_json() const {
           {"dry_run", dry_run}};
 }
 
+namespace {
+
+// DeepSpeed's train_batch_size = micro-batch x gradient_accumulation_steps x dp, with a factor not given
+// (by a flag or a config key) derived as DeepSpeed derives it: the micro-batch from the other two, the
+// accumulation from the micro-batch, or, with neither, accumulation 1. A size the factors do not divide
+// names them.
+void derive_batch_factors(const TrainOptions& o, std::int64_t train_batch, TrainingPlan& plan) {
+  const bool accumulation_given = o.grad_accum_given || o.micro_batches.has_value();
+  if (o.batch_given && accumulation_given) return;  // checked against the product
+  const std::int64_t dp = plan.grid.dp;
+  const auto divide = [&](std::int64_t by, const std::string& what) {
+    if (train_batch <= 0 || train_batch % by != 0) {
+      throw std::invalid_argument("train_batch_size " + number(train_batch) + " is not a multiple of " + what + " = " + number(by) +
+                                  ": give a train_batch_size it divides, or both train_micro_batch_size_per_gpu and gradient_accumulation_steps");
+    }
+    return train_batch / by;
+  };
+  if (o.batch_given) {
+    plan.micro_batches = divide(plan.micro_batch * dp, "train_micro_batch_size_per_gpu (--batch) " + number(plan.micro_batch) + " x " + number(dp) +
+                                                           " data-parallel ranks");
+  } else if (accumulation_given) {
+    plan.micro_batch = divide(plan.micro_batches * dp, "gradient_accumulation_steps (--grad-accum) " + number(plan.micro_batches) + " x " +
+                                                           number(dp) + " data-parallel ranks");
+  } else {
+    plan.micro_batches = 1;
+    plan.micro_batch = divide(dp, number(dp) + " data-parallel ranks");
+  }
+  plan.notes.push_back("train_batch_size " + number(train_batch) + " = micro-batch " + number(plan.micro_batch) + " x accumulation " +
+                       number(plan.micro_batches) + " x " + number(dp) + " data-parallel ranks (the factors not given derived, as DeepSpeed does)");
+}
+
+}  // namespace
+
 void require_positive(std::int64_t value, const char* flag) {
   if (value <= 0) throw std::invalid_argument(std::string(flag) + " must be positive, got " + std::to_string(value));
 }
@@ -137,6 +170,15 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
                                 ": a device needs memory; give a size such as 512MiB, or leave the flag out for the device's own");
   }
   plan.recompute = RecomputePolicy::parse(o.checkpointing);
+  const std::int64_t blocks = plan.model.layers;
+  if (plan.recompute.kind == RecomputeKind::first && plan.recompute.every > blocks) {
+    throw std::invalid_argument("--checkpointing " + o.checkpointing + ": the model has " + number(blocks) + " blocks, so first:" + number(blocks) +
+                                " is the most (every block: --checkpointing full)");
+  }
+  if (plan.recompute.kind == RecomputeKind::every && plan.recompute.every > blocks) {
+    throw std::invalid_argument("--checkpointing " + o.checkpointing + ": the model has " + number(blocks) + " blocks, so every:" +
+                                number(plan.recompute.every) + " recomputes none of them; give every:K with K at most " + number(blocks));
+  }
   plan.kernels = plan.device;
   if (o.dry_run_of) {
     if (plan.device != DeviceKind::meta) {
@@ -221,6 +263,7 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   if (o.overlap_comm && plan.grid.dp == 1) {
     plan.notes.push_back("zero_optimization.overlap_comm has no effect on one data-parallel rank: there are no gradient reductions to overlap");
   }
+  if (o.train_batch_size) derive_batch_factors(o, *o.train_batch_size, plan);
   if (o.train_batch_size && *o.train_batch_size != plan.global_batch()) {
     throw std::invalid_argument("train_batch_size " + number(*o.train_batch_size) + " != train_micro_batch_size_per_gpu (--batch) " +
                                 number(plan.micro_batch) + " x gradient_accumulation_steps (--grad-accum) " + number(plan.micro_batches) +

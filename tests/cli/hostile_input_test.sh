@@ -153,6 +153,77 @@ for delay in 0.4 0.7 1.0 1.3 1.6; do
   fi
 done
 
+# No value is silently replaced (issue 29). An empty value (an unset shell variable) is an error for
+# every flag and config key; before, --save "" saved nothing, --resume "" started from scratch and
+# --steps "" ran no step, each exiting 0.
+for flag in --save --resume --steps --data --lr --model --checkpointing --metrics; do
+  expect_error "^$flag: an empty value (an unset shell variable?)" "${run[@]}" train "${tiny[@]}" --steps 1 "$flag" ""
+done
+expect_error "an empty value" "${run[@]}" report ""
+expect_error "an empty value" "${run[@]}" replay --capacity "" "$work/huge.csv"
+echo '{"ferry": {"save": ""}}' > "$work/empty.json"
+expect_error "key 'ferry.save' = : --save: an empty value" "${run[@]}" train --config "$work/empty.json" "${tiny[@]}" --steps 1
+echo '{"zero_optimization": {"offload_optimizer": {"device": "nvme", "nvme_path": ""}}}' > "$work/empty.json"
+expect_error "config key 'zero_optimization.offload_optimizer.nvme_path' is empty" "${run[@]}" train --config "$work/empty.json" "${tiny[@]}" --steps 1
+# --model beside --resume: no preset, or another shape than the checkpoint's, is refused (it was ignored).
+"$ferry" train --model gpt2-tiny --steps 1 --batch 2 --seq 16 --threads 1 --save "$work/preset" > /dev/null
+expect_error "unknown --model 'gpt-9000' beside --resume" "${run[@]}" train --model gpt-9000 --steps 2 --batch 2 --seq 16 --resume "$work/preset"
+expect_error "--model gpt2 contradicts the checkpoint '.*', whose model has 4 layers of width 128" \
+  "${run[@]}" train --model gpt2 --steps 2 --batch 2 --seq 16 --resume "$work/preset"
+"${run[@]}" train --model gpt2-tiny --steps 2 --batch 2 --seq 16 --threads 1 --resume "$work/preset" > /dev/null
+# config.json values ferry does not compute are refused, not ignored.
+cp -r "$work/preset/step-00000001" "$work/hf_other"
+for pair in 'activation_function "relu"' 'layer_norm_epsilon 1e-6' 'n_inner 100' 'tie_word_embeddings false'; do
+  set -- $pair
+  /usr/bin/python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c[sys.argv[2]]=json.loads(sys.argv[3]); json.dump(c, open(sys.argv[1],'w'))" \
+    "$work/hf_other/config.json" "$1" "$2"
+  expect_error "\"$1\" is .*, but ferry computes .*; it would train another model" \
+    "${run[@]}" train --init-from "$work/hf_other/model.safetensors" --steps 1 --batch 2 --seq 16
+  cp "$work/preset/step-00000001/config.json" "$work/hf_other/config.json"
+done
+# Recompute policies past the model's blocks are refused with the bound (first:100 on 2 blocks was full).
+expect_error "--checkpointing first:100: the model has 2 blocks, so first:2 is the most" "${run[@]}" train "${tiny[@]}" --steps 1 --checkpointing first:100
+expect_error "--checkpointing every:5: the model has 2 blocks, so every:5 recomputes none of them" \
+  "${run[@]}" train "${tiny[@]}" --steps 1 --checkpointing every:5
+# DeepSpeed configs as people write them: whole numbers written as floats are those integers (2.5 is
+# not); "type": "Adam" is AdamW (adam_w_mode true, DeepSpeed's default), with adam_w_mode false refused;
+# train_batch_size derives the factor not given, as DeepSpeed does.
+echo '{"zero_optimization": {"stage": 1, "reduce_bucket_size": 5e8, "allgather_bucket_size": 2e4, "sub_group_size": 1e9},
+       "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}, "train_batch_size": 8, "train_micro_batch_size_per_gpu": 2}' > "$work/ds.json"
+"${run[@]}" train --config "$work/ds.json" "${tiny[@]}" --steps 1 --device meta --dp 2 --summary "$work/ds_summary.json" > "$work/ds.txt"
+grep -q "note: train_batch_size 8 = micro-batch 2 x accumulation 2 x 2 data-parallel ranks" "$work/ds.txt" || { cat "$work/ds.txt"; exit 1; }
+/usr/bin/python3 - "$work/ds_summary.json" <<'PY'
+import json, sys
+grid = json.load(open(sys.argv[1]))["grid"]
+assert grid["reduce_bucket_elements"] == 500000000 and grid["allgather_bucket_elements"] == 20000, grid
+assert grid["micro_batches"] == 2 and grid["global_batch"] == 8, grid
+PY
+echo '{"zero_optimization": {"reduce_bucket_size": 2500.5}}' > "$work/ds.json"
+expect_error "config key 'zero_optimization.reduce_bucket_size' is 2500.5: it must be a whole number" "${run[@]}" train --config "$work/ds.json" --device meta
+echo '{"optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}}' > "$work/ds.json"
+expect_error "optimizer 'Adam' with adam_w_mode false is Adam with L2 regularization" "${run[@]}" train --config "$work/ds.json" --device meta
+echo '{"optimizer": {"type": "SGD"}}' > "$work/ds.json"
+expect_error "config key 'optimizer.type' is 'SGD': ferry trains with AdamW" "${run[@]}" train --config "$work/ds.json" --device meta
+echo '{"train_batch_size": 8}' > "$work/ds.json"
+"${run[@]}" train --config "$work/ds.json" --model gpt2-tiny --seq 16 --steps 1 --device meta > "$work/ds.txt"
+grep -q "note: train_batch_size 8 = micro-batch 8 x accumulation 1 x 1 data-parallel ranks" "$work/ds.txt" || { cat "$work/ds.txt"; exit 1; }
+echo '{"train_batch_size": 7, "gradient_accumulation_steps": 2}' > "$work/ds.json"
+expect_error "train_batch_size 7 is not a multiple of gradient_accumulation_steps (--grad-accum) 2 x 1 data-parallel ranks = 2" \
+  "${run[@]}" train --config "$work/ds.json" --device meta
+
+# Bounded work from small inputs. A sub-group of one element padded to a 1 MiB NVMe chunk each (a 40 GB
+# file for a small model) is refused with the smallest that is not mostly padding; the NVMe file has no
+# name while the run holds it, so SIGTERM (or any end) leaves nothing in --nvme-path.
+mkdir -p "$work/nvme"
+expect_error "--offload-sub-group 1: each sub-group's state (12 B) is padded on NVMe to a whole 1.00 MiB I/O chunk, so the file would hold .*; give at least 87382 elements" \
+  "${run[@]}" train "${tiny[@]}" --steps 1 --offload-optimizer nvme --nvme-path "$work/nvme" --offload-sub-group 1
+"$ferry" train "${tiny[@]}" --steps 100000 --offload-optimizer nvme --nvme-path "$work/nvme" > /dev/null 2>&1 &
+pid=$!
+sleep 2
+kill -TERM "$pid"; wait "$pid" 2> /dev/null || true
+[[ -z "$(ls -A "$work/nvme")" ]] || { echo "SIGTERM left files in --nvme-path:"; ls -la "$work/nvme"; exit 1; }
+expect_error "data file: '/dev/zero' (offset 0): is not a regular file\|'/dev/zero' (offset 0): is not a regular file" "${run[@]}" replay /dev/zero
+
 # A save never destroys what it did not write (issue 29). Two runs into one root at once: the second is
 # refused, naming the first's PID, and the first goes on saving.
 "$ferry" train "${tiny[@]}" --steps 100000 --save-every 50 --save "$work/shared" > /dev/null 2>&1 &
@@ -223,6 +294,6 @@ expect_error "'-1' is not a seed: give a whole number from 0 to 1844674407370955
 expect_error "'18446744073709551616' is not a seed" "${run[@]}" train "${tiny[@]}" --steps 1 --device meta --seed 18446744073709551616
 expect_error "'2' is neither true nor false" "${run[@]}" train "${tiny[@]}" --steps 1 --device meta --overlap-comm 2
 expect_error "--device-memory 0: a device needs memory" "${run[@]}" train "${tiny[@]}" --steps 1 --device meta --device-memory 0
-expect_error "--dry-run-of '': a dry run predicts cpu or cuda" "${run[@]}" train "${tiny[@]}" --steps 1 --device meta --dry-run-of ''
+expect_error "--dry-run-of: an empty value" "${run[@]}" train "${tiny[@]}" --steps 1 --device meta --dry-run-of ''
 "${run[@]}" train "${tiny[@]}" --steps 1 --device meta --seed 18446744073709551615 --overlap-comm FALSE > /dev/null
 echo "hostile input: clear errors, no crash, hang or wrapped number"

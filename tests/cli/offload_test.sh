@@ -10,7 +10,7 @@ shape=(--layers 2 --hidden 64 --heads 4 --seq 32 --batch 2 --precision bf16 --th
 # 1. The same losses in every mode (bitwise: one micro-batch, AdamW in one operation order).
 "$ferry" train "${shape[@]}" 4 --summary "$work/none.json" > /dev/null
 "$ferry" train "${shape[@]}" 4 --offload-optimizer cpu --summary "$work/cpu.json" > "$work/cpu.txt"
-"$ferry" train "${shape[@]}" 4 --offload-optimizer nvme --nvme-path "$work/nvme" --offload-sub-group 20000 \
+"$ferry" train "${shape[@]}" 4 --offload-optimizer nvme --nvme-path "$work/nvme" --offload-sub-group 90000 \
   --summary "$work/nvme.json" > /dev/null
 grep -q "beside the formula for .* parameters, ZeRO-Offload" "$work/cpu.txt"
 [[ -z "$(ls -A "$work/nvme")" ]] || { echo "the NVMe state file outlived the run"; exit 1; }

@@ -83,7 +83,8 @@ TEST(Checkpoint, OptimizerStateMovesBetweenOffloadModes) {
     offload::ZeroOffloadSettings settings;
     settings.device = offload::parse_offload_device(mode);
     settings.nvme_path = fresh_directory("nvme_state");
-    settings.sub_group_elements = 100;  // several sub-groups
+    settings.sub_group_elements = 400;  // several sub-groups, each at least one 4 KiB chunk of state
+    settings.chunk_bytes = 4096;
     const auto offloaded = make_offload_optimizer(source, {}, settings);
     OptimizerSnapshot values = offloaded->shard();
     for (std::size_t i = 0; i < values.master.size(); ++i) {
