@@ -14,7 +14,8 @@ int compute_threads();
 // OpenBLAS's kernel family, e.g. "Haswell", "SkylakeX", "Prescott".
 std::string blas_core_name();
 // The OPENBLAS_CORETYPE value that would give this CPU faster GEMMs than the one OpenBLAS picked
-// ("Haswell" when it fell back to a pre-AVX2 family on an AVX2+FMA CPU), or empty when none would.
+// when it fell back to a pre-AVX2 family on a newer CPU: "SkylakeX" with AVX-512 (F, BW, DQ, VL),
+// "Haswell" with AVX2 and FMA), or empty when none would.
 std::string better_blas_core();
 
 }  // namespace ferry::cpu
