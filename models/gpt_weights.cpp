@@ -32,7 +32,7 @@ GptConfig read_hf_gpt_config(const std::string& path) {
   try {
     json = parse_bounded_json(read_text_file(path));
   } catch (const nlohmann::json::exception& error) {
-    throw std::invalid_argument("'" + path + "' is not valid JSON: " + error.what());
+    throw std::invalid_argument("'" + path + "' is not valid JSON: " + describe_json_error(error));
   }
   if (!json.is_object()) throw std::invalid_argument("'" + path + "' holds " + std::string(json.type_name()) + ", not a JSON object (a Hugging Face GPT-2 config.json)");
   if (json.contains("_name_or_path") && !json["_name_or_path"].is_string()) {

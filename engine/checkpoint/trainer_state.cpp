@@ -61,7 +61,7 @@ TrainerState parse_trainer_state(std::string_view text, const std::string& direc
                             std::to_string(state.optimizer_steps) + " steps, expected 0 to the run's step " + std::to_string(state.step));
     }
   } catch (const nlohmann::json::exception& error) {
-    throw CheckpointError("checkpoint '" + directory + "' is corrupt: " + kStateFile + ": " + error.what());
+    throw CheckpointError("checkpoint '" + directory + "' is corrupt: " + kStateFile + ": " + describe_json_error(error));
   } catch (const std::invalid_argument& error) {
     throw CheckpointError("checkpoint '" + directory + "' is corrupt: " + kStateFile + ": " + error.what());
   }

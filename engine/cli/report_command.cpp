@@ -95,7 +95,29 @@ int report_pipeline_profiles(const ReportOptions& options, const std::vector<std
   return 0;
 }
 
+// The same file or directory, however named (a relative path, a link).
+bool same_path(const std::filesystem::path& a, const std::filesystem::path& b) {
+  std::error_code error;
+  if (std::filesystem::exists(a, error) && std::filesystem::exists(b, error)) return std::filesystem::equivalent(a, b, error);
+  return std::filesystem::weakly_canonical(a, error) == std::filesystem::weakly_canonical(b, error);
+}
+
+// An output that names an input would overwrite what the report reads: refused before anything is read.
+void refuse_output_over_input(const std::string& flag, const std::string& output, const std::vector<std::string>& inputs) {
+  if (output.empty()) return;
+  for (const std::string& input : inputs) {
+    if (!input.empty() && same_path(output, input)) {
+      throw ProfileError(flag + " '" + output + "' is the report's input '" + input + "': it would be overwritten; write to another path");
+    }
+  }
+}
+
 int compare_runs(const ReportOptions& options) {
+  if (options.compare.size() != 2) {
+    throw ProfileError("--compare takes two runs (profile directories, PyTorch snapshots or --summary files), got " +
+                       std::to_string(options.compare.size()));
+  }
+  refuse_output_over_input("--output", options.output, options.compare);
   write_comparison(load_run_memory(options.compare[0]), load_run_memory(options.compare[1]),
                    options.output.empty() ? "ferry-compare" : options.output);
   return 0;
@@ -110,17 +132,21 @@ int run_report_command(const ReportOptions& options) {
     return report_pipeline_profiles(options, ranks);
   }
   const bool snapshot_input = std::filesystem::is_regular_file(options.directory) && looks_like_pickle_file(options.directory);
-  const MemoryProfile profile = read_profile_or_snapshot(options.directory);
-  const MemoryTimeline timeline = build_memory_timeline(profile);
-  std::fputs(memory_report_table(profile, timeline, options.largest).c_str(), stdout);
-  if (profile.metadata.contains("category_rule")) std::printf("  %s\n", profile.metadata["category_rule"].get<std::string>().c_str());
+  for (const auto& [flag, path] : {std::pair<const char*, std::string>{"--torch-snapshot", options.torch_snapshot}, {"--summary", options.summary},
+                                   {"--output", options.output}}) {
+    refuse_output_over_input(flag, path, {options.directory});
+  }
   std::filesystem::path directory(options.directory);
   if (!options.output.empty()) {
     directory = options.output;
   } else if (snapshot_input) {
     directory = directory.parent_path() / (directory.stem().string() + "-report");
   }
-  std::filesystem::create_directories(directory);
+  const MemoryProfile profile = read_profile_or_snapshot(options.directory);
+  const MemoryTimeline timeline = build_memory_timeline(profile);
+  prepare_output_directory(directory);
+  std::fputs(memory_report_table(profile, timeline, options.largest).c_str(), stdout);
+  if (profile.metadata.contains("category_rule")) std::printf("  %s\n", profile.metadata["category_rule"].get<std::string>().c_str());
   write_file_atomically((directory / "trace.json").string(), json_text(chrome_trace(profile, timeline)));
   write_file_atomically((directory / "report.html").string(), report_html(profile, timeline, options.largest));
   std::printf("\n  wrote %s (chrome://tracing, ui.perfetto.dev) and %s\n", (directory / "trace.json").c_str(),

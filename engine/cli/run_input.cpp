@@ -17,7 +17,7 @@ RunMemory load_run_memory(const std::string& path) {
     try {
       summary = nlohmann::json::parse(read_text_file(path));
     } catch (const nlohmann::json::exception& error) {
-      throw ProfileError(path + " is neither a PyTorch snapshot nor a summary JSON (" + error.what() + ")");
+      throw ProfileError(path + " is neither a PyTorch snapshot nor a summary JSON (" + describe_json_error(error) + ")");
     }
     return run_memory_from_summary(path, summary);
   }
@@ -27,10 +27,19 @@ RunMemory load_run_memory(const std::string& path) {
   return run_memory_from_profile(path, read_profile_or_snapshot(path));
 }
 
+void prepare_output_directory(const std::filesystem::path& directory) {
+  std::error_code error;
+  std::filesystem::create_directories(directory, error);
+  if (error || !std::filesystem::is_directory(directory)) {
+    throw ProfileError("cannot write the report into '" + directory.string() + "': " + (error ? error.message() : "it is not a directory") +
+                       "; give --output a directory ferry can create");
+  }
+}
+
 void write_comparison(const RunMemory& a, const RunMemory& b, const std::string& directory) {
-  std::fputs(comparison_table(a, b).c_str(), stdout);
   const std::filesystem::path folder(directory);
-  std::filesystem::create_directories(folder);
+  prepare_output_directory(folder);  // before the table: a report that cannot be written fails before it prints
+  std::fputs(comparison_table(a, b).c_str(), stdout);
   write_file_atomically((folder / "compare.json").string(), json_text(comparison_json(a, b), 1));
   write_file_atomically((folder / "compare.html").string(), comparison_html(a, b));
   std::printf("\n  wrote %s and %s\n", (folder / "compare.html").c_str(), (folder / "compare.json").c_str());

@@ -3,6 +3,7 @@
 // RunMemory; and the comparison's outputs (the table on stdout, compare.json and compare.html).
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 #include "engine/report/run_comparison.h"
@@ -13,5 +14,9 @@ namespace ferry {
 RunMemory load_run_memory(const std::string& path);
 // Prints comparison_table(a, b) and writes DIRECTORY/compare.json and DIRECTORY/compare.html.
 void write_comparison(const RunMemory& a, const RunMemory& b, const std::string& directory);
+
+// Creates the directory a report writes into, before the report prints anything; throws ProfileError
+// naming it and the fix when it cannot be made.
+void prepare_output_directory(const std::filesystem::path& directory);
 
 }  // namespace ferry

@@ -301,7 +301,7 @@ std::vector<std::string> apply_config_file(const std::string& path, TrainOptions
   try {
     config = parse_bounded_json(read_text_file(path));
   } catch (const json::exception& error) {
-    throw std::invalid_argument("config '" + path + "' is not valid JSON: " + error.what());
+    throw std::invalid_argument("config '" + path + "' is not valid JSON: " + describe_json_error(error));
   }
   reject_unknown(config, "", {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
                               "gradient_clipping", "bf16", "fp16", "scheduler", "steps_per_print", "activation_checkpointing",

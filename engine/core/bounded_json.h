@@ -33,6 +33,11 @@ nlohmann::json parse_bounded_json(std::string_view text);
 template <typename T>
 T json_integer(const nlohmann::json& node, const std::string& what);
 
+// What went wrong in ferry's words, without nlohmann's "[json.exception.parse_error.101]" prefix: "a
+// syntax error at line 1, column 3 (...)", "a value of the wrong type (type must be number, but is
+// string)", "the key 'step' is missing", or the depth bound's message.
+std::string describe_json_error(const nlohmann::json::exception& error);
+
 // value.dump(indent), with bytes that are not UTF-8 written as U+FFFD instead of throwing (a file name
 // in another encoding is still named, and the file still written).
 std::string json_text(const nlohmann::json& value, int indent = -1);

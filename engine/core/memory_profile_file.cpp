@@ -83,7 +83,7 @@ MemoryProfile parse_memory_profile(std::string_view text, const std::string& fil
   try {
     document = parse_bounded_json(text);
   } catch (const nlohmann::json::exception& error) {
-    throw ProfileError(file + " is not valid JSON (" + error.what() + "); record the profile again");
+    throw ProfileError(file + " is not valid JSON (" + describe_json_error(error) + "); record the profile again");
   }
   if (!document.is_object() || !document.contains("format") || document["format"] != "ferry-memory-profile") {
     throw ProfileError(file + " is not a ferry memory profile (it has no \"format\": \"ferry-memory-profile\")");
@@ -110,6 +110,19 @@ MemoryProfile parse_memory_profile(std::string_view text, const std::string& fil
           json_integer<std::uintptr_t>(each.at(0), what + " address"), json_integer<std::size_t>(each.at(1), what + " size"),
           parse_category(each.at(2).get<std::string>(), file), each.at(3).get<std::string>(),
           json_integer<StreamId>(each.at(4), what + " stream")});
+    }
+    // The columns are read in the order this ferry writes them: a file that lists them otherwise would
+    // be read with its addresses as sizes.
+    const std::pair<const char*, nlohmann::json> layouts[] = {
+        {"initial_allocations_columns", {"address", "size", "category", "tag", "stream"}},
+        {"events_columns", {"time_ns", "action", "category", "tag", "address", "size", "stream"}},
+        {"ops_columns", nlohmann::json::array()}};
+    for (const auto& [key, expected] : layouts) {
+      if (!document.contains(key) || expected.empty()) continue;
+      if (document[key] != expected) {
+        throw ProfileError(file + ": \"" + key + "\" is " + json_text(document[key]) + ", but this ferry reads " + json_text(expected) +
+                           "; record the profile again");
+      }
     }
     for (const nlohmann::json& each : document.at("events")) {
       const std::string what = named("an event's");
@@ -139,7 +152,7 @@ MemoryProfile parse_memory_profile(std::string_view text, const std::string& fil
     profile.dropped_events = json_integer<std::size_t>(document.at("dropped_events"), named("dropped_events"));
     profile.failure = document.at("failure").get<std::string>();
   } catch (const nlohmann::json::exception& error) {
-    throw ProfileError(file + " is missing or has a malformed field (" + error.what() + "); record the profile again");
+    throw ProfileError(file + " is missing or has a malformed field (" + describe_json_error(error) + "); record the profile again");
   } catch (const std::invalid_argument& error) {
     throw ProfileError(std::string(error.what()) + "; record the profile again");
   }

@@ -76,7 +76,7 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
     try {
       json = parse_bounded_json(header);
     } catch (const nlohmann::json::exception& error) {
-      throw SafetensorsError("'" + path_ + "': the header is not valid JSON: " + error.what());
+      throw SafetensorsError("'" + path_ + "': the header is not valid JSON: " + describe_json_error(error));
     }
     if (!json.is_object()) throw SafetensorsError("'" + path_ + "': the header is not a JSON object");
     for (const auto& [name, value] : json.items()) {

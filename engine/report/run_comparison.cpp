@@ -1,4 +1,5 @@
 #include "engine/report/run_comparison.h"
+#include "engine/core/bounded_json.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -56,7 +57,7 @@ RunMemory run_memory_from_summary(std::string label, const nlohmann::json& summa
     run.description = "summary: " + model.value("name", std::string("?")) + " on " + settings.value("device", std::string("?")) + ", " +
                       settings.value("precision", std::string("?"));
   } catch (const nlohmann::json::exception& error) {
-    throw ProfileError(run.label + " is not a ferry summary with memory.peak_allocated, peak_reserved and at_peak (" + error.what() + ")");
+    throw ProfileError(run.label + " is not a ferry summary with memory.peak_allocated, peak_reserved and at_peak (" + describe_json_error(error) + ")");
   }
   return run;
 }

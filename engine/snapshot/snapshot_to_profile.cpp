@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "engine/snapshot/frame_categories.h"
+#include "engine/core/bounded_json.h"
 #include "engine/core/memory_profile_file.h"
 #include "engine/snapshot/snapshot_profile.h"
 
@@ -59,8 +60,14 @@ class ProfileBuilder {
       InferredCategory category = *action == TraceAction::alloc || *action == TraceAction::oom ? infer_category(entry.frames) : InferredCategory{};
       if (*action == TraceAction::alloc) allocate(entry, i, category);
       if (*action == TraceAction::free_requested) category = release(entry, i);
-      if (*action == TraceAction::segment_alloc || *action == TraceAction::segment_map) reserved += static_cast<std::int64_t>(entry.size);
-      if (*action == TraceAction::segment_free || *action == TraceAction::segment_unmap) reserved -= static_cast<std::int64_t>(entry.size);
+      if (*action == TraceAction::segment_alloc || *action == TraceAction::segment_map) {
+        map_segment(entry, i);
+        reserved += static_cast<std::int64_t>(entry.size);
+      }
+      if (*action == TraceAction::segment_free || *action == TraceAction::segment_unmap) {
+        unmap_segment(entry, i);
+        reserved -= static_cast<std::int64_t>(entry.size);
+      }
       lowest = std::min(lowest, reserved);
       profile_.events.push_back(TraceEvent{*action, category.category, intern(category.tag), time_ns, static_cast<std::uintptr_t>(entry.address),
                                            static_cast<std::size_t>(entry.size), entry.stream});
@@ -69,7 +76,12 @@ class ProfileBuilder {
     add_allocations_live_throughout();
     std::int64_t final_reserved = 0;
     for (const TorchSegment& segment : snapshot_.segments) {
-      if (segment.device == static_cast<std::int64_t>(device_)) final_reserved += static_cast<std::int64_t>(segment.total_size);
+      if (segment.device != static_cast<std::int64_t>(device_)) continue;
+      final_reserved += static_cast<std::int64_t>(segment.total_size);
+      if (const auto gone = unmapped_.find(segment.address); gone != unmapped_.end()) {
+        throw SnapshotError(file_, field(gone->second, "addr"), "unmaps the segment at " + hex(segment.address) +
+                                                                    ", which the snapshot's segments still hold at the end (never mapped again)");
+      }
     }
     // The segments are the state at the end; the trace's segment events lead there from the start.
     profile_.initial_reserved = std::max(final_reserved - reserved, -lowest);
@@ -96,7 +108,7 @@ class ProfileBuilder {
                                           op.at(3).get<std::uint64_t>(), op.at(4).get<std::uint64_t>(), op.at(5).get<std::int32_t>()});
         }
       } catch (const nlohmann::json::exception& error) {
-        throw SnapshotError(file_, "ferry", std::string("malformed: ") + error.what());
+        throw SnapshotError(file_, "ferry", std::string("malformed: ") + describe_json_error(error));
       }
       return;
     }
@@ -137,6 +149,22 @@ class ProfileBuilder {
     }
     it->second = Seen{true, index, entry.size};
     categories_[entry.address] = category;
+  }
+
+  // Segments by the address their events name: an unmap of memory the trace already unmapped (and did
+  // not map again) cannot have happened. An unmap of an address the trace never mapped is of a segment
+  // from before the trace, as PyTorch's memory_viz reads it.
+  void map_segment(const TorchTraceEntry& entry, std::size_t index) {
+    unmapped_.erase(entry.address);
+    mapped_[entry.address] = index;
+  }
+  void unmap_segment(const TorchTraceEntry& entry, std::size_t index) {
+    if (const auto gone = unmapped_.find(entry.address); gone != unmapped_.end()) {
+      throw SnapshotError(file_, field(index, "addr"), "unmaps " + hex(entry.address) + ", which the trace unmapped at event " +
+                                                           std::to_string(gone->second) + " and never mapped again (events repeated?)");
+    }
+    mapped_.erase(entry.address);
+    unmapped_[entry.address] = index;
   }
 
   // A free of an address never seen before was allocated before the trace began: it was live from the start.
@@ -183,6 +211,7 @@ class ProfileBuilder {
   std::size_t device_ = 0;
   MemoryProfile profile_;
   std::unordered_map<std::uint64_t, Seen> seen_;
+  std::unordered_map<std::uint64_t, std::size_t> mapped_, unmapped_;  // segment address -> the event that mapped or unmapped it
   std::unordered_map<std::uint64_t, InferredCategory> categories_;
   std::unordered_map<std::string, TagId> tag_ids_;
 };

@@ -209,7 +209,7 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
 
     const nlohmann::json contract = resume_contract(plan, data);
     if (saved) {
-      check_resume_contract(saved->run, contract, plan.io.resume);
+      check_resume_contract(saved->run, contract, plan.io.resume, plan.grid.dp);
       if (saved->step > plan.steps) {
         throw std::invalid_argument("--resume '" + plan.io.resume + "' is at step " + std::to_string(saved->step) + ", beyond --steps " +
                                     std::to_string(plan.steps) + " (--steps counts total steps)");

@@ -3,6 +3,7 @@
 #include "engine/train/training_setup.h"
 
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <optional>
 #include <stdexcept>
@@ -60,15 +61,38 @@ std::int64_t stopping_step(const TrainingPlan& plan, std::int64_t first_step) {
   return std::min(plan.steps, (first_step / interval + 1) * interval);
 }
 
-void check_resume_contract(nlohmann::json saved, const nlohmann::json& current, const std::string& directory) {
+void check_resume_contract(nlohmann::json saved, const nlohmann::json& current, const std::string& directory, int dp) {
   // Checkpoints from one-rank runs before grids recorded grad_accum: the same micro-batches per step.
   if (!saved.contains("micro_batches_per_step") && saved.contains("grad_accum")) saved["micro_batches_per_step"] = saved["grad_accum"];
+  const std::string prefix = "--resume '" + directory + "': ";
   for (const auto& [key, value] : current.items()) {
-    if (!saved.contains(key) || saved[key] != value) {
-      throw std::invalid_argument("--resume '" + directory + "': the checkpoint was trained with " + key + " = " +
-                                  (saved.contains(key) ? json_text(saved[key]) : "unknown") + ", this run asks for " + json_text(value) +
-                                  "; resume with the same setting");
+    if (saved.contains(key) && saved[key] == value) continue;
+    const std::string was = saved.contains(key) ? json_text(saved[key]) : "unknown";
+    if (key == "micro_batches_per_step" && saved.contains(key) && saved[key].is_number_integer() && value.is_number_integer()) {
+      // The global batch in micro-batches is --grad-accum (--micro-batches) x the data-parallel ranks.
+      const std::int64_t total = saved[key].get<std::int64_t>(), asked = value.get<std::int64_t>();
+      const std::int64_t accumulation = asked / std::max(dp, 1);
+      std::string fix = total % std::max(dp, 1) == 0 ? "--grad-accum " + std::to_string(total / std::max(dp, 1)) + " at these " +
+                                                           std::to_string(dp) + " data-parallel ranks"
+                                                     : "a data-parallel size that divides " + std::to_string(total);
+      if (accumulation > 0 && total % accumulation == 0 && total / accumulation != dp) {
+        fix += ", or " + std::to_string(total / accumulation) + " data-parallel ranks with --grad-accum " + std::to_string(accumulation);
+      }
+      throw std::invalid_argument(prefix + "the checkpoint's steps are " + std::to_string(total) + " micro-batches each (--grad-accum x " +
+                                  "data-parallel ranks), this run's --grad-accum " + std::to_string(accumulation) + " x " + std::to_string(dp) +
+                                  " ranks = " + std::to_string(asked) + "; resume with " + fix + " (the data order and the optimizer's steps "
+                                  "follow the global batch)");
     }
+    static const std::map<std::string, std::string> kFlags = {{"batch", "--batch"}, {"seq", "--seq"}, {"precision", "--precision"},
+                                                               {"data", "--data"},   {"shuffle", "--shuffle"}, {"seed", "--seed"}};
+    const auto flag = kFlags.find(key);
+    const std::string name = flag != kFlags.end() ? flag->second : key;
+    if (key == "data") {
+      throw std::invalid_argument(prefix + "the checkpoint was trained on other data (" + was + "), this run's --data is " + json_text(value) +
+                                  "; resume with the checkpoint's data file");
+    }
+    throw std::invalid_argument(prefix + "the checkpoint was trained with " + name + " " + was + ", this run asks for " + json_text(value) +
+                                "; resume with " + name + " " + was);
   }
 }
 

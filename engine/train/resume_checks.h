@@ -16,8 +16,10 @@ namespace ferry {
 
 // Settings a resumed run must share with the run that saved.
 nlohmann::json resume_contract(const TrainingPlan& plan, const TokenDataset& data);
-// Throws std::invalid_argument naming the first setting of `current` the checkpoint in `directory` disagrees with.
-void check_resume_contract(nlohmann::json saved, const nlohmann::json& current, const std::string& directory);
+// Throws std::invalid_argument naming the first setting of `current` the checkpoint in `directory`
+// disagrees with, by its flag, and the flags and values that would resume (at this run's `dp`, another
+// global batch in micro-batches names the --grad-accum that keeps it, or the ranks to launch).
+void check_resume_contract(nlohmann::json saved, const nlohmann::json& current, const std::string& directory, int dp);
 // A resume takes the model's shape from the checkpoint; shape flags may repeat it, not change it.
 void check_shape_flags_against_checkpoint(const TrainOptions& o, const GptConfig& config);
 // The last step this run takes: --steps, or earlier at the first multiple of --exit-interval after

@@ -10,6 +10,16 @@ expect_error() {  # expect_error PATTERN COMMAND...: the command fails and stder
   local pattern=$1; shift
   if "$@" > "$work/out.txt" 2> "$work/err.txt"; then echo "accepted: $*"; exit 1; fi
   if ! grep -q -- "$pattern" "$work/err.txt"; then echo "error for '$*' lacks '$pattern':"; cat "$work/err.txt"; exit 1; fi
+  refuse_library_text "$work/err.txt" "$*"
+}
+
+# A message a user reads is in ferry's words: a library's own text (nlohmann's json.exception,
+# libstdc++'s basic_string or filesystem error, stoi, MPI_ERR, a std:: name) is an error path that
+# wraps nothing. Every expect_error of every CLI test checks it.
+refuse_library_text() {  # refuse_library_text FILE WHAT
+  if grep -E -q 'json\.exception|basic_string|filesystem error|stoi|stoll|MPI_ERR|std::' "$1"; then
+    echo "library text reaches the user for '$2':"; cat "$1"; exit 1
+  fi
 }
 
 chromium_binary() {

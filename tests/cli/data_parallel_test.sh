@@ -165,7 +165,9 @@ for name in ("r2", "r2o", "r1"):
             assert worst <= 1e-5 * max(float(np.max(np.abs(values))), 1e-30), (name, tensor, worst, float(np.max(np.abs(values))))
 PY
 # Resuming with a different global batch is refused.
-expect_error "micro_batches_per_step" "$ferry" train "${model[@]}" --grad-accum 2 --resume "$work/ck"
+# The error names the flags and values that would resume, not an internal name (micro_batches_per_step).
+expect_error "the checkpoint's steps are 4 micro-batches each (--grad-accum x data-parallel ranks), this run's --grad-accum 2 x 1 ranks = 2; resume with --grad-accum 4 at these 1 data-parallel ranks, or 2 data-parallel ranks with --grad-accum 2" \
+  "$ferry" train "${model[@]}" --grad-accum 2 --resume "$work/ck"
 
 # torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as
 # torchrun sets them for each process it starts; Debian's torch 1.13 torchrun cannot start processes on

@@ -104,6 +104,55 @@ expect_error "checkpoint root '$work/done' has no \`latest\` link; resume from o
 cp -r "$work/ranks/rank-0" "$work/ranks/rank-5"
 expect_error "holds the profiles of ranks up to rank-5 but not rank-1, rank-2, rank-3, rank-4" "${run[@]}" report "$work/ranks"
 
+# Reports do not trust or destroy their inputs (issue 29): events that cannot have happened are named
+# by index (a profile with its events repeated reported a 120 MiB peak for a 1 MiB run), columns in
+# another order are refused, and an output that names an input is refused before anything is read.
+"$ferry" train "${tiny[@]}" --steps 1 --profile "$work/events" > /dev/null
+cp -r "$work/events" "$work/repeated"
+/usr/bin/python3 - "$work/repeated/profile.json" "$work/events/profile.json" "$work/columns.json" <<'PY'
+import json, sys
+profile = json.load(open(sys.argv[2]))
+repeated = dict(profile, events=profile["events"] + profile["events"])
+json.dump(repeated, open(sys.argv[1], "w"))
+reversed_columns = dict(profile, events_columns=list(reversed(profile["events_columns"])))
+json.dump(reversed_columns, open(sys.argv[3], "w"))
+PY
+expect_error "event [0-9]* of the profile \(maps\|allocates\) .*, which \(are mapped already\|is live\).*: the profile is corrupt (events repeated" \
+  "${run[@]}" report "$work/repeated"
+cp "$work/columns.json" "$work/repeated/profile.json"
+expect_error "\"events_columns\" is \[\"stream\",\"size\"" "${run[@]}" report "$work/repeated"
+"${run[@]}" report "$work/events" --torch-snapshot "$work/events.pickle" > /dev/null
+# A snapshot whose trace unmaps a segment its segments still hold at the end, or unmaps one twice.
+/usr/bin/python3 - "$work/events.pickle" "$work/unknown_unmap.pickle" "$work/twice_unmap.pickle" <<'PY'
+import pickle, sys
+snapshot = pickle.load(open(sys.argv[1], "rb"))
+trace = snapshot["device_traces"][0]
+segment = snapshot["segments"][0]
+unmap = dict(trace[-1], action="segment_unmap", addr=segment["address"], size=segment["total_size"])
+trace.append(unmap)
+pickle.dump(snapshot, open(sys.argv[2], "wb"))
+trace.append(dict(unmap))
+trace.append(dict(unmap, action="segment_map"))
+pickle.dump(snapshot, open(sys.argv[3], "wb"))
+PY
+expect_error "unmaps the segment at 0x[0-9a-f]*, which the snapshot's segments still hold at the end" "${run[@]}" report "$work/unknown_unmap.pickle"
+expect_error "unmaps 0x[0-9a-f]*, which the trace unmapped at event [0-9]* and never mapped again (events repeated?)" \
+  "${run[@]}" report "$work/twice_unmap.pickle"
+before=$(sha256sum < "$work/events.pickle")
+expect_error "--torch-snapshot '$work/events.pickle' is the report's input '$work/events.pickle': it would be overwritten" \
+  "${run[@]}" report "$work/events.pickle" --torch-snapshot "$work/events.pickle"
+expect_error "--summary '$work/./events.pickle' is the report's input" "${run[@]}" report "$work/events.pickle" --summary "$work/./events.pickle"
+[[ $(sha256sum < "$work/events.pickle") == "$before" ]] || { echo "a refused report changed its input"; exit 1; }
+expect_error "--compare takes two runs" "${run[@]}" report --compare "$work/events"
+expect_error "--output '$work/events' is the report's input" "${run[@]}" report --compare "$work/events" "$work/events.pickle" --output "$work/events"
+# A report that cannot be written fails before it prints (before: the whole report, then a raw
+# "filesystem error").
+touch "$work/a-file"
+expect_error "cannot write the report into '$work/a-file/out'" "${run[@]}" report "$work/events" --output "$work/a-file/out"
+[[ ! -s "$work/out.txt" ]] || { echo "the report printed before failing:"; cat "$work/out.txt"; exit 1; }
+expect_error "cannot write the report into '$work/a-file/cmp'" "${run[@]}" report --compare "$work/events" "$work/events.pickle" --output "$work/a-file/cmp"
+[[ ! -s "$work/out.txt" ]] || { echo "the comparison printed before failing:"; cat "$work/out.txt"; exit 1; }
+
 # Outputs are checked before a run starts, not lost at its end.
 expect_error "--summary '$work/missing/s.json': its directory '$work/missing' does not exist" \
   "${run[@]}" train "${tiny[@]}" --steps 1 --summary "$work/missing/s.json"

@@ -10,7 +10,8 @@ namespace ferry::fuzz {
 int fuzz_byte_size(const std::uint8_t* data, std::size_t size) {
   try {
     (void)format_bytes(parse_byte_size(text_of(data, size)));
-  } catch (const std::invalid_argument&) {
+  } catch (const std::invalid_argument& error) {
+    require_own_words(error);
   }
   return 0;
 }

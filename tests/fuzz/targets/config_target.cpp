@@ -17,8 +17,10 @@ int fuzz_config(const std::uint8_t* data, std::size_t size) {
   try {
     TrainOptions options;
     check_config_flags(apply_config_file(path, options), path);
-  } catch (const std::invalid_argument&) {  // the key, what was found and what is allowed
-  } catch (const std::runtime_error&) {     // FileError: the file
+  } catch (const std::invalid_argument& error) {
+    require_own_words(error);  // the key, what was found and what is allowed
+  } catch (const std::runtime_error& error) {
+    require_own_words(error);  // FileError: the file
   }
   return 0;
 }

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,6 +25,16 @@
 #endif
 
 namespace ferry::fuzz {
+
+// An error message a user reads is in ferry's words: a library's own text (nlohmann's json.exception,
+// libstdc++'s basic_string or filesystem error, stoi, MPI_ERR, a std:: name) means an error path that
+// wraps nothing. Such a message is a finding: the target traps, as for a crash.
+inline void require_own_words(const std::exception& error) {
+  const std::string_view message = error.what();
+  for (const std::string_view library : {"json.exception", "basic_string", "filesystem error", "stoi", "stoll", "MPI_ERR", "std::"}) {
+    if (message.find(library) != std::string_view::npos) __builtin_trap();
+  }
+}
 
 inline std::string_view text_of(const std::uint8_t* data, std::size_t size) {
   return {reinterpret_cast<const char*>(data), size};

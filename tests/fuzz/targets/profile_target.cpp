@@ -11,7 +11,8 @@ int fuzz_profile(const std::uint8_t* data, std::size_t size) {
   try {
     const MemoryProfile profile = parse_memory_profile(text_of(data, size), "fuzz/profile.json");
     (void)profile.events.size();
-  } catch (const ProfileError&) {
+  } catch (const ProfileError& error) {
+    require_own_words(error);
   }
   return 0;
 }

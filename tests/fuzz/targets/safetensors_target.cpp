@@ -15,7 +15,8 @@ int fuzz_safetensors(const std::uint8_t* data, std::size_t size) {
   try {
     const SafetensorsFile file(input->path());
     for (const SafetensorsEntry& entry : file.entries()) (void)file.find(entry.name);
-  } catch (const std::exception&) {  // SafetensorsError, FileError: the file and what is wrong
+  } catch (const std::exception& error) {
+    require_own_words(error);  // SafetensorsError, FileError: the file and what is wrong
   }
   return 0;
 }

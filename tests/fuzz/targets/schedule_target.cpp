@@ -12,7 +12,8 @@ int fuzz_schedule(const std::uint8_t* data, std::size_t size) {
   try {
     const PipelineSchedule schedule = parse_pipeline_schedule(text_of(data, size));
     (void)validate_pipeline_schedule(schedule);
-  } catch (const std::exception&) {  // ScheduleFormatError: a line and column
+  } catch (const std::exception& error) {
+    require_own_words(error);  // ScheduleFormatError: a line and column
   }
   return 0;
 }

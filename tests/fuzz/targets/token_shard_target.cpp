@@ -16,7 +16,8 @@ int fuzz_token_shard(const std::uint8_t* data, std::size_t size) {
   try {
     const TokenDataset dataset = TokenDataset::open(input->path());
     (void)dataset.vocab_needed();
-  } catch (const std::exception&) {  // DataError, FileError: the file and what is wrong
+  } catch (const std::exception& error) {
+    require_own_words(error);  // DataError, FileError: the file and what is wrong
   }
   return 0;
 }

@@ -11,7 +11,8 @@ int fuzz_trainer_state(const std::uint8_t* data, std::size_t size) {
   try {
     const TrainerState state = parse_trainer_state(text_of(data, size), "fuzz-checkpoint");
     (void)trainer_state_text(state, state.optimizer_steps);  // what is accepted is written again
-  } catch (const CheckpointError&) {
+  } catch (const CheckpointError& error) {
+    require_own_words(error);
   }
   return 0;
 }
