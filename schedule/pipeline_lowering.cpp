@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <span>
 
 #include "schedule/pipeline_lowering.h"
 #include "schedule/pipeline_progress.h"
@@ -100,12 +101,13 @@ std::optional<std::pair<std::int32_t, PipelineAction>> receive_to_post_first(con
 // Of the boundaries where neither crosses another transfer in its direction with its peer (which would
 // change the order per pair of ranks), the plan picks the one where the rank waits least for y and x
 // arrives least late at its consumer, the earliest of equals. Without a send to move, y goes first.
-std::vector<PipelineAction> receive_first(const std::vector<PipelineAction>& remaining, const PipelineAction& receive,
+// Returns the new order of the actions up to and including y; those after it keep theirs.
+std::vector<PipelineAction> receive_first(std::span<const PipelineAction> remaining, const PipelineAction& receive,
                                           const PipelineDependencies& dependencies, const Plan& plan) {
   const auto found = std::find(remaining.begin(), remaining.end(), receive);
   std::vector<PipelineAction> reordered{receive};
   if (!is_send(remaining.front()) || found == remaining.end()) {
-    std::copy_if(remaining.begin(), remaining.end(), std::back_inserter(reordered),
+    std::copy_if(remaining.begin(), found == remaining.end() ? found : found + 1, std::back_inserter(reordered),
                  [&](const PipelineAction& action) { return action != receive; });
     return reordered;
   }
@@ -115,13 +117,26 @@ std::vector<PipelineAction> receive_first(const std::vector<PipelineAction>& rem
     const auto peer = [&](const PipelineAction& each) { return dependencies.rank_of_stage(matching_communication(each).stage); };
     return action.is_communication() && is_send(action) == is_send(moved) && peer(action) == peer(moved);
   };
-  // The first planned compute start at or after `index` in between, then after the receive.
-  const auto next_compute_start = [&](std::size_t index) {
-    for (auto each = remaining.begin() + 1 + static_cast<std::ptrdiff_t>(index); each != remaining.end(); ++each) {
-      if (const std::optional<double> start = plan.start(*each); start && !each->is_communication()) return *start;
+  // The first planned compute start at or after each index of between, then after the receive: one
+  // pass from the end (a search per boundary made lowering quadratic in the actions).
+  double after_receive = kNever;
+  for (auto each = found + 1; each != remaining.end(); ++each) {
+    if (const std::optional<double> start = plan.start(*each); start && !each->is_communication()) {
+      after_receive = *start;
+      break;
     }
-    return kNever;
-  };
+  }
+  std::vector<double> compute_start_from(between.size() + 1, after_receive);
+  for (std::size_t index = between.size(); index-- > 0;) {
+    const std::optional<double> start = plan.start(between[index]);
+    compute_start_from[index] = start && !between[index].is_communication() ? *start : compute_start_from[index + 1];
+  }
+  const auto next_compute_start = [&](std::size_t index) { return compute_start_from[index]; };
+  // y may not cross a transfer in its direction with its peer: boundaries up to the last such one are closed to it.
+  std::size_t first_open = 0;
+  for (std::size_t index = 0; index < between.size(); ++index) {
+    if (same_direction_and_peer(between[index], receive)) first_open = index + 1;
+  }
   const double arrives = plan.end(dependencies.transfer_producer(receive)).value_or(0) + plan.costs.transfer;
   const double needed = plan.start(dependencies.transfer_consumer(send)).value_or(kNever) - plan.costs.transfer;
   double earliest = plan.end(dependencies.transfer_producer(send)).value_or(0);  // the pair cannot run before
@@ -133,10 +148,7 @@ std::vector<PipelineAction> receive_first(const std::vector<PipelineAction>& rem
       if (same_direction_and_peer(crossed, send)) break;  // x may go no further
       if (!crossed.is_communication()) earliest = std::max(earliest, plan.end(crossed).value_or(earliest));
     }
-    if (std::any_of(between.begin() + static_cast<std::ptrdiff_t>(boundary), between.end(),
-                    [&](const PipelineAction& action) { return same_direction_and_peer(action, receive); })) {
-      continue;
-    }
+    if (boundary < first_open) continue;
     const double delay = std::max(0.0, arrives - next_compute_start(boundary)) + std::max(0.0, std::max(earliest, arrives) - needed);
     if (!best || delay < best_delay) {
       best = boundary;
@@ -148,7 +160,6 @@ std::vector<PipelineAction> receive_first(const std::vector<PipelineAction>& rem
   reordered.push_back(receive);
   reordered.push_back(send);
   reordered.insert(reordered.end(), split, between.end());
-  reordered.insert(reordered.end(), found + 1, remaining.end());
   return reordered;
 }
 

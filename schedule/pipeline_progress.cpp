@@ -103,18 +103,21 @@ std::string PipelineProgress::describe_blocked() const {
   return text;
 }
 
-std::vector<PipelineAction> PipelineProgress::remaining(std::int32_t rank) const {
+std::span<const PipelineAction> PipelineProgress::remaining(std::int32_t rank) const {
   const std::vector<PipelineAction>& list = lists_.at(static_cast<std::size_t>(rank));
-  return {list.begin() + static_cast<std::ptrdiff_t>(next_[static_cast<std::size_t>(rank)]), list.end()};
+  return std::span<const PipelineAction>(list).subspan(next_[static_cast<std::size_t>(rank)]);
 }
 
 void PipelineProgress::reorder_remaining(std::int32_t rank, const std::vector<PipelineAction>& reordered) {
-  std::vector<PipelineAction> current = remaining(rank);
-  std::unordered_map<PipelineAction, int, PipelineActionHash> balance;
-  for (const PipelineAction& action : current) ++balance[action];
-  for (const PipelineAction& action : reordered) --balance[action];
-  const bool permutation = reordered.size() == current.size() &&
-                           std::all_of(balance.begin(), balance.end(), [](const auto& entry) { return entry.second == 0; });
+  const std::span<const PipelineAction> all = remaining(rank);
+  bool permutation = reordered.size() <= all.size();
+  if (permutation) {
+    const std::span<const PipelineAction> current = all.first(reordered.size());
+    std::unordered_map<PipelineAction, int, PipelineActionHash> balance;
+    for (const PipelineAction& action : current) ++balance[action];
+    for (const PipelineAction& action : reordered) --balance[action];
+    permutation = std::all_of(balance.begin(), balance.end(), [](const auto& entry) { return entry.second == 0; });
+  }
   if (!permutation) {
     throw std::logic_error("reorder_remaining: the new order of rank " + std::to_string(rank) + " is not a reordering of its remaining actions");
   }

@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <span>
 #include <vector>
 
 #include "schedule/pipeline_dependencies.h"
@@ -44,10 +45,12 @@ class PipelineProgress {
   // "rank 0 waits at 0RECV_B1 for 1SEND_B1 on rank 1; rank 1 waits at ..."
   std::string describe_blocked() const;
 
-  // The actions `rank` has not run yet, in order, and a reordering of them to run instead (the lowering
-  // posts a receive before a send that would otherwise wait forever). Throws std::logic_error when
-  // `reordered` is not a permutation of remaining(rank).
-  std::vector<PipelineAction> remaining(std::int32_t rank) const;
+  // The actions `rank` has not run yet, in order (a view, valid until the next reorder), and a
+  // reordering of their first reordered.size() to run instead (the lowering posts a receive before a
+  // send that would otherwise wait forever; the rest keep their order). Throws std::logic_error when
+  // `reordered` is not a permutation of that prefix. Both cost the prefix's length, not the list's, so
+  // lowering stays near linear in the actions.
+  std::span<const PipelineAction> remaining(std::int32_t rank) const;
   void reorder_remaining(std::int32_t rank, const std::vector<PipelineAction>& reordered);
 
   // The lists with bubbles dropped, as run (including any reordering).

@@ -62,8 +62,10 @@ struct PipelineSchedule {
 };
 
 // The largest schedule ferry builds or reads: stages x micro-batches actions of each kind plus a time
-// slot per rank pair, about 16 million cells (a schedule of that size takes ~1 GB to validate).
-inline constexpr std::int64_t kMaxScheduleCells = std::int64_t{1} << 24;
+// slot per rank pair, about 4 million cells. Generating, lowering and validating cost about linear
+// time and ~350 bytes per cell (pp 64 x 4096 micro-batches of 1f1b, 0.8 million cells: 20 s), so the
+// largest takes about 1.5 GB and a minute and a half (interleaved:100000 on 4 ranks is refused).
+inline constexpr std::int64_t kMaxScheduleCells = std::int64_t{1} << 22;
 // Empty when a schedule of this shape is within kMaxScheduleCells; else the problem, naming the sizes.
 std::string schedule_size_problem(std::int64_t ranks, std::int64_t stages, std::int64_t micro_batches);
 

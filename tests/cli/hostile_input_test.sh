@@ -58,7 +58,10 @@ grep -q "line 2: out of memory allocating 18446744073709551615 bytes" "$work/out
 expect_error "the trace does not fit even .* no capacity is the minimum" "${run[@]}" replay "$work/huge.csv" --find-min-capacity
 
 # Schedules past a bound (they used to grow memory without end), and 32-bit stage numbers in a file.
-expect_error "is past ferry's bound of 16777216 cells" "${run[@]}" schedule --pp 100000 --micro-batches 100000 --schedule 1f1b
+expect_error "is past ferry's bound of 4194304 cells" "${run[@]}" schedule --pp 100000 --micro-batches 100000 --schedule 1f1b
+# interleaved:100000 on 4 ranks grew past 800 MB (minutes); pp 64 x 4096 micro-batches was quadratic.
+expect_error "a schedule of 4 ranks, 400000 stages and 8 micro-batches is past ferry's bound of 4194304 cells" \
+  "${run[@]}" schedule --pp 4 --micro-batches 8 --schedule interleaved:100000
 printf '# ferry pipeline schedule: name=x ranks=1 stages=100000000 micro_batches=100000000\nrank 0: 0F0 0B0\n' > "$work/big.txt"
 expect_error "big.txt: a schedule of 1 ranks, 100000000 stages" "${run[@]}" schedule --from "$work/big.txt"
 printf 'rank 0: 2147483647F2147483647\n' > "$work/stage.txt"
