@@ -37,7 +37,7 @@ Output (rank 0, one line): {"system": "pytorch", "mode", "world", "threads", "to
   nothing the process did before), "rank_peak_rss_bytes" (VmHWM), "rank_rss_before_bytes"}.
 """
 import argparse
-import importlib.util
+import importlib
 import json
 import os
 import statistics
@@ -47,27 +47,11 @@ import time
 import torch
 import torch.distributed as dist
 
-_REFERENCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests",
-                               "parity", "gpt2_reference.py")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pytorch_train_step import load_reference, proc_status_bytes  # noqa: E402  the one-process peer's model loader and RSS reader
+
 MODES = ("plain", "ddp", "zero1", "fsdp2", "fsdp2-reshard")
 BETAS, EPS, WEIGHT_DECAY = (0.9, 0.95), 1e-8, 0.1
-
-
-def load_reference():
-    path = os.path.normpath(_REFERENCE_PATH)
-    spec = importlib.util.spec_from_file_location("gpt2_reference", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def proc_status_bytes(field):
-    """A 'kB' field of /proc/self/status (VmRSS, VmHWM) in bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
 
 
 def import_lazy_modules(mode):
