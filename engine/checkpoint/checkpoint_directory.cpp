@@ -197,26 +197,26 @@ std::vector<std::string> remove_stale_checkpoint_files(const std::string& root) 
   std::vector<std::string> changed;
   std::error_code error;
   if (!fs::is_directory(root, error)) return changed;
-  // The root's entries, and those of its step directories (temporary files of a save into one).
-  std::vector<fs::path> entries;
+  // The root's entries, and those of its step directories (temporary files of a save into one), each
+  // with whether it lies in the root (told by where it was found: `--save dir/` spells the root otherwise).
+  std::vector<std::pair<fs::path, bool>> entries;
   for (const fs::directory_entry& entry : fs::directory_iterator(root, error)) {
-    entries.push_back(entry.path());
+    entries.emplace_back(entry.path(), true);
     if (!step_of(entry.path().filename().string()) || !is_ferrys(entry.path())) continue;
     for (const fs::directory_entry& inner : fs::directory_iterator(entry.path(), error)) {
-      if (owner_of(inner.path().filename().string())) entries.push_back(inner.path());
+      if (owner_of(inner.path().filename().string())) entries.emplace_back(inner.path(), false);
     }
   }
-  for (const fs::path& path : entries) {
+  for (const auto& [path, in_root] : entries) {
     if (!fs::exists(fs::symlink_status(path, error))) continue;  // inside a directory removed before it
     const std::string name = path.filename().string();
     const std::optional<pid_t> owner = owner_of(name);
-    if (!owner && step_of(name) && path.parent_path() == fs::path(root) && fs::exists(path / kStagedMarker, error) && !is_complete(path)) {
+    if (!owner && step_of(name) && in_root && fs::exists(path / kStagedMarker, error) && !is_complete(path)) {
       remove_path(path);  // a step directory ferry staged whose DONE never became whole
       changed.push_back(path.string());
       continue;
     }
     if (!owner || process_runs(*owner)) continue;
-    const bool in_root = path.parent_path() == fs::path(root);
     const std::size_t old = name.rfind(".old.");
     const std::size_t temporary = name.rfind(".tmp.");
     const std::string original_name = name.substr(0, old != std::string::npos ? old : temporary);
@@ -232,7 +232,8 @@ std::vector<std::string> remove_stale_checkpoint_files(const std::string& root) 
       // The `latest` link's replacement (a link), nothing else in the root.
       if (original_name != kLatest || !fs::is_symlink(fs::symlink_status(path, error))) continue;
     }
-    // Inside a step directory: only entries was filled with temporaries of ferry's directories.
+    // In the root: ferry's staged step directory or `latest` link; inside a step directory: a temporary
+    // of one of ferry's directories (only those were listed).
     remove_path(path);
     changed.push_back(path.string());
   }

@@ -325,7 +325,7 @@ TEST(CheckpointDirectory, ASaveNeverDestroysWhatItDidNotWrite) {
   fs::create_directories(root + "/step-00000006.tmp.999999997");  // empty: a staging directory killed before its marker
   fs::create_directories(root + "/step-00000008.tmp.999999998");  // ferry's: a staged copy with the marker
   fs::copy(checkpoint_step_directory(root, 1), root + "/step-00000008.tmp.999999998", fs::copy_options::recursive);
-  const std::vector<std::string> removed = remove_stale_checkpoint_files(root);
+  const std::vector<std::string> removed = remove_stale_checkpoint_files(root + "/");  // `--save dir/` is the same root
   std::vector<std::string> sorted = removed;
   std::sort(sorted.begin(), sorted.end());
   EXPECT_EQ(sorted, (std::vector<std::string>{root + "/step-00000006.tmp.999999997", root + "/step-00000008.tmp.999999998"}));
