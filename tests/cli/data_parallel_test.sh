@@ -173,8 +173,10 @@ expect_error "the checkpoint's steps are 4 micro-batches each (--grad-accum x da
 # torchrun sets them for each process it starts; Debian's torch 1.13 torchrun cannot start processes on
 # Python 3.11): the ranks join through ompi-server and train as under mpirun, one rank's losses. A rank
 # that never comes makes rank 0 fail within the timeout, naming it.
+# Ports below Linux's ephemeral range (32768-60999, where MPI's own TCP connections bind) and apart from
+# cli.rank_agreement's (10000-18999), which may run at the same time.
 torchrun_like() {  # torchrun_like RANKS ARGS...: ferry once per rank with torchrun's variables
-  local ranks=$1 port=$((20000 + RANDOM % 20000)) pids=() status=0; shift
+  local ranks=$1 port=$((20000 + RANDOM % 12000)) pids=() status=0; shift
   for ((rank = 0; rank < ranks; ++rank)); do
     RANK=$rank WORLD_SIZE=$ranks LOCAL_RANK=$rank LOCAL_WORLD_SIZE=$ranks MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       timeout 300 "$ferry" "$@" > "$work/torchrun_$rank.txt" 2>&1 &
@@ -195,7 +197,7 @@ assert len(actual) == 3 and all(abs(a - e) <= 1e-6 * e for a, e in zip(actual, e
 assert [r["dp"] for r in run["ranks"]] == [0, 1] and run["grid"]["world"] == 2, run["ranks"]
 PY
 if FERRY_COMM_TIMEOUT_SECONDS=3 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
-   MASTER_PORT=$((20000 + RANDOM % 20000)) timeout 60 "$ferry" train "${model[@]}" > "$work/out.txt" 2> "$work/err.txt"; then
+   MASTER_PORT=$((20000 + RANDOM % 12000)) timeout 60 "$ferry" train "${model[@]}" > "$work/out.txt" 2> "$work/err.txt"; then
   echo "rank 0 of 2 trained without rank 1"; exit 1
 fi
 grep -q "torchrun rendezvous: timed out waiting for rank 1 of 2 to connect" "$work/err.txt" || { echo "no error naming rank 1:"; cat "$work/err.txt"; exit 1; }

@@ -50,7 +50,7 @@ mismatch "--micro-batches (--grad-accum) is 2 on rank 0 and 4 on rank 1" "--pp 2
 
 # torchrun's variables that disagree: named at once by every rank, nothing left behind.
 torchrun_ranks() {  # torchrun_ranks "RANK WORLD_SIZE" ...: one ferry per pair, all on one port; prints each exit status
-  local port=$((20000 + RANDOM % 20000)) pids=() index=0
+  local port=$((10000 + RANDOM % 9000)) pids=() index=0
   for pair in "$@"; do
     read -r rank size <<< "$pair"
     RANK=$rank WORLD_SIZE=$size LOCAL_RANK=$index LOCAL_WORLD_SIZE=$# MASTER_ADDR=127.0.0.1 MASTER_PORT=$port FERRY_COMM_TIMEOUT_SECONDS=30 \
