@@ -12,7 +12,7 @@ int fuzz_alloc_conf(const std::uint8_t* data, std::size_t size) {
     for (std::size_t shift = 0; shift < 64; ++shift) round_size(std::size_t{1} << shift, config);  // no division by zero
     (void)config.to_string();
   } catch (const AllocatorError& error) {
-    require_own_words(error);
+    require_own_words(error, text_of(data, size));
   }
   return 0;
 }

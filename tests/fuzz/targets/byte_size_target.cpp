@@ -11,7 +11,7 @@ int fuzz_byte_size(const std::uint8_t* data, std::size_t size) {
   try {
     (void)format_bytes(parse_byte_size(text_of(data, size)));
   } catch (const std::invalid_argument& error) {
-    require_own_words(error);
+    require_own_words(error, text_of(data, size));
   }
   return 0;
 }

@@ -18,9 +18,9 @@ int fuzz_config(const std::uint8_t* data, std::size_t size) {
     TrainOptions options;
     check_config_flags(apply_config_file(path, options), path);
   } catch (const std::invalid_argument& error) {
-    require_own_words(error);  // the key, what was found and what is allowed
+    require_own_words(error, text_of(data, size));  // the key, what was found and what is allowed
   } catch (const std::runtime_error& error) {
-    require_own_words(error);  // FileError: the file
+    require_own_words(error, text_of(data, size));  // FileError: the file
   }
   return 0;
 }

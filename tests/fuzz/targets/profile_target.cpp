@@ -12,7 +12,7 @@ int fuzz_profile(const std::uint8_t* data, std::size_t size) {
     const MemoryProfile profile = parse_memory_profile(text_of(data, size), "fuzz/profile.json");
     (void)profile.events.size();
   } catch (const ProfileError& error) {
-    require_own_words(error);
+    require_own_words(error, text_of(data, size));
   }
   return 0;
 }

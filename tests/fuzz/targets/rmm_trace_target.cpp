@@ -13,7 +13,7 @@ int fuzz_rmm_trace(const std::uint8_t* data, std::size_t size) {
   try {
     (void)read_rmm_trace(input, "fuzz.csv");
   } catch (const std::exception& error) {
-    require_own_words(error);  // RmmTraceError and its kin: a named line and field
+    require_own_words(error, text_of(data, size));  // RmmTraceError and its kin: a named line and field
   }
   return 0;
 }

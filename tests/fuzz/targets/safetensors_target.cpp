@@ -16,7 +16,7 @@ int fuzz_safetensors(const std::uint8_t* data, std::size_t size) {
     const SafetensorsFile file(input->path());
     for (const SafetensorsEntry& entry : file.entries()) (void)file.find(entry.name);
   } catch (const std::exception& error) {
-    require_own_words(error);  // SafetensorsError, FileError: the file and what is wrong
+    require_own_words(error, text_of(data, size));  // SafetensorsError, FileError: the file and what is wrong
   }
   return 0;
 }

@@ -13,7 +13,7 @@ int fuzz_schedule(const std::uint8_t* data, std::size_t size) {
     const PipelineSchedule schedule = parse_pipeline_schedule(text_of(data, size));
     (void)validate_pipeline_schedule(schedule);
   } catch (const std::exception& error) {
-    require_own_words(error);  // ScheduleFormatError: a line and column
+    require_own_words(error, text_of(data, size));  // ScheduleFormatError: a line and column
   }
   return 0;
 }

@@ -17,7 +17,7 @@ int fuzz_token_shard(const std::uint8_t* data, std::size_t size) {
     const TokenDataset dataset = TokenDataset::open(input->path());
     (void)dataset.vocab_needed();
   } catch (const std::exception& error) {
-    require_own_words(error);  // DataError, FileError: the file and what is wrong
+    require_own_words(error, text_of(data, size));  // DataError, FileError: the file and what is wrong
   }
   return 0;
 }

@@ -12,7 +12,7 @@ int fuzz_trainer_state(const std::uint8_t* data, std::size_t size) {
     const TrainerState state = parse_trainer_state(text_of(data, size), "fuzz-checkpoint");
     (void)trainer_state_text(state, state.optimizer_steps);  // what is accepted is written again
   } catch (const CheckpointError& error) {
-    require_own_words(error);
+    require_own_words(error, text_of(data, size));
   }
   return 0;
 }
