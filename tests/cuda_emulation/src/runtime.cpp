@@ -161,6 +161,13 @@ cudaError_t cudaMemset(void* destination, int value, std::size_t bytes) {
 cudaError_t cudaMemsetAsync(void* destination, int value, std::size_t bytes, cudaStream_t) { return cudaMemset(destination, value, bytes); }
 cudaError_t cudaHostRegister(void* pointer, std::size_t, unsigned int) { return pointer != nullptr ? cudaSuccess : report(cudaErrorInvalidValue); }
 cudaError_t cudaHostUnregister(void* pointer) { return pointer != nullptr ? cudaSuccess : report(cudaErrorInvalidValue); }
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* pointer) {
+  if (attributes == nullptr) return report(cudaErrorInvalidValue);
+  const bool device = pointer != nullptr && DeviceMemory::instance().contains(pointer, 1);
+  *attributes = cudaPointerAttributes{device ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered, device ? 0 : -1,
+                                      device ? const_cast<void*>(pointer) : nullptr, device ? nullptr : const_cast<void*>(pointer)};
+  return cudaSuccess;
+}
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {

@@ -65,6 +65,22 @@ struct CUstream_st;  // an emulated stream: an id, nothing queued (every call co
 struct CUevent_st;   // an emulated event: always complete
 using cudaStream_t = CUstream_st*;
 using cudaEvent_t = CUevent_st*;
+// The legacy default stream's handle, as the runtime defines it ((cudaStream_t)0x1).
+inline CUstream_st* const cudaStreamLegacy = reinterpret_cast<CUstream_st*>(0x1);
+
+enum cudaMemoryType : int {
+  cudaMemoryTypeUnregistered = 0,
+  cudaMemoryTypeHost = 1,
+  cudaMemoryTypeDevice = 2,
+  cudaMemoryTypeManaged = 3,
+};
+
+struct cudaPointerAttributes {
+  cudaMemoryType type;
+  int device;
+  void* devicePointer;
+  void* hostPointer;
+};
 
 struct cudaDeviceProp {
   char name[256];
@@ -92,6 +108,11 @@ const char* cudaGetErrorName(cudaError_t error);
 const char* cudaGetErrorString(cudaError_t error);
 
 cudaError_t cudaMalloc(void** pointer, std::size_t bytes);
+// The runtime's typed overload (cuda_runtime.h has it for C++).
+template <typename T>
+cudaError_t cudaMalloc(T** pointer, std::size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(pointer), bytes);
+}
 cudaError_t cudaFree(void* pointer);
 cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes);
 cudaError_t cudaMemcpy(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind);
@@ -105,6 +126,8 @@ cudaError_t cudaMemset(void* destination, int value, std::size_t bytes);
 cudaError_t cudaMemsetAsync(void* destination, int value, std::size_t bytes, cudaStream_t stream = nullptr);
 cudaError_t cudaHostRegister(void* pointer, std::size_t bytes, unsigned int flags);
 cudaError_t cudaHostUnregister(void* pointer);
+// Device memory (inside a cudaMalloc allocation) or unregistered host memory, as the runtime says.
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* pointer);
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);
