@@ -23,3 +23,6 @@ for ranks in 2 3; do
     mpirun --allow-run-as-root --oversubscribe -np "$ranks" -x ASAN_OPTIONS -x UBSAN_OPTIONS \
     "$build/tests/cuda_emulation/ferry_nccl_emulation_tests" --gtest_brief=1
 done
+# The ferry command itself on the emulated CUDA and NCCL: --device cuda on one rank and on dp 2.
+cmake --build "$build" -j "${FERRY_JOBS:-$(nproc)}" --target ferry_emulated
+FERRY="$build/ferry-emulated" bash tests/cli/cuda_emulated_test.sh

@@ -7,7 +7,9 @@ namespace ferry {
 
 std::string version_text() {
   std::string text = "ferry " FERRY_VERSION " (commit " + std::string(build_commit()) + ")\n";
-#ifdef FERRY_HAVE_CUDA
+#if defined(FERRY_CUDA_EMULATION)
+  text += "CUDA: emulated on the host (tests/cuda_emulation, NCCL over MPI: a CI build for checking, no GPU)\n";
+#elif defined(FERRY_HAVE_CUDA)
   text += "CUDA: yes (cuda device built with CUDA " FERRY_CUDA_VERSION ")\n";
 #else
   text += "CUDA: no (a CPU-only build: --device cpu and meta)\n";

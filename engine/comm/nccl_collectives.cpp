@@ -45,6 +45,9 @@ bool equal_counts(std::span<const std::size_t> counts) {
 }
 
 // Device (or managed) memory, as opposed to host memory, by CUDA's account of the pointer.
+// Whether a buffer of `bytes` is device memory (an empty one is neither: every rank skips it alike).
+bool is_device_buffer(const void* data, std::size_t bytes);
+
 bool is_device_memory(const void* data) {
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
@@ -56,6 +59,8 @@ bool is_device_memory(const void* data) {
 
 // ncclGroupStart .. ncclGroupEnd; a group left by an exception is still ended (its error ignored: the
 // exception already says what went wrong).
+bool is_device_buffer(const void* data, std::size_t bytes) { return bytes != 0 && is_device_memory(data); }
+
 class NcclGroup {
  public:
   NcclGroup() { FERRY_NCCL_CHECK(ncclGroupStart()); }
@@ -128,6 +133,15 @@ class NcclRequest final : public CommRequest {
 
 }  // namespace
 
+template <typename Operation>
+std::unique_ptr<CommRequest> NcclCommunicatorImpl::on_bootstrap(Operation&& operation) {
+  require_usable("an operation on host memory " + world_text());
+  const std::uint64_t before = bootstrap_->bytes_sent();
+  std::unique_ptr<CommRequest> request = operation();
+  count_bytes_sent(bootstrap_->bytes_sent() - before);
+  return request;
+}
+
 template <typename Calls>
 std::unique_ptr<CommRequest> NcclCommunicatorImpl::start(const std::string& what, Calls&& calls) {
   require_usable(what);
@@ -136,6 +150,10 @@ std::unique_ptr<CommRequest> NcclCommunicatorImpl::start(const std::string& what
     // The operation's inputs may come from work on the legacy default stream (or a blocking stream).
     FERRY_NCCL_CUDA_CHECK(cudaEventRecord(order_event_.get(), cudaStreamLegacy));
     FERRY_NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), order_event_.get(), 0));
+    if (compute_ != nullptr) {  // the wait above took the event's state: it can be recorded again
+      FERRY_NCCL_CUDA_CHECK(cudaEventRecord(order_event_.get(), compute_));
+      FERRY_NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), order_event_.get(), 0));
+    }
     calls();
     CudaEvent done(device_);
     FERRY_NCCL_CUDA_CHECK(cudaEventRecord(done.get(), stream_.get()));
@@ -147,6 +165,7 @@ std::unique_ptr<CommRequest> NcclCommunicatorImpl::start(const std::string& what
 
 std::unique_ptr<CommRequest> NcclCommunicatorImpl::all_reduce_async(void* data, std::size_t count, CommDataType type,
                                                                     ReduceOperation operation) {
+  if (!is_device_buffer(data, count)) return on_bootstrap([&] { return bootstrap_->all_reduce_async(data, count, type, operation); });  // host values
   const std::string what = std::string("all_reduce (") + reduce_operation_name(operation) + ") of " +
                            describe_elements(count, type) + " " + world_text();
   std::unique_ptr<CommRequest> request = start(what, [&] {
@@ -161,6 +180,7 @@ std::unique_ptr<CommRequest> NcclCommunicatorImpl::all_reduce_async(void* data, 
 std::unique_ptr<CommRequest> NcclCommunicatorImpl::reduce_scatter_async(const void* input, void* output,
                                                                         std::span<const std::size_t> counts,
                                                                         CommDataType type, ReduceOperation operation) {
+  if (!is_device_buffer(input, total_count(counts))) return on_bootstrap([&] { return bootstrap_->reduce_scatter_async(input, output, counts, type, operation); });
   const std::string what = std::string("reduce_scatter (") + reduce_operation_name(operation) + ") of " +
                            describe_counts(counts, type) + " " + world_text();
   require_count_per_rank(counts, size_, self_text() + ": " + what);
@@ -192,6 +212,7 @@ std::unique_ptr<CommRequest> NcclCommunicatorImpl::reduce_scatter_async(const vo
 std::unique_ptr<CommRequest> NcclCommunicatorImpl::all_gather_async(const void* input, void* output,
                                                                     std::span<const std::size_t> counts,
                                                                     CommDataType type) {
+  if (!is_device_buffer(output, total_count(counts))) return on_bootstrap([&] { return bootstrap_->all_gather_async(input, output, counts, type); });
   const std::string what = "all_gather of " + describe_counts(counts, type) + " " + world_text();
   require_count_per_rank(counts, size_, self_text() + ": " + what);
   const std::size_t element_bytes = comm_data_type_size(type);
@@ -229,7 +250,7 @@ void NcclCommunicatorImpl::broadcast(void* data, std::size_t bytes, int root) {
                              std::to_string(size_) + " ranks");
   }
   require_usable(what);
-  if (bytes != 0 && is_device_memory(data)) {
+  if (is_device_buffer(data, bytes)) {
     start(what, [&] {
       FERRY_NCCL_CHECK(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_.get(), stream_.get()));
     })->wait();
@@ -264,6 +285,7 @@ std::unique_ptr<CommRequest> NcclCommunicatorImpl::send_async(const void* data, 
   const std::string what = "send of " + std::to_string(bytes) + " bytes to rank " + std::to_string(peer) +
                            " (tag " + std::to_string(tag) + ") " + world_text();
   require_peer(peer, tag, what);
+  if (!is_device_buffer(data, bytes)) return on_bootstrap([&] { return bootstrap_->send_async(data, bytes, peer, tag); });
   std::unique_ptr<CommRequest> request = start(
       what, [&] { FERRY_NCCL_CHECK(ncclSend(data, bytes, ncclUint8, peer, comm_.get(), stream_.get())); });
   count_bytes_sent(bytes);
@@ -274,6 +296,7 @@ std::unique_ptr<CommRequest> NcclCommunicatorImpl::receive_async(void* data, std
   const std::string what = "receive of " + std::to_string(bytes) + " bytes from rank " + std::to_string(peer) +
                            " (tag " + std::to_string(tag) + ") " + world_text();
   require_peer(peer, tag, what);
+  if (!is_device_buffer(data, bytes)) return on_bootstrap([&] { return bootstrap_->receive_async(data, bytes, peer, tag); });
   return start(what, [&] { FERRY_NCCL_CHECK(ncclRecv(data, bytes, ncclUint8, peer, comm_.get(), stream_.get())); });
 }
 

@@ -153,8 +153,9 @@ std::unique_ptr<NcclCommunicator> NcclCommunicatorImpl::split_nccl(int color, in
 #else
   group = init_nccl_over_bootstrap(*group_bootstrap, device_, std::nullopt, what);
 #endif
-  return std::make_unique<NcclCommunicatorImpl>(nullptr, std::move(group_bootstrap), device_, std::move(group),
-                                                timeout());
+  auto made = std::make_unique<NcclCommunicatorImpl>(nullptr, std::move(group_bootstrap), device_, std::move(group), timeout());
+  made->order_after(compute_);
+  return made;
 }
 
 bool NcclCommunicatorImpl::poll(cudaEvent_t event, const std::string& what) {

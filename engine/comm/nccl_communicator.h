@@ -13,9 +13,10 @@
 // device is left as it was: every call of the communicator sets its own device and sets it back.
 //
 // What differs from the Communicator contract (communicator.h):
-// - Buffers of collectives, send and receive are device memory of device() (or memory the GPU can
-//   address). broadcast takes device memory (then ncclBroadcast) or host memory (then the bootstrap's
-//   broadcast), by what cudaPointerGetAttributes says; every rank must pass the same kind.
+// - Buffers of collectives, send and receive are device memory of device() (then NCCL) or host memory
+//   (then the bootstrap, MPI: host scalars such as a gradient norm or overflow flag), by what
+//   cudaPointerGetAttributes says of the buffer every rank passes whole (all_reduce's data,
+//   reduce_scatter's input, all_gather's output, a message); every rank must pass the same kind.
 //   gather_strings and barrier run on the bootstrap (host bytes; a barrier does not wait for the GPU).
 // - Ordering with compute: before each operation the communicator's stream waits (on the GPU, without
 //   blocking the host) for the work queued so far on the device's legacy default stream, and so on
@@ -69,6 +70,10 @@ class NcclCommunicator : public Communicator {
   // The operations started after this call wait (on the GPU) for `event` (a cudaEvent_t recorded on a
   // compute stream of device()). The event may be reused or destroyed afterwards.
   virtual void wait_for(CUevent_st* event) = 0;
+  // Every later operation of this communicator (and of groups split from it afterwards) first waits, on
+  // the GPU, for the work queued on `compute` so far: a non-blocking compute stream's kernels wrote what
+  // a collective reads. Null: only the legacy default stream's work, as before the call.
+  virtual void order_after(CUstream_st* compute) = 0;
   // split() as NcclCommunicator: split() returns the same object typed as a Communicator.
   virtual std::unique_ptr<NcclCommunicator> split_nccl(int color, int key) = 0;
   std::unique_ptr<Communicator> split(int color, int key) final { return split_nccl(color, key); }

@@ -33,6 +33,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   int device() const override { return device_; }
   CUstream_st* stream() const override { return stream_.get(); }
   void wait_for(CUevent_st* event) override;
+  void order_after(CUstream_st* compute) override { compute_ = compute; }
   std::unique_ptr<NcclCommunicator> split_nccl(int color, int key) override;
 
   std::unique_ptr<CommRequest> all_reduce_async(void* data, std::size_t count, CommDataType type,
@@ -58,10 +59,13 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
 
  private:
   // Starts operation `what`: checks the communicator is usable, makes the device current, orders the
-  // stream after the legacy default stream, runs `calls` (the NCCL calls), records the request's
+  // stream after the legacy default stream and the compute stream (order_after), runs `calls` (the NCCL calls), records the request's
   // event. A failure inside fails the communicator (the ranks no longer agree on what was started).
   template <typename Calls>
   std::unique_ptr<CommRequest> start(const std::string& what, Calls&& calls);
+  // An operation on host buffers, run by the bootstrap (MPI); its bytes count here too.
+  template <typename Operation>
+  std::unique_ptr<CommRequest> on_bootstrap(Operation&& operation);
   // Throws CommunicationError when an earlier failure aborted NCCL.
   void require_usable(const std::string& what) const;
   // Aborts NCCL, remembers why, and returns the error to throw: every later operation throws too.
@@ -77,7 +81,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   int rank_ = 0;
   int size_ = 1;
   CudaStream stream_;
-  CudaEvent order_event_;  // recorded on the legacy default stream before each operation
+  CudaEvent order_event_;  // recorded on the legacy default stream (and compute_) before each operation
+  cudaStream_t compute_ = nullptr;  // order_after()
   NcclComm comm_;          // last: destroyed before the stream and events
   std::optional<std::string> failure_;
 };

@@ -52,6 +52,7 @@ class CudaDevice final : public Device {
   void synchronize() override;
   void fill_zero(void* destination, std::size_t bytes, Stream stream) override;
   cudaStream_t native_stream(Stream stream) const { return streams_->stream(stream.id); }
+  void* native_stream_handle(Stream stream) const override { return native_stream(stream); }
   int ordinal() const { return ordinal_; }
 
  protected:

@@ -80,6 +80,12 @@ class Device {
   virtual void wait_event(Stream stream, Event event) = 0;
   virtual void synchronize(Stream stream) = 0;
   virtual void synchronize() = 0;
+  // The native handle of `stream`, for libraries that queue work of their own (NCCL orders its
+  // collectives after the compute stream): a cudaStream_t on cuda; null on host kinds.
+  virtual void* native_stream_handle(Stream stream) const {
+    (void)stream;
+    return nullptr;
+  }
 
   // Copies `bytes` on `stream` (an op in profiles); the host side must stay valid until the stream
   // reaches the copy.

@@ -1,5 +1,7 @@
 #include "engine/grid/process_grid.h"
 
+#include "engine/comm/nccl_communicator.h"
+
 #include <stdexcept>
 
 namespace ferry {
@@ -87,6 +89,18 @@ nlohmann::json ProcessGrid::describe() const {
            {{"tp", grid_group(shape_, rank_, GridAxis::tp)},
             {"dp", grid_group(shape_, rank_, GridAxis::dp)},
             {"pp", grid_group(shape_, rank_, GridAxis::pp)}}}};
+}
+
+std::optional<int> ProcessGrid::gpu() const {
+  if (const auto* nccl = dynamic_cast<const NcclCommunicator*>(world_.get())) return nccl->device();
+  return std::nullopt;
+}
+
+void ProcessGrid::order_after_compute(const Device& device) const {
+  auto* compute = static_cast<CUstream_st*>(device.native_stream_handle(device.default_stream()));
+  for (Communicator* group : {tp_.get(), dp_.get(), pp_.get(), world_.get()}) {
+    if (auto* nccl = dynamic_cast<NcclCommunicator*>(group)) nccl->order_after(compute);
+  }
 }
 
 }  // namespace ferry

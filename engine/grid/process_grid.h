@@ -5,10 +5,12 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/comm/communicator.h"
+#include "engine/core/device.h"
 
 namespace ferry {
 
@@ -51,6 +53,11 @@ class ProcessGrid {
   Communicator& pp() const { return group(GridAxis::pp); }
   // Every rank of the grid, in world order.
   Communicator& world() const { return *world_; }
+  // The GPU of a grid split from an NCCL communicator (a cuda job's), whose device must be that one.
+  std::optional<int> gpu() const;
+  // A cuda job's grid: every group's later collectives wait, on the GPU, for the work queued on the
+  // device's compute stream (the kernels that wrote what they read). Nothing for other grids.
+  void order_after_compute(const Device& device) const;
   // {rank, tp, dp, pp, groups: {tp: [...], dp: [...], pp: [...]}}
   nlohmann::json describe() const;
 

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "engine/checkpoint/checkpoint_directory.h"
+#include "engine/comm/nccl_communicator.h"
 #include "engine/core/safetensors.h"
 #include "engine/train/evaluation.h"
 #include "engine/train/job_agreement.h"
@@ -45,7 +46,14 @@ nlohmann::json run_training(const TrainOptions& options) {
   std::vector<std::string> gathered;
   try {
     require_same_job(*world, plan);  // before any other collective: a rank with other settings would mismatch them
-    summary = train_on_grid(plan, ProcessGrid::split(*world, plan.grid), nullptr);
+    // A cuda job's groups are NCCL's (device buffers by NCCL, host values by MPI underneath); the world
+    // stays the bootstrap, and outlives them.
+    if (plan.device == DeviceKind::cuda && !nccl_backend_built()) {
+      throw std::invalid_argument("--device cuda on " + std::to_string(plan.world) + " ranks: this ferry was built without NCCL (it needs CUDA "
+                                  "and NCCL 2.10 or newer when configured); use --device cpu, or one GPU without a launcher");
+    }
+    const std::unique_ptr<Communicator> nccl_world = plan.device == DeviceKind::cuda ? make_nccl_communicator(*world) : nullptr;
+    summary = train_on_grid(plan, ProcessGrid::split(nccl_world ? *nccl_world : *world, plan.grid), nullptr);
     gathered = world->gather_strings(json_text(summary["ranks"][0]), 0);
   } catch (const std::exception& error) {
     // The other ranks would wait on this one in their next collective: end the whole job with the reason.

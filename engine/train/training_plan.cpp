@@ -213,8 +213,8 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
                                 "parallelism are: --dp, --pp)");
   }
   if (plan.grid.pp > 1 && o.device == "cuda") {
-    throw std::invalid_argument("--pp " + number(plan.grid.pp) + " with --device cuda is not built yet: the stages exchange activations "
-                                "through host memory (MPI); train pipelines on --device cpu, or one GPU without --pp");
+    throw std::invalid_argument("--pp " + number(plan.grid.pp) + " with --device cuda is not built yet: the stages' activations do not "
+                                "travel by NCCL point-to-point; train pipelines on --device cpu, or GPUs with --dp alone");
   }
   const int model_parallel = o.tp * o.pipeline_stages;
   if (plan.world > 1) {
@@ -231,11 +231,6 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
     }
   } else {
     plan.grid.dp = o.dp.value_or(1);
-  }
-  if (plan.data_parallel() && o.device == "cuda") {
-    throw std::invalid_argument("--device cuda with data parallelism (dp " + number(plan.grid.dp) +
-                                ") is not built yet: the trainer's gradient reductions run over MPI on host buffers, and the NCCL "
-                                "backend is not wired into it; train dp ranks on --device cpu, or one GPU with dp 1");
   }
   if (plan.simulated_ranks() && plan.grid.world() > kMaxSimulatedRanks) {
     throw std::invalid_argument("a dry run of " + number(plan.grid.world()) + " ranks in one process: at most " + number(kMaxSimulatedRanks) +

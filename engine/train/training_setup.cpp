@@ -37,9 +37,10 @@ std::unique_ptr<Device> make_training_device(const std::string& kind, const std:
 }
 
 std::unique_ptr<Device> make_training_device(DeviceKind kind, std::size_t memory_limit, const AllocatorConfig& allocator,
-                                             DeviceKind meta_target) {
+                                             DeviceKind meta_target, int cuda_device) {
   DeviceOptions device_options;
   device_options.kind = kind;
+  device_options.cuda_device = cuda_device;
   device_options.meta_target = meta_target;
   device_options.memory_limit = memory_limit;
   if (device_options.kind == DeviceKind::cpu && memory_limit == 0) {

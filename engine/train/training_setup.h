@@ -29,8 +29,9 @@ std::size_t default_cpu_device_memory(int local_ranks);
 std::unique_ptr<Device> make_training_device(const std::string& kind, const std::string& memory);
 // The same, typed: memory_limit 0 is the device's default; `allocator` its caching allocator's settings.
 // `meta_target`: on meta, the kind whose allocations the dry run makes (TrainingPlan::kernels).
+// `cuda_device`: on cuda, the GPU's ordinal (a grid's, ProcessGrid::gpu()).
 std::unique_ptr<Device> make_training_device(DeviceKind kind, std::size_t memory_limit, const AllocatorConfig& allocator,
-                                             DeviceKind meta_target = DeviceKind::cpu);
+                                             DeviceKind meta_target = DeviceKind::cpu, int cuda_device = 0);
 TokenDataset open_training_data(const std::string& path);  // empty: the embedded corpus
 void check_vocabulary(const TokenDataset& data, const GptConfig& config);
 double median(std::vector<double> values);

@@ -211,7 +211,10 @@ grep -q "note: allgather_bucket_size has no effect on one data-parallel rank" "$
 expect_error "needs 2 ranks, one process each: launch with \`mpirun -np 2" "$ferry" train "${model[@]}" --dp 2
 expect_error "tensor parallelism is not built yet" "$ferry" train "${model[@]}" --tp 2
 expect_error "zero-stage 3 (partitioned parameters) is not built yet" "$ferry" train "${model[@]}" --zero-stage 3
-expect_error "device cuda with data parallelism (dp 4) is not built yet" "$ferry" train "${model[@]}" --device cuda --dp 4
+# --device cuda on ranks without a GPU: a CPU-only build says it has no NCCL, a CUDA build that no GPU
+# is visible (scripts/cuda_emulation.sh trains it on the emulated CUDA and NCCL).
+if launch 2 train "${model[@]}" --device cuda > "$work/out.txt" 2> "$work/err.txt"; then echo "trained --device cuda on 2 ranks without a GPU"; exit 1; fi
+grep -q -E -- "--device cuda on 2 ranks: this ferry was built without NCCL|no CUDA device" "$work/err.txt" || { echo "no error naming NCCL or the GPU:"; cat "$work/err.txt"; exit 1; }
 echo '{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2}' > "$work/batch.json"
 expect_error "train_batch_size 16 != .* 2 x 2 data-parallel ranks = 8" "$ferry" train --config "$work/batch.json" "${model[@]}" --device meta --dp 2
 echo '{"zero_optimization": {"stage": 2, "reduce_bucket": 5}}' > "$work/zero.json"
