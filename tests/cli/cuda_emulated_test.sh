@@ -12,7 +12,7 @@ launch() {  # launch RANKS ARGS...: ferry-emulated under mpirun
   local ranks=$1; shift
   timeout 600 mpirun --allow-run-as-root --oversubscribe -np "$ranks" -x FERRY_CUDA_EMULATION_ORDERS -x ASAN_OPTIONS "$ferry" "$@"
 }
-model=(--model gpt2-tiny --steps 3 --batch 2 --seq 32 --lr 1e-3 --threads 1)
+model=(--model gpt2-tiny --steps 2 --batch 2 --seq 32 --lr 1e-3 --threads 1)
 
 "$ferry" --version | grep -q "CUDA: emulated"
 
@@ -70,7 +70,7 @@ same_losses 1e-5 "$work/offload_cuda.json" "$work/offload_cpu.json"
 
 # A checkpoint saved by two GPUs resumes, as the cpu device's does.
 for device in cuda cpu; do
-  launch 2 train "${model[@]}" --device "$device" --steps 2 --zero-stage 1 --save "$work/ckpt_$device" > /dev/null
+  launch 2 train "${model[@]}" --device "$device" --steps 1 --zero-stage 1 --save "$work/ckpt_$device" > /dev/null
   launch 2 train "${model[@]}" --device "$device" --zero-stage 1 --resume "$work/ckpt_$device" --summary "$work/resumed_$device.json" > /dev/null
 done
 same_losses 1e-5 "$work/resumed_cuda.json" "$work/resumed_cpu.json"

@@ -15,7 +15,8 @@ constexpr const char* kNotEmulated[] = {
     "cudaMallocAsync and memory pools: not used by ferry, not emulated",
     "the CUDA virtual-memory segment source (cuMemCreate/cuMemMap, expandable segments): its test skips",
     "cudaHostRegister pinning: the CPU build's pinned host allocator is linked (mlock or plain pages)",
-    "NCCL: not built under emulation (tests/comm covers it where NCCL is present)",
+    "NCCL: emulated over MPI (src/nccl.cpp), each operation complete when issued: NCCL's own kernels, its overlap with "
+    "compute, its timeouts and asynchronous errors (a dead peer blocks inside MPI), and ncclCommInitRank beyond MPI_COMM_WORLD",
     "GPU arithmetic: math functions are the host's (tighter than CUDA's ULP bounds) and no fused multiply-adds are formed",
     "memory-model effects across blocks (blocks run one after another), warp-synchronous code without __syncwarp, timing",
 };
