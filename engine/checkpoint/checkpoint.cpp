@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -16,6 +15,7 @@
 #include "engine/core/file_hash.h"
 #include "engine/core/safetensors.h"
 #include "engine/core/safetensors_fill.h"
+#include "engine/core/xxhash64.h"
 #include "models/gpt_weights.h"
 
 namespace ferry {
@@ -29,12 +29,6 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kDoneFile = "DONE";
 constexpr std::array<const char*, 4> kCheckedFiles = {kModelFile, kConfigFile, kOptimizerFile, kStateFile};
-
-std::string hex64(std::uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
 
 std::string in(const std::string& directory, const char* file) { return (fs::path(directory) / file).string(); }
 
@@ -82,7 +76,7 @@ void verify_checksums(const std::string& directory) {
   const std::optional<DoneMarker> marker = parse_done_marker(read_text_file(in(directory, kDoneFile)), problem);
   if (!marker) throw CheckpointError("checkpoint '" + directory + "' is partial: " + problem + "; " + intact_checkpoints_hint(directory));
   for (std::size_t i = 0; i < kCheckedFiles.size(); ++i) {
-    const std::string found = hex64(xxhash64_of_file(in(directory, kCheckedFiles[i])));
+    const std::string found = xxhash64_text(xxhash64_of_file(in(directory, kCheckedFiles[i])));
     if (found != marker->hashes[i]) {
       throw CheckpointError("checkpoint is corrupt: " + in(directory, kCheckedFiles[i]) + " has XXH64 " + found + ", but DONE recorded " +
                             marker->hashes[i] + " when it was saved (a changed or damaged file); " + intact_checkpoints_hint(directory));
@@ -176,7 +170,7 @@ void finish_checkpoint(const std::string& directory, const GptConfig& config, co
   write_file_atomically(in(directory, kStateFile), trainer_state_text(state, optimizer_steps));
   // DONE names the step and each file's XXH64 (as `xxhsum -H1` prints it), checked on resume.
   std::string done = "step " + std::to_string(state.step) + "\n";
-  for (const char* file : kCheckedFiles) done += hex64(xxhash64_of_file(in(directory, file))) + "  " + file + "\n";
+  for (const char* file : kCheckedFiles) done += xxhash64_text(xxhash64_of_file(in(directory, file))) + "  " + file + "\n";
   write_file_atomically(in(directory, kDoneFile), done);
 }
 

@@ -2,11 +2,12 @@
 // (https://github.com/Cyan4973/xxHash/blob/dev/doc/xxhash_spec.md): four 64-bit accumulators over
 // 32-byte stripes, then the tail and an avalanche. Portable scalar code at about a byte per cycle,
 // well above a drive's bandwidth; the result equals xxhsum -H1, so a file can be checked by hand.
+#include "engine/core/xxhash64.h"
+
 #include <bit>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
-
-#include "engine/core/xxhash64.h"
 
 namespace ferry {
 namespace {
@@ -92,6 +93,12 @@ std::uint64_t xxhash64(const void* data, std::size_t bytes) {
   hash *= prime3;
   hash ^= hash >> 32;
   return hash;
+}
+
+std::string xxhash64_text(std::uint64_t hash) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  return text;
 }
 
 }  // namespace ferry

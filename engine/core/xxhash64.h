@@ -4,9 +4,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace ferry {
 
 std::uint64_t xxhash64(const void* data, std::size_t bytes);
+// A hash as xxhsum prints it: 16 lowercase hex digits.
+std::string xxhash64_text(std::uint64_t hash);
 
 }  // namespace ferry

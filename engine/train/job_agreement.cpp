@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdio>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "engine/core/file_hash.h"
+#include "engine/core/xxhash64.h"
 #include "offload/zero_offload_optimizer.h"
 
 namespace ferry {
@@ -34,9 +34,7 @@ std::string text(const std::optional<T>& value) {
 std::string file_identity(const std::string& path, const char* when_empty) {
   if (path.empty()) return when_empty;
   try {
-    char hash[17];
-    std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(xxhash64_of_file(path)));
-    return "a file of XXH64 " + std::string(hash);
+    return "a file of XXH64 " + xxhash64_text(xxhash64_of_file(path));
   } catch (const std::exception&) {
     return "'" + path + "', which this rank cannot read";
   }

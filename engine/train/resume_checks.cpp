@@ -1,5 +1,6 @@
 #include "engine/train/resume_checks.h"
 #include "engine/core/bounded_json.h"
+#include "engine/core/xxhash64.h"
 #include "engine/train/training_setup.h"
 
 #include <algorithm>
@@ -15,11 +16,9 @@ namespace ferry {
 // A resume may change the grid: what must match is the global batch in micro-batches, not grad-accum.
 nlohmann::json resume_contract(const TrainingPlan& plan, const TokenDataset& data) {
   const TokenDataset::Identity identity = data.identity();
-  char hash[17];
-  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(identity.xxh64));
   return {{"batch", plan.micro_batch}, {"seq", plan.sequence}, {"micro_batches_per_step", plan.micro_batches * plan.grid.dp},
           {"precision", precision_name(plan.precision)},
-          {"data", {{"tokens", identity.tokens}, {"xxh64", hash}}}, {"shuffle", plan.io.shuffle}, {"seed", plan.seed}};
+          {"data", {{"tokens", identity.tokens}, {"xxh64", xxhash64_text(identity.xxh64)}}}, {"shuffle", plan.io.shuffle}, {"seed", plan.seed}};
 }
 
 // A resume takes the model's shape from the checkpoint; shape flags may repeat it, not change it.
