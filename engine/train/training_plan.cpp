@@ -213,8 +213,8 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
                                 "parallelism are: --dp, --pp)");
   }
   if (plan.grid.pp > 1 && o.device == "cuda") {
-    throw std::invalid_argument("--pp " + number(plan.grid.pp) + " with --device cuda is not built yet: the stages' activations do not "
-                                "travel by NCCL point-to-point; train pipelines on --device cpu, or GPUs with --dp alone");
+    throw std::invalid_argument("--pp " + number(plan.grid.pp) + " with --device cuda is not built yet: the stages sum the tied token "
+                                "table's gradient in host memory; train pipelines on --device cpu, or GPUs with --dp alone");
   }
   const int model_parallel = o.tp * o.pipeline_stages;
   if (plan.world > 1) {
