@@ -45,9 +45,6 @@ bool equal_counts(std::span<const std::size_t> counts) {
 }
 
 // Device (or managed) memory, as opposed to host memory, by CUDA's account of the pointer.
-// Whether a buffer of `bytes` is device memory (an empty one is neither: every rank skips it alike).
-bool is_device_buffer(const void* data, std::size_t bytes);
-
 bool is_device_memory(const void* data) {
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
@@ -57,10 +54,11 @@ bool is_device_memory(const void* data) {
   return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
 }
 
+// Whether a buffer of `count` elements is device memory (an empty one is neither: every rank skips it).
+bool is_device_buffer(const void* data, std::size_t count) { return count != 0 && is_device_memory(data); }
+
 // ncclGroupStart .. ncclGroupEnd; a group left by an exception is still ended (its error ignored: the
 // exception already says what went wrong).
-bool is_device_buffer(const void* data, std::size_t bytes) { return bytes != 0 && is_device_memory(data); }
-
 class NcclGroup {
  public:
   NcclGroup() { FERRY_NCCL_CHECK(ncclGroupStart()); }
@@ -165,7 +163,9 @@ std::unique_ptr<CommRequest> NcclCommunicatorImpl::start(const std::string& what
 
 std::unique_ptr<CommRequest> NcclCommunicatorImpl::all_reduce_async(void* data, std::size_t count, CommDataType type,
                                                                     ReduceOperation operation) {
-  if (!is_device_buffer(data, count)) return on_bootstrap([&] { return bootstrap_->all_reduce_async(data, count, type, operation); });  // host values
+  if (!is_device_buffer(data, count)) {  // host values: the bootstrap's
+    return on_bootstrap([&] { return bootstrap_->all_reduce_async(data, count, type, operation); });
+  }
   const std::string what = std::string("all_reduce (") + reduce_operation_name(operation) + ") of " +
                            describe_elements(count, type) + " " + world_text();
   std::unique_ptr<CommRequest> request = start(what, [&] {
@@ -180,7 +180,9 @@ std::unique_ptr<CommRequest> NcclCommunicatorImpl::all_reduce_async(void* data, 
 std::unique_ptr<CommRequest> NcclCommunicatorImpl::reduce_scatter_async(const void* input, void* output,
                                                                         std::span<const std::size_t> counts,
                                                                         CommDataType type, ReduceOperation operation) {
-  if (!is_device_buffer(input, total_count(counts))) return on_bootstrap([&] { return bootstrap_->reduce_scatter_async(input, output, counts, type, operation); });
+  if (!is_device_buffer(input, total_count(counts))) {
+    return on_bootstrap([&] { return bootstrap_->reduce_scatter_async(input, output, counts, type, operation); });
+  }
   const std::string what = std::string("reduce_scatter (") + reduce_operation_name(operation) + ") of " +
                            describe_counts(counts, type) + " " + world_text();
   require_count_per_rank(counts, size_, self_text() + ": " + what);
@@ -212,7 +214,9 @@ std::unique_ptr<CommRequest> NcclCommunicatorImpl::reduce_scatter_async(const vo
 std::unique_ptr<CommRequest> NcclCommunicatorImpl::all_gather_async(const void* input, void* output,
                                                                     std::span<const std::size_t> counts,
                                                                     CommDataType type) {
-  if (!is_device_buffer(output, total_count(counts))) return on_bootstrap([&] { return bootstrap_->all_gather_async(input, output, counts, type); });
+  if (!is_device_buffer(output, total_count(counts))) {
+    return on_bootstrap([&] { return bootstrap_->all_gather_async(input, output, counts, type); });
+  }
   const std::string what = "all_gather of " + describe_counts(counts, type) + " " + world_text();
   require_count_per_rank(counts, size_, self_text() + ": " + what);
   const std::size_t element_bytes = comm_data_type_size(type);
