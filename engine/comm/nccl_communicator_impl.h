@@ -59,8 +59,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
 
  private:
   // Starts operation `what`: checks the communicator is usable, makes the device current, orders the
-  // stream after the legacy default stream and the compute stream (order_after), runs `calls` (the NCCL calls), records the request's
-  // event. A failure inside fails the communicator (the ranks no longer agree on what was started).
+  // stream after the legacy default stream and the compute stream (order_after), runs `calls` (the
+  // NCCL calls), records the request's event. A failure inside fails the communicator (the ranks no
+  // longer agree on what was started).
   template <typename Calls>
   std::unique_ptr<CommRequest> start(const std::string& what, Calls&& calls);
   // An operation on host buffers, run by the bootstrap (MPI); its bytes count here too.
@@ -81,9 +82,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   int rank_ = 0;
   int size_ = 1;
   CudaStream stream_;
-  CudaEvent order_event_;  // recorded on the legacy default stream (and compute_) before each operation
+  CudaEvent order_event_;           // recorded on the legacy default stream (and compute_) before each operation
   cudaStream_t compute_ = nullptr;  // order_after()
-  NcclComm comm_;          // last: destroyed before the stream and events
+  NcclComm comm_;                   // last: destroyed before the stream and events
   std::optional<std::string> failure_;
 };
 

@@ -1,8 +1,8 @@
 #include "engine/grid/process_grid.h"
 
-#include "engine/comm/nccl_communicator.h"
-
 #include <stdexcept>
+
+#include "engine/comm/nccl_communicator.h"
 
 namespace ferry {
 
