@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where a ferry training step spends its time on a GPU (a diagnosis, not a benchmark): every kernel of a
-# short gpt2 run timed by Nsight Compute (gpu__time_duration, clocks as found), summed by kernel name,
-# and the run's own op timeline (--profile: forward, backward, loss, optimizer per step) without ncu.
+# short gpt2 run timed by CUPTI activity records (dev/cuda_kernel_timer.cpp), summed by kernel name,
+# and the run's own op timeline (--profile: forward, backward, loss, optimizer per step).
 #   bash dev/gpu_kernel_times.sh [MODEL] [BATCH]      # on the GPU machine, build-gpu/bundle.tar.xz carried
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,6 @@ export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64:$cuda_libraries${LD_LI
 python3 benchmarks/random_token_shard.py "$work/tokens.bin" $((1 << 22))
 flags=(train --model "$model" --device cuda --precision bf16 --batch "$batch" --seq 1024 --lr-schedule constant --data "$work/tokens.bin"
        --log-every 1000)
-ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 
 # 1. The op timeline of 3 steps (no profiler attached): each op kind's share of the last step.
 timeout 120 "$bundle/bin/ferry" "${flags[@]}" --steps 3 --profile "$work/profile" --summary "$work/summary.json" > "$out/profile_run.log" 2>&1
@@ -42,30 +41,20 @@ for (kind, depth), ns in total.most_common():
     print(f"  {kind:12s} depth {depth}  {count[(kind, depth)]:5d} ops  {ns / 1e6:9.2f} ms  {100 * ns / span:5.1f}%")
 PY
 
-# 2. Every kernel of 2 steps under Nsight Compute, summed by name.
-if [ -n "$ncu" ]; then
-  timeout 240 "$ncu" --metrics gpu__time_duration.sum --clock-control none --csv --page raw --launch-count 20000 \
-    "$bundle/bin/ferry" "${flags[@]}" --steps 2 > "$work/ncu.csv" 2> "$out/ncu.log"
-  echo "ncu exit $?"
-  python3 - "$work/ncu.csv" <<'PY' | tee "$out/kernel_times.txt"
-import collections, csv, io, sys
-text = open(sys.argv[1]).read()
-start = text.find('"ID"')
-rows = list(csv.DictReader(io.StringIO(text[start:])))
-rows = [row for row in rows if row.get("gpu__time_duration.sum", "").replace(".", "").replace(",", "").isdigit()]
-total, count = collections.Counter(), collections.Counter()
-for row in rows:
-    name = row["Kernel Name"].split("(")[0][:90]
-    value = float(row["gpu__time_duration.sum"].replace(",", ""))
-    total[name] += value
-    count[name] += 1
-unit = "ns"
-grand = sum(total.values())
-print(f"{len(rows)} kernels over 2 steps, {grand / 1e6:.1f} ms of GPU time in all ({unit})")
-for name, ns in total.most_common(30):
-    print(f"  {ns / 1e6:9.2f} ms  {100 * ns / grand:5.1f}%  {count[name]:6d}x  {name}")
+# 2. Every kernel, copy and memset of 4 steps timed by CUPTI (dev/cuda_kernel_timer.cpp, injected), summed by
+# name; the raw table (mangled names: c++filt them here) in kernel_times.tsv.
+CUDA_INJECTION64_PATH=$bundle/lib/cuda_kernel_timer.so FERRY_KERNEL_TIMES=$out/kernel_times.tsv \
+  timeout 150 "$bundle/bin/ferry" "${flags[@]}" --steps 4 > "$out/kernel_timer_run.log" 2>&1
+echo "kernel timer run exit $?"
+python3 - "$out/kernel_times.tsv" 4 <<'PY' | tee "$out/kernel_times.txt"
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+span = int(lines[0].split("\t")[1])
+rows = [line.split("\t") for line in lines[2:]]
+rows = [(name, int(count), int(ns), int(nbytes)) for name, count, ns, nbytes in rows]
+steps = int(sys.argv[2])
+grand = sum(ns for _, _, ns, _ in rows)
+print(f"GPU busy {grand / 1e6:.1f} ms over a span of {span / 1e6:.1f} ms ({steps} steps, the first with warm-up)")
+for name, count, ns, nbytes in sorted(rows, key=lambda row: -row[2])[:40]:
+    print(f"  {ns / 1e6 / steps:9.2f} ms/step {100 * ns / grand:5.1f}% {count // steps:6d}x/step  {name[:110]}")
 PY
-  gzip -c "$work/ncu.csv" > "$out/ncu.csv.gz"
-else
-  echo "no ncu on this machine"
-fi

@@ -134,16 +134,17 @@ void CpuKernelBackend::dropout_backward(float* dinp, const float* dout, std::int
 }
 
 double CpuKernelBackend::cross_entropy_sum(const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                                           float*) {
+                                           std::int64_t row_stride, float*) {
   std::vector<float> losses(size(rows));
-  cpu::cross_entropy_forward(losses.data(), logits, targets, rows, vocab);
+  cpu::cross_entropy_forward(losses.data(), logits, targets, rows, vocab, row_stride);
   return sum_in_order(losses);
 }
 
 double CpuKernelBackend::cross_entropy_sum_and_gradient(float* logits, const std::int32_t* targets, std::int64_t rows,
-                                                        std::int64_t vocab, float dloss, float*, SoftmaxRow* softmax_rows) {
+                                                        std::int64_t vocab, std::int64_t row_stride, float dloss, float*,
+                                                        SoftmaxRow* softmax_rows) {
   std::vector<float> losses(size(rows));
-  cpu::cross_entropy_forward_backward(logits, losses.data(), targets, rows, vocab, dloss, softmax_rows);
+  cpu::cross_entropy_forward_backward(logits, losses.data(), targets, rows, vocab, dloss, softmax_rows, row_stride);
   return sum_in_order(losses);
 }
 

@@ -64,9 +64,9 @@ class CpuKernelBackend final : public KernelBackend {
   void dropout_backward(float* dinp, const float* dout, std::int64_t count, float probability, RandomKey key) override;
 
   double cross_entropy_sum(const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                           float* scratch) override;
+                           std::int64_t row_stride, float* scratch) override;
   double cross_entropy_sum_and_gradient(float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                                        float dloss, float* scratch, SoftmaxRow* softmax_rows) override;
+                                        std::int64_t row_stride, float dloss, float* scratch, SoftmaxRow* softmax_rows) override;
   void cross_entropy_backward_slice(float* slice, const SoftmaxRow* softmax_rows, const std::int32_t* targets, std::int64_t rows,
                                     std::int64_t first, std::int64_t count, float dloss) override;
 

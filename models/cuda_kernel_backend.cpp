@@ -79,6 +79,22 @@ class CudaKernelBackend final : public KernelBackend {
     cuda::matmul_forward(cublas_, workspace_of(workspace), cuda::MatmulType::bf16, out, inp, weight, bias, rows, in_features,
                          out_features, layout, stream_);
   }
+  void matmul_backward_bf16(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp, const void* weight, std::int64_t rows,
+                            std::int64_t in_features, std::int64_t out_features, WeightLayout layout, void* workspace) override {
+    cuda::matmul_backward(cublas_, workspace_of(workspace), cuda::MatmulType::bf16, dinp, dweight, dbias, dout, inp, weight, rows,
+                          in_features, out_features, layout, stream_);
+  }
+  void lm_head_logits_bf16(float* logits, std::int64_t logits_stride, const void* inp, const void* table, std::int64_t rows,
+                           std::int64_t channels, std::int64_t vocab, void* workspace) override {
+    cuda::lm_head_logits_bf16(cublas_, workspace_of(workspace), logits, logits_stride, inp, table, rows, channels, vocab, stream_);
+  }
+  void lm_head_backward_bf16(float* dinp, bool accumulate_input, float* dtable_rows, const void* dlogits, std::int64_t dlogits_stride,
+                             const void* inp, const void* table_rows,
+                             std::int64_t rows, std::int64_t channels, std::int64_t vocab, std::int64_t first, std::int64_t count,
+                             void* workspace) override {
+    cuda::lm_head_backward_bf16(cublas_, workspace_of(workspace), dinp, accumulate_input, dtable_rows, dlogits, dlogits_stride, inp, table_rows, rows, channels,
+                                vocab, first, count, stream_);
+  }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight,
                        std::int64_t rows, std::int64_t in_features, std::int64_t out_features, WeightLayout layout,
                        void* workspace) override {
@@ -168,14 +184,15 @@ class CudaKernelBackend final : public KernelBackend {
     cuda::dropout_backward(dinp, dout, count, probability, key, stream_);
   }
 
-  double cross_entropy_sum(const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
+  double cross_entropy_sum(const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab, std::int64_t row_stride,
                            float* scratch) override {
-    cuda::cross_entropy_forward(required(scratch, "cross_entropy losses"), logits, targets, rows, vocab, stream_);
+    cuda::cross_entropy_forward(required(scratch, "cross_entropy losses"), logits, targets, rows, vocab, stream_, row_stride);
     return sum_on_host(scratch, rows);
   }
   double cross_entropy_sum_and_gradient(float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                                        float dloss, float* scratch, SoftmaxRow* softmax_rows) override {
-    cuda::cross_entropy_forward_backward(logits, required(scratch, "cross_entropy losses"), targets, rows, vocab, dloss, stream_, softmax_rows);
+                                        std::int64_t row_stride, float dloss, float* scratch, SoftmaxRow* softmax_rows) override {
+    cuda::cross_entropy_forward_backward(logits, required(scratch, "cross_entropy losses"), targets, rows, vocab, dloss, stream_, softmax_rows,
+                                         row_stride);
     return sum_on_host(scratch, rows);
   }
   void cross_entropy_backward_slice(float* slice, const SoftmaxRow* softmax_rows, const std::int32_t* targets, std::int64_t rows,

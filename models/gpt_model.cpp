@@ -108,6 +108,12 @@ std::int64_t GptModel::vocab_slice() const {
   return std::clamp<std::int64_t>(rows, 1, config_.vocab);
 }
 
+std::int64_t GptModel::table_gradient_slice() const {
+  // Streamed, each slice's gradient is a bucket of its own, bounded as vocab_slice() bounds it.
+  if (gradient_storage_ == GradientStorage::streamed) return vocab_slice();
+  return vocab_slice_ > 0 ? std::min(vocab_slice_, config_.vocab) : config_.vocab;
+}
+
 Tensor GptModel::embedding_forward(const Tensor& tokens, cpu::RandomKey key) {
   const std::int64_t B = tokens.size(0), T = tokens.size(1), C = config_.hidden;
   if (T > config_.max_sequence) {
@@ -233,17 +239,29 @@ double GptModel::head_forward(const Tensor& input, const Tensor& targets, float 
   const Tensor target_rows = targets.reshape({rows});
   const Tensor ln_f_gradient = training ? workspace({rows, C}, "ln_f.grad") : Tensor();
   const std::int64_t chunk = loss_chunk(rows);
-  const std::int64_t slice = vocab_slice();
+  // A bf16 table on a device whose matmuls take bf16 is read in place: one product over the whole
+  // vocabulary, the gradients in slices only where a gradient bucket bounds them. Otherwise the table
+  // is copied to f32 a slice at a time.
+  const bool bf16_head = parameters_.wte.dtype() == DType::bf16 && ops::lm_head_takes_bf16(*device_);
+  const std::int64_t slice = bf16_head ? table_gradient_slice() : vocab_slice();
+  const std::int64_t padded_vocab = (V + 7) / 8 * 8;
   // Deferred: the rows' softmax statistics are kept; the table's gradient waits (tied_table_backward).
   const Tensor softmax_rows = deferred != nullptr && training ? deferred->softmax_rows : Tensor();
   double loss_sum = 0;
   for (std::int64_t start = 0; start < rows; start += chunk) {
     const std::int64_t length = std::min(chunk, rows - start);
-    const Tensor x = ops::as_f32(ln_f_rows.narrow(0, start, length), "lm_head.in.f32");
-    const Tensor logits = workspace({length, V}, "lm_head.logits");
-    for (std::int64_t first = 0; first < V; first += slice) {
-      const std::int64_t count = std::min(slice, V - first);
-      ops::lm_head_logits_slice(logits, first, x, table_rows_f32(first, count));
+    const Tensor x = bf16_head ? ln_f_rows.narrow(0, start, length) : ops::as_f32(ln_f_rows.narrow(0, start, length), "lm_head.in.f32");
+    // bf16: rows padded to a multiple of 8 elements (32 bytes of f32, 16 of bf16), which cuBLASLt's
+    // aligned kernels need (GPT-2's 50257 would leave every row misaligned); the padding is never read.
+    const Tensor logits_rows = workspace({length, bf16_head ? padded_vocab : V}, "lm_head.logits");
+    const Tensor logits = bf16_head ? logits_rows.narrow(1, 0, V) : logits_rows;
+    if (bf16_head) {
+      ops::lm_head_logits_bf16(logits, x, parameters_.wte);
+    } else {
+      for (std::int64_t first = 0; first < V; first += slice) {
+        const std::int64_t count = std::min(slice, V - first);
+        ops::lm_head_logits_slice(logits, first, x, table_rows_f32(first, count));
+      }
     }
     const Tensor chunk_targets = target_rows.narrow(0, start, length);
     if (!training) {
@@ -253,12 +271,24 @@ double GptModel::head_forward(const Tensor& input, const Tensor& targets, float 
     loss_sum += ops::cross_entropy_sum_and_gradient(logits, chunk_targets, dloss,
                                                     softmax_rows.defined() ? softmax_rows.narrow(0, start, length) : Tensor());
     const Tensor dx = ln_f_gradient.narrow(0, start, length);
+    // bf16 products take the logits' gradient rounded to bf16, as PyTorch's autocast does.
+    Tensor dlogits16;
+    if (bf16_head) {
+      const Tensor dlogits16_rows = Tensor::empty(*device_, {length, padded_vocab}, DType::bf16, MemoryCategory::workspace,
+                                                  "lm_head.logits.grad.bf16");
+      ops::convert_from_f32(dlogits16_rows, logits_rows);
+      dlogits16 = dlogits16_rows.narrow(1, 0, V);
+    }
     for (std::int64_t first = 0; first < V; first += slice) {
       const std::int64_t count = std::min(slice, V - first);
       const Tensor dweight = softmax_rows.defined() ? Tensor()
                              : streamed             ? gradient_bucket({count, C}, "wte.weight.slice")
                                                     : gradients_.wte.narrow(0, first, count);
-      ops::lm_head_backward_slice(dx, first > 0, dweight, logits, first, x, table_rows_f32(first, count));
+      if (bf16_head) {
+        ops::lm_head_backward_bf16(dx, first > 0, dweight, dlogits16, first, x, parameters_.wte.narrow(0, first, count));
+      } else {
+        ops::lm_head_backward_slice(dx, first > 0, dweight, logits, first, x, table_rows_f32(first, count));
+      }
       if (streamed && dweight.defined()) sink().accumulate(GptParameters::kWteIndex, first * C, dweight);
     }
   }

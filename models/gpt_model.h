@@ -117,6 +117,10 @@ class GptModel {
   std::int64_t vocab_slice() const;
   // Overrides vocab_slice() (0: automatic). Slices change the input gradient's rounding only.
   void set_vocab_slice(std::int64_t rows);
+  // Where the head reads a bf16 table in place (ops::lm_head_takes_bf16), it makes no f32 copy to bound:
+  // its gradient comes in slices only where set_vocab_slice asks or gradients are streamed (each slice
+  // a bucket, vocab_slice() rows as before).
+  std::int64_t table_gradient_slice() const;
   static constexpr std::int64_t kVocabSliceBytes = std::int64_t{8} << 20;
   // Streamed gradients reach the sink one parameter at a time, and a parameter larger than `elements`
   // in row slices of at most that many (DeepSpeed's reduce_bucket_size): the device holds at most one

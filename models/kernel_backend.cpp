@@ -10,9 +10,29 @@
 
 namespace ferry::ops {
 
+namespace {
+[[noreturn]] void no_bf16_matmuls() {
+  throw std::logic_error("this device's kernels take no bf16 matmuls (sizes().matmul_takes_bf16() is false)");
+}
+}  // namespace
+
 void KernelBackend::matmul_forward_bf16(void*, const void*, const void*, const void*, std::int64_t, std::int64_t, std::int64_t,
                                         WeightLayout, void*) {
-  throw std::logic_error("this device's kernels take no bf16 matmuls (sizes().matmul_takes_bf16() is false)");
+  no_bf16_matmuls();
+}
+
+void KernelBackend::matmul_backward_bf16(void*, float*, float*, const void*, const void*, const void*, std::int64_t, std::int64_t,
+                                         std::int64_t, WeightLayout, void*) {
+  no_bf16_matmuls();
+}
+
+void KernelBackend::lm_head_logits_bf16(float*, std::int64_t, const void*, const void*, std::int64_t, std::int64_t, std::int64_t, void*) {
+  no_bf16_matmuls();
+}
+
+void KernelBackend::lm_head_backward_bf16(float*, bool, float*, const void*, std::int64_t, const void*, const void*, std::int64_t,
+                                          std::int64_t, std::int64_t, std::int64_t, std::int64_t, void*) {
+  no_bf16_matmuls();
 }
 
 KernelBackend& kernel_backend(Device& device) {

@@ -95,6 +95,20 @@ class KernelBackend : public DeviceAttachment {
   // matmul_forward on bf16 bit patterns (out, inp, weight, bias; bias may be null), out rounded once.
   virtual void matmul_forward_bf16(void* out, const void* inp, const void* weight, const void* bias, std::int64_t rows,
                                    std::int64_t in_features, std::int64_t out_features, WeightLayout layout, void* workspace);
+  // matmul_backward on bf16 dout, inp and weight: dinp (bf16) overwritten, the f32 dweight and dbias added to.
+  virtual void matmul_backward_bf16(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp, const void* weight,
+                                    std::int64_t rows, std::int64_t in_features, std::int64_t out_features, WeightLayout layout,
+                                    void* workspace);
+
+  // Where sizes().matmul_takes_bf16(): the tied LM head on the bf16 table itself (no f32 copy of it);
+  // inp, table and dlogits are bf16 bit patterns, logits and the gradients f32 (cuda/matmul.h); the
+  // logits' rows lie logits_stride apart, dlogits' dlogits_stride.
+  virtual void lm_head_logits_bf16(float* logits, std::int64_t logits_stride, const void* inp, const void* table, std::int64_t rows,
+                                   std::int64_t channels, std::int64_t vocab, void* workspace);
+  virtual void lm_head_backward_bf16(float* dinp, bool accumulate_input, float* dtable_rows, const void* dlogits, std::int64_t dlogits_stride,
+                                     const void* inp,
+                                     const void* table_rows, std::int64_t rows, std::int64_t channels, std::int64_t vocab, std::int64_t first,
+                                     std::int64_t count, void* workspace);
 
   // The tied LM head on columns [first, first + count) of logits [rows, vocab]; see tensor_ops.h.
   // slice_scratch, input_scratch: sizes().lm_head_*_scratch_elements floats (null when 0).
@@ -121,11 +135,12 @@ class KernelBackend : public DeviceAttachment {
 
   // The sum over rows of softmax cross-entropy losses, in double on the host (the training variant turns
   // logits into their gradient times dloss). scratch: sizes().cross_entropy_scratch_elements floats.
+  // Rows lie row_stride floats apart (>= vocab; the columns past vocab are padding, never read).
   virtual double cross_entropy_sum(const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                                   float* scratch) = 0;
+                                   std::int64_t row_stride, float* scratch) = 0;
   // softmax_rows (may be null): each row's statistics, for cross_entropy_backward_slice later.
   virtual double cross_entropy_sum_and_gradient(float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                                                float dloss, float* scratch, SoftmaxRow* softmax_rows) = 0;
+                                                std::int64_t row_stride, float dloss, float* scratch, SoftmaxRow* softmax_rows) = 0;
   // A [rows, count] slice of logits columns [first, first + count) becomes their gradient from the saved statistics.
   virtual void cross_entropy_backward_slice(float* slice, const SoftmaxRow* softmax_rows, const std::int32_t* targets, std::int64_t rows,
                                             std::int64_t first, std::int64_t count, float dloss) = 0;

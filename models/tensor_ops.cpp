@@ -41,6 +41,14 @@ Tensor cross_entropy_scratch(const Tensor& logits, std::int64_t rows) {
   return scratch(logits.device(), kernel_backend(logits.device()).sizes().cross_entropy_scratch_elements(rows), "cross_entropy.losses");
 }
 
+// Logits [rows, V] whose rows may lie further apart than V (a view of a padded buffer): their row stride.
+std::int64_t logits_row_stride(const Tensor& logits, std::string_view op) {
+  require(logits.dim() == 2 && logits.dtype() == DType::f32 && logits.strides()[1] == 1 && logits.strides()[0] >= logits.size(1), op,
+          "takes f32 logits [rows, vocab] with contiguous rows, not " + shape_to_string(logits.shape()) + " with strides " +
+              shape_to_string(logits.strides()));
+  return logits.strides()[0];
+}
+
 AttentionShape attention_shape(const Tensor& qkv, std::int64_t heads) { return {qkv.size(0), qkv.size(1), qkv.size(2) / 3, heads}; }
 
 }  // namespace
@@ -198,6 +206,19 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
                      const Tensor& inp, const Tensor& weight, WeightLayout layout, std::int64_t weight_copy_elements) {
   const std::int64_t in = layout == WeightLayout::in_out ? weight.size(0) : weight.size(1);
   const std::int64_t out_features = layout == WeightLayout::in_out ? weight.size(1) : weight.size(0);
+  // As the forward: bf16 operands in place where the device takes them (bf16 products are exact in
+  // fp32, so the gradients are the f32 path's up to the order of the sums), f32 master gradients.
+  const bool bf16_operands = dout.dtype() == DType::bf16 && (!dinp.defined() || (dinp.dtype() == DType::bf16 && weight.dtype() == DType::bf16)) &&
+                             (!dweight.defined() || (dweight.dtype() == DType::f32 && inp.dtype() == DType::bf16)) &&
+                             (!dbias.defined() || dbias.dtype() == DType::f32);
+  if (bf16_operands && kernel_backend(dout.device()).sizes().matmul_takes_bf16()) {
+    const Tensor workspace = matmul_workspace(dout.device());
+    if (KernelBackend* kernels = computing(dout)) {
+      kernels->matmul_backward_bf16(address(dinp), f32(dweight), f32(dbias), dout.data(), address(inp), address(weight), dout.numel() / out_features,
+                                    in, out_features, layout, address(workspace));
+    }
+    return;
+  }
   if (const std::int64_t per_copy = weight_rows_per_copy(weight, layout, weight_copy_elements); per_copy > 0 && dinp.defined()) {
     const std::int64_t rows = inp.numel() / in;
     const Tensor workspace = matmul_workspace(dout.device());
@@ -276,6 +297,50 @@ void lm_head_backward_slice(const Tensor& dinp, bool accumulate_input, const Ten
   }
 }
 
+bool lm_head_takes_bf16(Device& device) { return kernel_backend(device).sizes().matmul_takes_bf16(); }
+
+void lm_head_logits_bf16(const Tensor& logits, const Tensor& inp, const Tensor& table) {
+  const std::int64_t rows = inp.size(0), C = inp.size(1), vocab = table.size(0);
+  require(inp.dtype() == DType::bf16 && table.dtype() == DType::bf16 && logits.dtype() == DType::f32, "lm_head_logits_bf16",
+          "takes bf16 inputs and f32 logits");
+  require(inp.dim() == 2 && table.dim() == 2 && table.size(1) == C && logits.shape() == Shape{rows, vocab}, "lm_head_logits_bf16",
+          "shapes " + shape_to_string(inp.shape()) + " x " + shape_to_string(table.shape()) + "^T -> " + shape_to_string(logits.shape()) +
+              " do not match");
+  const std::int64_t logits_stride = logits_row_stride(logits, "lm_head_logits_bf16");
+  const Tensor workspace = matmul_workspace(logits.device());
+  if (KernelBackend* kernels = computing(logits)) {
+    kernels->lm_head_logits_bf16(f32(logits), logits_stride, inp.data(), table.data(), rows, C, vocab, address(workspace));
+  }
+}
+
+void lm_head_backward_bf16(const Tensor& dinp, bool accumulate_input, const Tensor& dtable_rows, const Tensor& dlogits, std::int64_t first,
+                           const Tensor& inp, const Tensor& table_rows) {
+  const std::int64_t rows = inp.size(0), C = inp.size(1), count = table_rows.size(0), vocab = dlogits.size(1);
+  require(inp.dtype() == DType::bf16 && table_rows.dtype() == DType::bf16 && dlogits.dtype() == DType::bf16 &&
+              (!dinp.defined() || dinp.dtype() == DType::f32) && (!dtable_rows.defined() || dtable_rows.dtype() == DType::f32),
+          "lm_head_backward_bf16", "takes bf16 inputs and f32 gradients");
+  require(dlogits.dim() == 2 && dlogits.strides()[1] == 1 && dlogits.size(0) == rows && table_rows.size(1) == C && first >= 0 &&
+              first + count <= vocab &&
+              (!dinp.defined() || dinp.shape() == inp.shape()) && (!dtable_rows.defined() || dtable_rows.shape() == table_rows.shape()),
+          "lm_head_backward_bf16",
+          "gradient shapes do not match the slice [" + std::to_string(first) + ", " + std::to_string(first + count) + ") of " +
+              shape_to_string(dlogits.shape()));
+  const Tensor workspace = matmul_workspace(dlogits.device());
+  if (KernelBackend* kernels = computing(dlogits)) {
+    kernels->lm_head_backward_bf16(f32(dinp), accumulate_input, f32(dtable_rows), dlogits.data(), dlogits.strides()[0], inp.data(),
+                                   table_rows.data(), rows, C,
+                                   vocab, first,
+                                   count, address(workspace));
+  }
+}
+
+void convert_from_f32(const Tensor& destination, const Tensor& source) {
+  require(source.dtype() == DType::f32 && destination.shape() == source.shape() && destination.dtype() != DType::f32, "convert_from_f32",
+          "converts f32 " + shape_to_string(source.shape()) + " into a 16-bit tensor of the same shape, not " +
+              std::string(dtype_name(destination.dtype())) + " " + shape_to_string(destination.shape()));
+  store(destination, source);
+}
+
 void attention_forward(const Tensor& out, const Tensor& saved, const Tensor& qkv, std::int64_t heads, float dropout,
                        RandomKey key) {
   const AttentionShape shape = attention_shape(qkv, heads);
@@ -346,22 +411,25 @@ void dropout_backward(const Tensor& dinp, const Tensor& dout, float probability,
 }
 
 double cross_entropy_sum(const Tensor& logits, const Tensor& targets) {
-  const std::int64_t V = last_dimension(logits), rows = logits.numel() / V;
+  const std::int64_t row_stride = logits_row_stride(logits, "cross_entropy_sum");
+  const std::int64_t V = logits.size(1), rows = logits.size(0);
   const Tensor losses = cross_entropy_scratch(logits, rows);
   KernelBackend* kernels = computing(logits);
   if (kernels == nullptr) return 0.0;
-  return kernels->cross_entropy_sum(f32(logits), targets.data_as<std::int32_t>(), rows, V, f32(losses));
+  return kernels->cross_entropy_sum(f32(logits), targets.data_as<std::int32_t>(), rows, V, row_stride, f32(losses));
 }
 
 double cross_entropy_sum_and_gradient(const Tensor& logits, const Tensor& targets, float dloss, const Tensor& softmax_rows) {
-  const std::int64_t V = last_dimension(logits), rows = logits.numel() / V;
+  const std::int64_t row_stride = logits_row_stride(logits, "cross_entropy_sum_and_gradient");
+  const std::int64_t V = logits.size(1), rows = logits.size(0);
   require(!softmax_rows.defined() || (softmax_rows.dtype() == DType::f32 && softmax_rows.numel() == rows * cpu::kSoftmaxRowFloats),
           "cross_entropy_sum_and_gradient", "softmax rows take f32 [rows, " + std::to_string(cpu::kSoftmaxRowFloats) + "]");
   const Tensor losses = cross_entropy_scratch(logits, rows);
   KernelBackend* kernels = computing(logits);
   if (kernels == nullptr) return 0.0;
   auto* rows_out = softmax_rows.defined() ? reinterpret_cast<SoftmaxRow*>(softmax_rows.data()) : nullptr;
-  return kernels->cross_entropy_sum_and_gradient(f32(logits), targets.data_as<std::int32_t>(), rows, V, dloss, f32(losses), rows_out);
+  return kernels->cross_entropy_sum_and_gradient(f32(logits), targets.data_as<std::int32_t>(), rows, V, row_stride, dloss, f32(losses),
+                                                 rows_out);
 }
 
 void cross_entropy_backward_slice(const Tensor& slice, const Tensor& softmax_rows, const Tensor& targets, std::int64_t first, float dloss) {

@@ -61,6 +61,18 @@ void lm_head_logits_slice(const Tensor& logits, std::int64_t first, const Tensor
 void lm_head_backward_slice(const Tensor& dinp, bool accumulate_input, const Tensor& dweight_slice, const Tensor& dlogits,
                             std::int64_t first, const Tensor& inp, const Tensor& weight_slice);
 
+// Whether `device`'s kernels run the LM head on a bf16 table itself (lm_head_*_bf16; cuda): no f32 copy.
+bool lm_head_takes_bf16(Device& device);
+// logits [rows, vocab] (f32) = inp [rows, C] (bf16) x table [vocab, C] (bf16)^T.
+void lm_head_logits_bf16(const Tensor& logits, const Tensor& inp, const Tensor& table);
+// Over the table rows [first, first + count) that table_rows views, with dlogits [rows, vocab] in bf16:
+// dinp [rows, C] f32 (+)= dlogits[:, slice] x table_rows, dtable_rows [count, C] f32 += dlogits[:, slice]^T x inp
+// (either may be undefined).
+void lm_head_backward_bf16(const Tensor& dinp, bool accumulate_input, const Tensor& dtable_rows, const Tensor& dlogits, std::int64_t first,
+                           const Tensor& inp, const Tensor& table_rows);
+// destination (bf16 or f16) = source (f32) rounded to nearest even; the same shape.
+void convert_from_f32(const Tensor& destination, const Tensor& source);
+
 // What attention keeps for backward on `device` (its `saved` tensor, category activations): cpu and meta
 // the [B, NH, T, T] probabilities in the activation dtype, cuda the [B, NH, T] log-sum-exps of its fused
 // kernels in f32 (a rounded log-sum-exp would skew every recomputed probability).

@@ -25,6 +25,11 @@ mkdir -p "$stage/bin" "$stage/lib"
 strip -o "$stage/bin/ferry" "$build/ferry"
 strip -o "$stage/bin/cuda_tests" "$build/tests/cuda_tests"
 strip -o "$stage/bin/allocator_benchmark" "$build/benchmarks/allocator_benchmark"
+# The kernel timer of dev/gpu_kernel_times.sh (a CUPTI injection library) with the CUPTI it was built against.
+cuda_root=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")
+g++ -std=c++20 -O2 -shared -fPIC -I"$cuda_root/include" -o "$stage/lib/cuda_kernel_timer.so" dev/cuda_kernel_timer.cpp \
+  -L"$cuda_root/lib" -L"$cuda_root/lib64" -lcupti
+cp -L "$(ls "$cuda_root"/lib/libcupti.so.13 "$cuda_root"/lib64/libcupti.so.13 2>/dev/null | head -1)" "$stage/lib/"
 # The machine's own glibc, libstdc++ (newer there) and CUDA libraries are used; the rest travels.
 ldd "$stage"/bin/* | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u | while read -r library; do
   case "$(basename "$library")" in

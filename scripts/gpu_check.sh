@@ -5,9 +5,10 @@
 #       the cpu device; fails if any skipped), then `ferry train --device cuda` beside the cpu device
 #   bash scripts/gpu_check.sh benchmark [PART..] # benchmarks/gpu_benchmark.sh, those parts (default all),
 #       and with the part `allocator` the allocator benchmark's cuda rows beside the cache hit
-#   bash scripts/gpu_check.sh all [SECONDS]      # issue 32 in one call: the tests, the allocator rows, then
-#       every benchmark part, all of it inside SECONDS (default 420); the tables in summary.txt, every log
-#       and JSON in results.tar.gz, PyTorch's snapshot in torch_snapshot.pickle.xz
+#   bash scripts/gpu_check.sh all [SECONDS]      # issue 32 in one call: the tests, the allocator rows, each
+#       kernel's time in a gpt2 step (dev/gpu_kernel_times.sh), then the benchmark parts (PARTS, default
+#       all), all of it inside SECONDS (default 420); the tables in summary.txt, every log and JSON in
+#       results.tar.gz, the kernel table in kernel_times.tsv, PyTorch's snapshot in torch_snapshot.pickle.xz
 # Logs and JSON go to $OUT (the device tool's) or build-gpu/out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,6 +64,9 @@ if [ "$mode" = all ]; then  # the rest of this script, then the benchmarks, insi
   timeout 60 "$bundle/bin/allocator_benchmark" --benchmark_filter='CacheHit.*/(4096|2097152|134217728)/.*threads:1|Cuda' --benchmark_repetitions=3 \
     --benchmark_report_aggregates_only=true --benchmark_min_time=0.1 > "$results/allocator_benchmark.txt" 2>&1 || status=1
   grep -E "median|error" "$results/allocator_benchmark.txt" | tee -a "$out/summary.txt"
+  OUT=$results timeout 120 bash dev/gpu_kernel_times.sh gpt2 16 > "$results/kernel_times.log" 2>&1 || status=1
+  head -30 "$results/kernel_times.txt" 2>/dev/null | tee -a "$out/summary.txt"
+  cp "$results/kernel_times.tsv" "$out/" 2>/dev/null || true
   RESULTS=$results DEADLINE=$((start + budget - 25)) bash benchmarks/gpu_benchmark.sh "$bundle/bin/ferry" 6 "$PWD/build-gpu/nvme" 2>&1 | tee -a "$out/summary.txt" || status=1
   cp "$results"/cuda_tests.json "$out/" 2>/dev/null || true
   if [ -f "$results/torch_snapshot.pickle" ]; then xz -T0 -3 -c "$results/torch_snapshot.pickle" > "$out/torch_snapshot.pickle.xz" && rm "$results/torch_snapshot.pickle"; fi

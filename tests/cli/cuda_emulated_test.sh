@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `ferry train --device cuda` on the emulated CUDA and NCCL (build-sanitize/ferry-emulated, from
 # scripts/cuda_emulation.sh): one GPU, and data-parallel GPUs under mpirun at ZeRO 0, 1 and 2, with fp16
-# loss scaling, ZeRO-Offload and a checkpoint resumed, each against the cpu device's losses from the same
+# loss scaling, bf16, ZeRO-Offload and a checkpoint resumed, each against the cpu device's losses from the same
 # binary (the kernel twins' tolerance), and each rank's peaks against the dry run with cuda kernel sizes,
 # byte for byte. Usage: FERRY=build-sanitize/ferry-emulated tests/cli/cuda_emulated_test.sh
 source "$(dirname "$0")/common.sh"
@@ -64,6 +64,19 @@ PY
 launch 2 train "${model[@]}" --device cuda --precision fp16 --zero-stage 2 --summary "$work/fp16_cuda.json" > /dev/null
 launch 2 train "${model[@]}" --device cpu --precision fp16 --zero-stage 2 --summary "$work/fp16_cpu.json" > /dev/null
 same_losses 1e-4 "$work/fp16_cuda.json" "$work/fp16_cpu.json"
+# bf16 (the LM head reads the bf16 table in place, backward products on bf16 operands): one GPU (the
+# table's gradient whole) and dp 2 at stage 2 (streamed in slices), the cpu's losses within bf16's
+# reach, the dry run's peaks on every rank.
+"$ferry" train "${model[@]}" --device cuda --precision bf16 --summary "$work/bf16_cuda.json" > /dev/null
+"$ferry" train "${model[@]}" --device cpu --precision bf16 --summary "$work/bf16_cpu.json" > /dev/null
+same_losses 2e-3 "$work/bf16_cuda.json" "$work/bf16_cpu.json"
+"$ferry" train "${model[@]}" --device meta --dry-run-of cuda --precision bf16 --summary "$work/bf16_dry.json" > /dev/null
+same_peaks "$work/bf16_cuda.json" "$work/bf16_dry.json"
+launch 2 train "${model[@]}" --device cuda --precision bf16 --zero-stage 2 --summary "$work/bf16_dp_cuda.json" > /dev/null
+launch 2 train "${model[@]}" --device cpu --precision bf16 --zero-stage 2 --summary "$work/bf16_dp_cpu.json" > /dev/null
+same_losses 2e-3 "$work/bf16_dp_cuda.json" "$work/bf16_dp_cpu.json"
+"$ferry" train "${model[@]}" --device meta --dry-run-of cuda --precision bf16 --dp 2 --zero-stage 2 --summary "$work/bf16_dp_dry.json" > /dev/null
+same_peaks "$work/bf16_dp_cuda.json" "$work/bf16_dp_dry.json"
 launch 2 train "${model[@]}" --device cuda --offload-optimizer cpu --zero-stage 2 --summary "$work/offload_cuda.json" > /dev/null
 launch 2 train "${model[@]}" --device cpu --offload-optimizer cpu --zero-stage 2 --summary "$work/offload_cpu.json" > /dev/null
 same_losses 1e-5 "$work/offload_cuda.json" "$work/offload_cpu.json"

@@ -221,6 +221,49 @@ TEST_F(GpuKernels, CrossEntropyMatchesTheTwin) {
   }
 }
 
+// Rows padded past the vocabulary (the bf16 LM head's aligned logits): on each device the packed rows'
+// losses and gradients bit for bit, and the padding untouched.
+TEST_F(GpuKernels, CrossEntropyOnPaddedRowsGivesThePackedResultsAndLeavesThePadding) {
+  const std::int64_t rows = 5, vocab = 1001, stride = 1008;
+  const float pad = -12345.0f;
+  const std::vector<float> logits = random_values(static_cast<std::size_t>(rows * vocab), 17, 3.0f);
+  std::vector<float> padded(static_cast<std::size_t>(rows * stride), pad);
+  for (std::int64_t r = 0; r < rows; ++r) std::copy_n(logits.begin() + r * vocab, vocab, padded.begin() + r * stride);
+  std::vector<std::int32_t> targets(static_cast<std::size_t>(rows));
+  for (std::size_t i = 0; i < targets.size(); ++i) targets[i] = static_cast<std::int32_t>((i * 211) % vocab);
+  auto packed_rows = [&](const std::vector<float>& values) {
+    std::vector<float> packed(static_cast<std::size_t>(rows * vocab));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::copy_n(values.begin() + r * stride, vocab, packed.begin() + r * vocab);
+      for (std::int64_t j = vocab; j < stride; ++j) EXPECT_EQ(values[static_cast<std::size_t>(r * stride + j)], pad);
+    }
+    return packed;
+  };
+
+  std::vector<float> losses(targets.size()), padded_losses(targets.size()), gradient = logits, padded_gradient = padded;
+  cpu::cross_entropy_forward(losses.data(), logits.data(), targets.data(), rows, vocab);
+  cpu::cross_entropy_forward(padded_losses.data(), padded.data(), targets.data(), rows, vocab, stride);
+  EXPECT_EQ(padded_losses, losses);
+  cpu::cross_entropy_forward_backward(gradient.data(), losses.data(), targets.data(), rows, vocab, 0.25f);
+  cpu::cross_entropy_forward_backward(padded_gradient.data(), padded_losses.data(), targets.data(), rows, vocab, 0.25f, nullptr, stride);
+  EXPECT_EQ(padded_losses, losses);
+  EXPECT_EQ(packed_rows(padded_gradient), gradient);
+
+  const Tensor targets_gpu = upload(targets, DType::i32), losses_gpu = upload(losses), padded_losses_gpu = upload(losses);
+  const Tensor logits_gpu = upload(logits), padded_gpu = upload(padded);
+  cuda::cross_entropy_forward(losses_gpu.data_as<float>(), logits_gpu.data_as<float>(), targets_gpu.data_as<std::int32_t>(), rows, vocab, stream_);
+  cuda::cross_entropy_forward(padded_losses_gpu.data_as<float>(), padded_gpu.data_as<float>(), targets_gpu.data_as<std::int32_t>(), rows, vocab,
+                              stream_, stride);
+  EXPECT_EQ(download(padded_losses_gpu), download(losses_gpu));
+  cuda::cross_entropy_forward_backward(logits_gpu.data_as<float>(), losses_gpu.data_as<float>(), targets_gpu.data_as<std::int32_t>(), rows, vocab,
+                                       0.25f, stream_);
+  cuda::cross_entropy_forward_backward(padded_gpu.data_as<float>(), padded_losses_gpu.data_as<float>(), targets_gpu.data_as<std::int32_t>(), rows,
+                                       vocab, 0.25f, stream_, nullptr, stride);
+  EXPECT_EQ(download(padded_losses_gpu), download(losses_gpu));
+  EXPECT_EQ(packed_rows(download(padded_gpu)), download(logits_gpu));
+  EXPECT_LT(max_relative_error(download(logits_gpu), gradient), kFloatTolerance);
+}
+
 TEST_F(GpuKernels, CrossEntropySlicesFromSavedRowsGiveTheWholeRowsGradient) {
   // A slice's gradient from the saved softmax rows is bitwise the in-place gradient of those columns,
   // on each device; the two devices' rows and slices agree within the twin bound.

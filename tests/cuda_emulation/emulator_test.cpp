@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "allocator/cuda_check.h"
@@ -107,6 +109,12 @@ __global__ void racy_sum_kernel(float* sums, const float* values) {
 }
 
 TEST(CudaEmulation, AMissingBarrierMakesResultsDependOnTheScheduleOrder) {
+  // A race shows only between two orders; a run narrowed to one (FERRY_CUDA_EMULATION_ORDERS=forward, as
+  // the multi-rank runs are for speed) cannot see it.
+  const char* orders = std::getenv("FERRY_CUDA_EMULATION_ORDERS");
+  if (orders != nullptr && std::string(orders).find(',') == std::string::npos) {
+    GTEST_SKIP() << "FERRY_CUDA_EMULATION_ORDERS=" << orders << " names one schedule order: no second order to compare";
+  }
   const DeviceBuffer<float> input(std::vector<float>(128, 1.0f)), sums(std::vector<float>(2, 0.0f));
   try {
     FERRY_LAUNCH_KERNEL(racy_sum_kernel, 2, 64, 0, nullptr, sums.data(), input.data());

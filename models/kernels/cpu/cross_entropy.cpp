@@ -60,10 +60,11 @@ void logit_gradients(Real* values, std::int64_t count, const SoftmaxRow& row, st
 
 template <typename Real>
 void cross_entropy_forward(Real* losses, const Real* logits, const std::int32_t* targets, std::int64_t rows,
-                           std::int64_t vocab) {
+                           std::int64_t vocab, std::int64_t row_stride) {
+  const std::int64_t stride = row_stride > 0 ? row_stride : vocab;
 #pragma omp parallel for schedule(static)
   for (std::int64_t row = 0; row < rows; ++row) {
-    const Real* values = logits + row * vocab;
+    const Real* values = logits + row * stride;
     const RowStatistics statistics = row_statistics(values, vocab);
     losses[row] = static_cast<Real>(std::log(statistics.sum) + statistics.maximum - static_cast<double>(values[targets[row]]));
   }
@@ -71,10 +72,11 @@ void cross_entropy_forward(Real* losses, const Real* logits, const std::int32_t*
 
 template <typename Real>
 void cross_entropy_forward_backward(Real* logits, Real* losses, const std::int32_t* targets, std::int64_t rows,
-                                    std::int64_t vocab, Real dloss, SoftmaxRow* softmax_rows) {
+                                    std::int64_t vocab, Real dloss, SoftmaxRow* softmax_rows, std::int64_t row_stride) {
+  const std::int64_t stride = row_stride > 0 ? row_stride : vocab;
 #pragma omp parallel for schedule(static)
   for (std::int64_t row = 0; row < rows; ++row) {
-    Real* values = logits + row * vocab;
+    Real* values = logits + row * stride;
     const RowStatistics statistics = row_statistics(values, vocab);
     const std::int32_t target = targets[row];
     losses[row] = static_cast<Real>(std::log(statistics.sum) + statistics.maximum - static_cast<double>(values[target]));
@@ -94,10 +96,11 @@ void cross_entropy_backward_slice(float* slice, const SoftmaxRow* softmax_rows, 
   }
 }
 
-template void cross_entropy_forward<float>(float*, const float*, const std::int32_t*, std::int64_t, std::int64_t);
-template void cross_entropy_forward<double>(double*, const double*, const std::int32_t*, std::int64_t, std::int64_t);
-template void cross_entropy_forward_backward<float>(float*, float*, const std::int32_t*, std::int64_t, std::int64_t, float, SoftmaxRow*);
+template void cross_entropy_forward<float>(float*, const float*, const std::int32_t*, std::int64_t, std::int64_t, std::int64_t);
+template void cross_entropy_forward<double>(double*, const double*, const std::int32_t*, std::int64_t, std::int64_t, std::int64_t);
+template void cross_entropy_forward_backward<float>(float*, float*, const std::int32_t*, std::int64_t, std::int64_t, float, SoftmaxRow*,
+                                                    std::int64_t);
 template void cross_entropy_forward_backward<double>(double*, double*, const std::int32_t*, std::int64_t, std::int64_t, double,
-                                                     SoftmaxRow*);
+                                                     SoftmaxRow*, std::int64_t);
 
 }  // namespace ferry::cpu

@@ -16,16 +16,17 @@ struct SoftmaxRow {
 // Floats a SoftmaxRow takes in an f32 device buffer.
 inline constexpr std::int64_t kSoftmaxRowFloats = 4;
 
-// losses[row] = logsumexp(logits[row]) - logits[row, targets[row]].
+// losses[row] = logsumexp(logits[row]) - logits[row, targets[row]]. Row r starts at logits + r * row_stride
+// (0: vocab, packed; a longer stride leaves the columns past vocab untouched, as padding).
 template <typename Real>
 void cross_entropy_forward(Real* losses, const Real* logits, const std::int32_t* targets, std::int64_t rows,
-                           std::int64_t vocab);
+                           std::int64_t vocab, std::int64_t row_stride = 0);
 
 // As forward, then logits[row] becomes (softmax(logits[row]) - onehot(target)) * dloss; with
 // `softmax_rows`, each row's statistics are kept there.
 template <typename Real>
 void cross_entropy_forward_backward(Real* logits, Real* losses, const std::int32_t* targets, std::int64_t rows,
-                                    std::int64_t vocab, Real dloss, SoftmaxRow* softmax_rows = nullptr);
+                                    std::int64_t vocab, Real dloss, SoftmaxRow* softmax_rows = nullptr, std::int64_t row_stride = 0);
 
 // `slice` [rows, count] holds the logits' columns [first, first + count): they become their gradient
 // (softmax - onehot(target)) * dloss from each row's saved statistics, bit for bit the values

@@ -36,11 +36,11 @@ __device__ float logit_gradient(float logit, double maximum, double inverse_sum,
 }
 
 // logits of one row: its loss, and with `gradient` the row becomes (softmax - onehot) * dloss.
-__global__ void cross_entropy_kernel(float* logits, float* losses, const std::int32_t* targets, std::int64_t vocab, bool gradient,
-                                     float dloss, SoftmaxRow* softmax_rows) {
+__global__ void cross_entropy_kernel(float* logits, float* losses, const std::int32_t* targets, std::int64_t vocab, std::int64_t row_stride,
+                                     bool gradient, float dloss, SoftmaxRow* softmax_rows) {
   FERRY_SHARED(float, maxima, [kWarps]);
   FERRY_SHARED(double, sums, [kWarps]);
-  float* values = logits + blockIdx.x * vocab;
+  float* values = logits + blockIdx.x * row_stride;
   float maximum = -INFINITY;
   for (std::int64_t i = threadIdx.x; i < vocab; i += kThreads) maximum = fmaxf(maximum, values[i]);
   maximum = block_max(maximum, maxima);
@@ -70,23 +70,23 @@ __global__ void cross_entropy_slice_kernel(float* slice, const SoftmaxRow* softm
   slice[index] = logit_gradient(slice[index], softmax.maximum, softmax.inverse_sum, first + column == targets[row], static_cast<double>(dloss));
 }
 
-void launch(float* logits, float* losses, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab, bool gradient, float dloss,
-            cudaStream_t stream, SoftmaxRow* softmax_rows = nullptr) {
+void launch(float* logits, float* losses, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab, std::int64_t row_stride,
+            bool gradient, float dloss, cudaStream_t stream, SoftmaxRow* softmax_rows = nullptr) {
   if (rows == 0) return;
-  FERRY_LAUNCH_KERNEL(cross_entropy_kernel, static_cast<unsigned int>(rows), kThreads, 0, stream, logits, losses, targets, vocab, gradient,
-                      dloss, softmax_rows);
+  FERRY_LAUNCH_KERNEL(cross_entropy_kernel, static_cast<unsigned int>(rows), kThreads, 0, stream, logits, losses, targets, vocab,
+                      row_stride > 0 ? row_stride : vocab, gradient, dloss, softmax_rows);
 }
 
 }  // namespace
 
 void cross_entropy_forward(float* losses, const float* logits, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                           cudaStream_t stream) {
-  launch(const_cast<float*>(logits), losses, targets, rows, vocab, false, 0.0f, stream);  // read only without the gradient
+                           cudaStream_t stream, std::int64_t row_stride) {
+  launch(const_cast<float*>(logits), losses, targets, rows, vocab, row_stride, false, 0.0f, stream);  // read only without the gradient
 }
 
 void cross_entropy_forward_backward(float* logits, float* losses, const std::int32_t* targets, std::int64_t rows, std::int64_t vocab,
-                                    float dloss, cudaStream_t stream, SoftmaxRow* softmax_rows) {
-  launch(logits, losses, targets, rows, vocab, true, dloss, stream, softmax_rows);
+                                    float dloss, cudaStream_t stream, SoftmaxRow* softmax_rows, std::int64_t row_stride) {
+  launch(logits, losses, targets, rows, vocab, row_stride, true, dloss, stream, softmax_rows);
 }
 
 void cross_entropy_backward_slice(float* slice, const SoftmaxRow* softmax_rows, const std::int32_t* targets, std::int64_t rows,

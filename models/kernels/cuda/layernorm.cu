@@ -7,8 +7,11 @@ namespace ferry::cuda {
 namespace {
 
 constexpr int kRowsPerBlock = 8;    // one warp per row
-constexpr int kColumnsPerBlock = 32;  // weight/bias gradients: 32 columns x 8 row groups per block
-constexpr int kRowGroups = 8;
+// Weight/bias gradients: 32 columns x 32 row groups per block. A block owns whole columns (its sums
+// need no second pass), so a model of C channels has only C / 32 blocks: 1024 threads each keep
+// enough loads in flight (8 row groups took 0.65 ms per call for gpt2 at batch 16 on an H100).
+constexpr int kColumnsPerBlock = 32;
+constexpr int kRowGroups = 32;
 
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                                          std::int64_t rows, std::int64_t channels) {
@@ -56,7 +59,7 @@ __global__ void layernorm_input_gradient_kernel(float* dinp, const float* dout, 
   }
 }
 
-// Each block owns 32 columns; its 8 row groups take rows g, g + 8, ... and are summed in group order.
+// Each block owns 32 columns; its 32 row groups take rows g, g + 32, ... and are summed in group order.
 __global__ void layernorm_parameter_gradient_kernel(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
                                                     const float* rstd, std::int64_t rows, std::int64_t channels) {
   FERRY_SHARED(float, weight_sums, [kRowGroups][kColumnsPerBlock]);

@@ -45,12 +45,12 @@ class MatmulDescriptor {
   cublasLtMatmulDesc_t descriptor_ = nullptr;
 };
 
-// A packed column-major matrix: leading dimension = rows.
+// A column-major matrix: leading dimension = rows when packed, else the distance between its columns.
 class MatrixLayout {
  public:
-  MatrixLayout(cudaDataType_t type, std::int64_t rows, std::int64_t columns) {
+  MatrixLayout(cudaDataType_t type, std::int64_t rows, std::int64_t columns, std::int64_t leading_dimension) {
     FERRY_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_, type, static_cast<std::uint64_t>(rows),
-                                                  static_cast<std::uint64_t>(columns), rows));
+                                                  static_cast<std::uint64_t>(columns), leading_dimension));
   }
   ~MatrixLayout() { cublasLtMatrixLayoutDestroy(layout_); }
   MatrixLayout(const MatrixLayout&) = delete;
@@ -100,14 +100,18 @@ struct RowMajorMatrix {
   cudaDataType_t type;
   std::int64_t rows;
   std::int64_t columns;
+  std::int64_t row_stride = 0;  // elements from one row to the next; 0: packed (columns)
+
+  std::int64_t stride() const { return row_stride > 0 ? row_stride : columns; }
 };
 
 // out[m, n] = op(left) x op(right) + beta * out (+ bias[n] per column when bias is not null), every
-// matrix row-major and packed. A row-major [r, c] matrix is the column-major [c, r] matrix, its
+// matrix row-major (any may be a view whose rows lie further apart than its columns: out_row_stride). A row-major [r, c] matrix is the column-major [c, r] matrix, its
 // transpose, so cuBLASLt computes out^T = op(right)^T x op(left)^T: right is its A, left its B.
 void row_major_product(const CublasLtHandle& handle, MatmulWorkspace workspace, const RowMajorMatrix& left,
                        bool transpose_left, const RowMajorMatrix& right, bool transpose_right, void* out,
-                       cudaDataType_t out_type, float beta, const void* bias, cublasComputeType_t compute, cudaStream_t stream) {
+                       cudaDataType_t out_type, float beta, const void* bias, cublasComputeType_t compute, cudaStream_t stream,
+                       std::int64_t out_row_stride = 0) {
   const std::int64_t m = transpose_left ? left.columns : left.rows;
   const std::int64_t k = transpose_left ? left.rows : left.columns;
   const std::int64_t n = transpose_right ? right.rows : right.columns;
@@ -127,9 +131,9 @@ void row_major_product(const CublasLtHandle& handle, MatmulWorkspace workspace, 
     descriptor.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   }
 
-  const MatrixLayout layout_a(right.type, right.columns, right.rows);
-  const MatrixLayout layout_b(left.type, left.columns, left.rows);
-  const MatrixLayout layout_out(out_type, n, m);
+  const MatrixLayout layout_a(right.type, right.columns, right.rows, right.stride());
+  const MatrixLayout layout_b(left.type, left.columns, left.rows, left.stride());
+  const MatrixLayout layout_out(out_type, n, m, out_row_stride > 0 ? out_row_stride : n);
 
   MatmulPreference preference;
   const std::uint64_t workspace_bytes = workspace.bytes;
@@ -236,6 +240,13 @@ void require_workspace(const char* function, MatmulWorkspace workspace) {
   }
 }
 
+void require_stride(const char* function, std::int64_t row_stride, std::int64_t columns) {
+  if (row_stride < columns) {
+    throw std::invalid_argument(std::string(function) + ": rows " + std::to_string(row_stride) + " elements apart cannot hold " +
+                                std::to_string(columns) + " columns");
+  }
+}
+
 constexpr std::uintptr_t kEpilogueBiasAlignment = 16;
 
 }  // namespace
@@ -313,6 +324,52 @@ void matmul_backward(const CublasLtHandle& handle, MatmulWorkspace workspace, Ma
     } else {
       add_column_sums<__nv_bfloat16>(dbias, dout, rows, out_features, stream);
     }
+  }
+}
+
+void lm_head_logits_bf16(const CublasLtHandle& handle, MatmulWorkspace workspace, float* logits, std::int64_t logits_stride, const void* inp,
+                         const void* table, std::int64_t rows, std::int64_t channels, std::int64_t vocab, cudaStream_t stream) {
+  const char* function = "cuda::lm_head_logits_bf16";
+  require_sizes(function, rows, channels, vocab);
+  require_workspace(function, workspace);
+  if (rows == 0) return;
+  require_pointer(function, logits, "logits");
+  require_pointer(function, inp, "inp");
+  require_pointer(function, table, "table");
+  const RowMajorMatrix input{inp, CUDA_R_16BF, rows, channels};
+  const RowMajorMatrix stored_table{table, CUDA_R_16BF, vocab, channels};
+  require_stride(function, logits_stride, vocab);
+  row_major_product(handle, workspace, input, false, stored_table, true, logits, CUDA_R_32F, 0.0f, nullptr, CUBLAS_COMPUTE_32F,
+                    stream, logits_stride);
+}
+
+void lm_head_backward_bf16(const CublasLtHandle& handle, MatmulWorkspace workspace, float* dinp, bool accumulate_input,
+                           float* dtable_rows, const void* dlogits, std::int64_t dlogits_stride, const void* inp, const void* table_rows,
+                           std::int64_t rows, std::int64_t channels, std::int64_t vocab, std::int64_t first, std::int64_t count,
+                           cudaStream_t stream) {
+  const char* function = "cuda::lm_head_backward_bf16";
+  require_sizes(function, rows, channels, vocab);
+  require_stride(function, dlogits_stride, vocab);
+  require_workspace(function, workspace);
+  if (first < 0 || count <= 0 || first + count > vocab) {
+    throw std::invalid_argument(std::string(function) + ": table rows [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                                ") are not inside a vocabulary of " + std::to_string(vocab));
+  }
+  if (rows == 0 || (dinp == nullptr && dtable_rows == nullptr)) return;
+  require_pointer(function, dlogits, "dlogits");
+  // The slice's columns of dlogits: a view whose rows lie dlogits_stride elements apart.
+  const RowMajorMatrix gradient_columns{static_cast<const std::uint16_t*>(dlogits) + first, CUDA_R_16BF, rows, count, dlogits_stride};
+  if (dinp != nullptr) {
+    require_pointer(function, table_rows, "table_rows");
+    const RowMajorMatrix slice_of_table{table_rows, CUDA_R_16BF, count, channels};
+    row_major_product(handle, workspace, gradient_columns, false, slice_of_table, false, dinp, CUDA_R_32F, accumulate_input ? 1.0f : 0.0f,
+                      nullptr, CUBLAS_COMPUTE_32F, stream);
+  }
+  if (dtable_rows != nullptr) {
+    require_pointer(function, inp, "inp");
+    const RowMajorMatrix input{inp, CUDA_R_16BF, rows, channels};
+    row_major_product(handle, workspace, gradient_columns, true, input, false, dtable_rows, CUDA_R_32F, 1.0f, nullptr,
+                      CUBLAS_COMPUTE_32F, stream);
   }
 }
 

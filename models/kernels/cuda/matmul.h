@@ -68,4 +68,20 @@ void matmul_backward(const CublasLtHandle& handle, MatmulWorkspace workspace, Ma
                      std::int64_t rows, std::int64_t in_features, std::int64_t out_features,
                      cpu::WeightLayout layout, cudaStream_t stream);
 
+// The tied LM head on bf16 operands with f32 results, so no f32 copy of the table is ever made (the
+// CPU twin is cpu::lm_head_* on the same values widened). table: [vocab, channels] bf16.
+// logits[rows, vocab] (f32, rows logits_stride >= vocab floats apart: a stride of a multiple of 8 lets
+// cuBLASLt take its aligned kernels) = inp[rows, channels] (bf16) x table^T.
+void lm_head_logits_bf16(const CublasLtHandle& handle, MatmulWorkspace workspace, float* logits, std::int64_t logits_stride, const void* inp,
+                         const void* table, std::int64_t rows, std::int64_t channels, std::int64_t vocab, cudaStream_t stream);
+
+// Over the table's rows [first, first + count) (table_rows: those rows, bf16), with dlogits [rows, vocab]
+// bf16 (rows dlogits_stride >= vocab apart): dinp[rows, channels] (f32) = dlogits[:, first:first+count] x table_rows (added to dinp when
+// accumulate_input; dinp may be null), and dtable_rows[count, channels] (f32) += dlogits[:, first:first+
+// count]^T x inp (may be null).
+void lm_head_backward_bf16(const CublasLtHandle& handle, MatmulWorkspace workspace, float* dinp, bool accumulate_input,
+                           float* dtable_rows, const void* dlogits, std::int64_t dlogits_stride, const void* inp, const void* table_rows,
+                           std::int64_t rows, std::int64_t channels, std::int64_t vocab, std::int64_t first, std::int64_t count,
+                           cudaStream_t stream);
+
 }  // namespace ferry::cuda
