@@ -110,8 +110,12 @@ std::int64_t GptModel::vocab_slice() const {
 
 std::int64_t GptModel::table_gradient_slice() const {
   // Streamed, each slice's gradient is a bucket of its own, bounded as vocab_slice() bounds it.
-  if (gradient_storage_ == GradientStorage::streamed) return vocab_slice();
-  return vocab_slice_ > 0 ? std::min(vocab_slice_, config_.vocab) : config_.vocab;
+  const std::int64_t rows = gradient_storage_ == GradientStorage::streamed ? vocab_slice()
+                            : vocab_slice_ > 0                              ? std::min(vocab_slice_, config_.vocab)
+                                                                            : config_.vocab;
+  // Slices of a multiple of 8 rows (GPT-2's 50257: 50256, then 1) keep every product's vocabulary extent
+  // and offset aligned, which cuBLASLt's aligned kernels need (an odd extent took SM75 align1 kernels).
+  return rows >= 8 ? rows / 8 * 8 : rows;
 }
 
 Tensor GptModel::embedding_forward(const Tensor& tokens, cpu::RandomKey key) {

@@ -118,8 +118,8 @@ class GptModel {
   // Overrides vocab_slice() (0: automatic). Slices change the input gradient's rounding only.
   void set_vocab_slice(std::int64_t rows);
   // Where the head reads a bf16 table in place (ops::lm_head_takes_bf16), it makes no f32 copy to bound:
-  // its gradient comes in slices only where set_vocab_slice asks or gradients are streamed (each slice
-  // a bucket, vocab_slice() rows as before).
+  // its gradient comes in slices of a multiple of 8 rows (aligned for cuBLASLt), of the whole vocabulary
+  // or where set_vocab_slice asks or gradients are streamed (each slice a bucket, within vocab_slice()).
   std::int64_t table_gradient_slice() const;
   static constexpr std::int64_t kVocabSliceBytes = std::int64_t{8} << 20;
   // Streamed gradients reach the sink one parameter at a time, and a parameter larger than `elements`

@@ -31,14 +31,20 @@ __global__ void position_gradient_kernel(float* dwpe, const float* dout, std::in
   dwpe[i] = sum;
 }
 
-// dwte[:, c]: one thread per channel walks every position in order, so a token row that repeats is
-// summed in the CPU's order. (Parallel over channels only: a sort by token would parallelize further.)
+// dwte[:, c]: one thread per channel and token class walks every position in order, so a token row that
+// repeats is summed in the CPU's order. The token classes (token % kTokenClasses, blockIdx.y) give the
+// channels' few threads company: each row belongs to one class, every class reads the tokens and only
+// its own rows of dout (one class per channel took 7.4 ms of a gpt2 step at batch 16 on an H200).
 // Rows outside [first, first + count) are skipped; the table holds rows from `first` on.
+constexpr int kTokenClasses = 64;
+
 __global__ void token_gradient_kernel(float* dwte, const float* dout, const std::int32_t* tokens, std::int64_t positions, std::int64_t channels,
                                       std::int64_t first, std::int64_t count) {
   const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (c >= channels) return;
+  const std::int32_t token_class = static_cast<std::int32_t>(blockIdx.y);
   for (std::int64_t position = 0; position < positions; ++position) {
+    if (tokens[position] % kTokenClasses != token_class) continue;
     const std::int64_t row = static_cast<std::int64_t>(tokens[position]) - first;
     if (row < 0 || row >= count) continue;
     dwte[row * channels + c] += dout[position * channels + c];
@@ -72,15 +78,15 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::in
   FERRY_LAUNCH_KERNEL(position_gradient_kernel, blocks_for(sequence * channels, kThreads), kThreads, 0, stream, dwpe, dout, batch, sequence,
                       channels);
   if (dwte == nullptr) return;
-  FERRY_LAUNCH_KERNEL(token_gradient_kernel, blocks_for(channels, kThreads), kThreads, 0, stream, dwte, dout, tokens, batch * sequence,
-                      channels, std::int64_t{0}, std::numeric_limits<std::int64_t>::max());
+  FERRY_LAUNCH_KERNEL(token_gradient_kernel, dim3(blocks_for(channels, kThreads), kTokenClasses), kThreads, 0, stream, dwte, dout, tokens,
+                      batch * sequence, channels, std::int64_t{0}, std::numeric_limits<std::int64_t>::max());
 }
 
 void encoder_backward_token_rows(float* table_rows, const float* dout, const std::int32_t* tokens, std::int64_t positions,
                                  std::int64_t channels, std::int64_t first, std::int64_t count, cudaStream_t stream) {
   if (positions * channels == 0 || count == 0) return;
-  FERRY_LAUNCH_KERNEL(token_gradient_kernel, blocks_for(channels, kThreads), kThreads, 0, stream, table_rows, dout, tokens, positions, channels,
-                      first, count);
+  FERRY_LAUNCH_KERNEL(token_gradient_kernel, dim3(blocks_for(channels, kThreads), kTokenClasses), kThreads, 0, stream, table_rows, dout, tokens,
+                      positions, channels, first, count);
 }
 
 }  // namespace ferry::cuda
