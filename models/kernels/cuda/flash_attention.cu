@@ -68,12 +68,20 @@ __device__ void load_tile(float (*tile)[Tiles<HeadCapacity>::stride], const floa
   }
 }
 
-template <int HeadCapacity>
-__device__ float dot(const float* a, const float* b) {
-  float sum = 0;
+// sums[e] = a . tile[first_row + e * step] for each of a thread's entries, each summed over the dimensions
+// in order: a's value at each dimension is read from shared memory once for all entries (a dot product
+// per entry read it again for each: two reads per multiply-add, which bounded these kernels).
+template <int HeadCapacity, int Entries>
+__device__ void dots_with_tile_rows(float (&sums)[Entries], const float* a, const float (*tile)[Tiles<HeadCapacity>::stride], int first_row,
+                                    int step) {
+#pragma unroll
+  for (int entry = 0; entry < Entries; ++entry) sums[entry] = 0.0f;
 #pragma unroll 16
-  for (int dimension = 0; dimension < HeadCapacity; ++dimension) sum += a[dimension] * b[dimension];
-  return sum;
+  for (int dimension = 0; dimension < HeadCapacity; ++dimension) {
+    const float value = a[dimension];
+#pragma unroll
+    for (int entry = 0; entry < Entries; ++entry) sums[entry] += value * tile[first_row + entry * step][dimension];
+  }
 }
 
 // Max and sum over the `lanes` adjacent threads of a tile row (a butterfly: every lane gets the same bits).
@@ -126,13 +134,12 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(float* out, float* lo
     __syncthreads();
 
     float scores[Tile::entries_per_thread];
+    dots_with_tile_rows<HeadCapacity>(scores, query_tile[row], key_tile, lane, lanes);
     float tile_max = -INFINITY;
 #pragma unroll
     for (int entry = 0; entry < Tile::entries_per_thread; ++entry) {
       const int column = lane + entry * lanes, key = first_key + column;
-      scores[entry] = key <= query && key < problem.sequence
-                          ? problem.scale * dot<HeadCapacity>(query_tile[row], key_tile[column])
-                          : -INFINITY;
+      scores[entry] = key <= query && key < problem.sequence ? problem.scale * scores[entry] : -INFINITY;
       tile_max = fmaxf(tile_max, scores[entry]);
     }
     // Finite: the tile's first key is at most the query and inside the sequence.
@@ -194,15 +201,14 @@ struct EntryGradient {
   float score_gradient;
 };
 
-template <int HeadCapacity>
-__device__ EntryGradient entry_gradient(const Problem& problem, const HeadView& head, int query, int key, const float* query_row,
-                                        const float* key_row, const float* dout_row, const float* value_row, float row_logsumexp,
-                                        float row_dot) {
+// query_key: the query's and key's dot product; dout_value: the output gradient's and value's.
+__device__ EntryGradient entry_gradient(const Problem& problem, const HeadView& head, int query, int key, float query_key, float dout_value,
+                                        float row_logsumexp, float row_dot) {
   if (key > query || query >= problem.sequence) return {0.0f, 0.0f};
-  const float probability = expf(problem.scale * dot<HeadCapacity>(query_row, key_row) - row_logsumexp);
+  const float probability = expf(problem.scale * query_key - row_logsumexp);
   const float factor = dropout_factor(problem, head, query, key);
   // The gradient of the undropped probability: that of the dropped one through the same mask and scale.
-  const float probability_gradient = dot<HeadCapacity>(dout_row, value_row) * factor;
+  const float probability_gradient = dout_value * factor;
   return {probability * factor, probability * (probability_gradient - row_dot) * problem.scale};
 }
 
@@ -247,12 +253,14 @@ __global__ void __launch_bounds__(kThreads) key_value_gradient_kernel(float* dqk
       tile_row_dot[threadIdx.x] = inside ? row_dot[head.statistics_offset + query] : 0.0f;
     }
     __syncthreads();
+    float query_key[Tile::entries_per_thread], dout_value[Tile::entries_per_thread];
+    dots_with_tile_rows<HeadCapacity>(query_key, key_tile[key_row], query_tile, lane, lanes);
+    dots_with_tile_rows<HeadCapacity>(dout_value, value_tile[key_row], dout_tile, lane, lanes);
 #pragma unroll
     for (int entry = 0; entry < Tile::entries_per_thread; ++entry) {
       const int query_row = lane + entry * lanes;
-      const EntryGradient gradient = entry_gradient<HeadCapacity>(
-          problem, head, first_query + query_row, key, query_tile[query_row], key_tile[key_row], dout_tile[query_row],
-          value_tile[key_row], tile_logsumexp[query_row], tile_row_dot[query_row]);
+      const EntryGradient gradient = entry_gradient(problem, head, first_query + query_row, key, query_key[entry], dout_value[entry],
+                                                    tile_logsumexp[query_row], tile_row_dot[query_row]);
       dropped_probability_tile[query_row][key_row] = gradient.dropped_probability;
       score_gradient_tile[query_row][key_row] = gradient.score_gradient;
     }
@@ -312,12 +320,14 @@ __global__ void __launch_bounds__(kThreads) query_gradient_kernel(float* dqkv, c
     load_tile<HeadCapacity>(key_tile, queries + problem.channels, qkv_stride, first_key, problem);
     load_tile<HeadCapacity>(value_tile, queries + 2 * problem.channels, qkv_stride, first_key, problem);
     __syncthreads();
+    float query_key[Tile::entries_per_thread], dout_value[Tile::entries_per_thread];
+    dots_with_tile_rows<HeadCapacity>(query_key, query_tile[row], key_tile, lane, lanes);
+    dots_with_tile_rows<HeadCapacity>(dout_value, dout_tile[row], value_tile, lane, lanes);
 #pragma unroll
     for (int entry = 0; entry < Tile::entries_per_thread; ++entry) {
       const int column = lane + entry * lanes;
       score_gradient_tile[row][column] =
-          entry_gradient<HeadCapacity>(problem, head, query, first_key + column, query_tile[row], key_tile[column], dout_tile[row],
-                                       value_tile[column], row_logsumexp, row_dot_value)
+          entry_gradient(problem, head, query, first_key + column, query_key[entry], dout_value[entry], row_logsumexp, row_dot_value)
               .score_gradient;
     }
     __syncthreads();
