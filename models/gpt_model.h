@@ -108,6 +108,7 @@ class GptModel {
   void set_gradient_sink(GradientSink* sink) { gradient_sink_ = sink; }
   // Tokens per chunk of the LM head and cross-entropy (0: as many as fit kLogitsChunkBytes of f32
   // logits). Chunks change rounding only: the loss and gradients equal the unchunked ones within f32.
+  // A head that reads a bf16 table in place (cuda) rounds the chunk down to a multiple of 8 tokens.
   void set_loss_chunk(std::int64_t tokens);
   std::int64_t loss_chunk(std::int64_t tokens) const;
   static constexpr std::int64_t kLogitsChunkBytes = std::int64_t{32} << 20;
