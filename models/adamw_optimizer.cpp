@@ -1,11 +1,13 @@
 #include "models/adamw_optimizer.h"
 
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "engine/core/op_recorder.h"
 #include "models/kernel_backend.h"
+#include "models/tensor_ops.h"
 
 namespace ferry {
 
@@ -32,14 +34,14 @@ AdamWOptimizer::AdamWOptimizer(const GptParameters& parameters, const GptParamet
 double AdamWOptimizer::gradient_sum_of_squares(std::optional<std::size_t> excluded) const {
   if (gradients_.empty()) return 0.0;
   Device& device = gradients_.front().tensor->device();
-  if (!device.has_storage()) return 0.0;
-  const OpScope op(device, "optimizer", "gradient_norm");
-  std::vector<ops::DeviceValues> values;
+  std::vector<const Tensor*> tensors;
   for (const NamedTensor& each : gradients_) {
-    if (excluded && each.index == *excluded) continue;
-    values.push_back({each.tensor->data_as<float>(), each.tensor->numel()});
+    if (!excluded || each.index != *excluded) tensors.push_back(each.tensor);
   }
-  return ops::kernel_backend(device).sum_of_squares(values);
+  // A dry run takes the kernels' scratch as a run does (0 is its sum), and times nothing.
+  std::optional<OpScope> op;
+  if (device.has_storage()) op.emplace(device, "optimizer", "gradient_norm");
+  return ops::sum_of_squares(device, tensors);
 }
 
 const Tensor& AdamWOptimizer::gradient_of(std::size_t index) const {

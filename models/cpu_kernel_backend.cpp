@@ -161,7 +161,7 @@ void CpuKernelBackend::adamw_update(std::span<const AdamWTensor> tensors, const 
   }
 }
 
-double CpuKernelBackend::sum_of_squares(std::span<const DeviceValues> values) {
+double CpuKernelBackend::sum_of_squares(std::span<const DeviceValues> values, float*) {
   double sum = 0;
   for (const DeviceValues& each : values) sum += cpu::sum_of_squares(each.values, each.count);
   return sum;

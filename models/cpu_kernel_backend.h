@@ -72,7 +72,7 @@ class CpuKernelBackend final : public KernelBackend {
 
   void adamw_update(std::span<const AdamWTensor> tensors, const AdamWHyperparameters& hyperparameters, std::int64_t step,
                     float gradient_scale) override;
-  double sum_of_squares(std::span<const DeviceValues> values) override;
+  double sum_of_squares(std::span<const DeviceValues> values, float* scratch) override;
 
  private:
   const KernelSizes& sizes_;

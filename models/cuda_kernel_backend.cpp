@@ -204,19 +204,14 @@ class CudaKernelBackend final : public KernelBackend {
                     float gradient_scale) override {
     cuda::adamw_update(tensors, hyperparameters, step, gradient_scale, stream_);
   }
-  // Every tensor's sum accumulates into one f64 on the device, in list order; one copy to the host.
-  double sum_of_squares(std::span<const DeviceValues> values) override {
-    std::int64_t scratch_elements = 1;
-    for (const DeviceValues& each : values) scratch_elements = std::max(scratch_elements, cuda::sum_of_squares_scratch_elements(each.count));
-    const Tensor result = doubles(1, "sum_of_squares.result");
-    const Tensor partials = doubles(scratch_elements, "sum_of_squares.partials");
-    device_.fill_zero(result.data(), sizeof(double), device_.default_stream());
-    for (const DeviceValues& each : values) {
-      cuda::sum_of_squares(static_cast<double*>(result.data()), true, each.values, each.count, static_cast<double*>(partials.data()),
-                           stream_);
-    }
+  // Every tensor's sum accumulates into one f64 on the device (scratch's first), in list order; one copy to
+  // the host. The per-block partial sums follow it.
+  double sum_of_squares(std::span<const DeviceValues> values, float* scratch) override {
+    auto* result = reinterpret_cast<double*>(required(scratch, "sum of squares"));
+    device_.fill_zero(result, sizeof(double), device_.default_stream());
+    for (const DeviceValues& each : values) cuda::sum_of_squares(result, true, each.values, each.count, result + 1, stream_);
     double sum = 0;
-    device_.copy(&sum, result.data(), sizeof(double), CopyKind::device_to_host, device_.default_stream());
+    device_.copy(&sum, result, sizeof(double), CopyKind::device_to_host, device_.default_stream());
     device_.synchronize(device_.default_stream());
     return sum;
   }
@@ -229,11 +224,6 @@ class CudaKernelBackend final : public KernelBackend {
     return scratch;
   }
 
-  Tensor scratch(const Shape& shape, std::string_view tag) {
-    return Tensor::empty(device_, shape, DType::f32, MemoryCategory::workspace, tag, device_.default_stream());
-  }
-  // f64 scratch as pairs of f32 elements (the tensor dtypes hold no f64); allocations are 512-byte aligned.
-  Tensor doubles(std::int64_t count, std::string_view tag) { return scratch({2 * count}, tag); }
 
   void copy_on_device(void* destination, const void* source, std::int64_t bytes) {
     device_.copy(destination, source, static_cast<std::size_t>(bytes), CopyKind::device_to_device, device_.default_stream());

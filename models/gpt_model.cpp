@@ -257,7 +257,8 @@ double GptModel::head_forward(const Tensor& input, const Tensor& targets, float 
     const std::int64_t length = std::min(chunk, rows - start);
     const Tensor x = bf16_head ? ln_f_rows.narrow(0, start, length) : ops::as_f32(ln_f_rows.narrow(0, start, length), "lm_head.in.f32");
     // bf16: rows padded to a multiple of 8 elements (32 bytes of f32, 16 of bf16), which cuBLASLt's
-    // aligned kernels need (GPT-2's 50257 would leave every row misaligned); the padding is never read.
+    // aligned kernels need (GPT-2's 50257 would leave every row misaligned); no product or loss reads the
+    // padding (only the bf16 conversion below copies it along, unused).
     const Tensor logits_rows = workspace({length, bf16_head ? padded_vocab : V}, "lm_head.logits");
     const Tensor logits = bf16_head ? logits_rows.narrow(1, 0, V) : logits_rows;
     if (bf16_head) {

@@ -146,10 +146,10 @@ class KernelBackend : public DeviceAttachment {
                                             std::int64_t first, std::int64_t count, float dloss) = 0;
 
   // One AdamW step of every tensor with the same hyperparameters; the sum of squares of all values, on the
-  // host, repeatable bit for bit.
+  // host, repeatable bit for bit (scratch: sizes().sum_of_squares_scratch_elements of the largest count).
   virtual void adamw_update(std::span<const AdamWTensor> tensors, const AdamWHyperparameters& hyperparameters, std::int64_t step,
                             float gradient_scale) = 0;
-  virtual double sum_of_squares(std::span<const DeviceValues> values) = 0;
+  virtual double sum_of_squares(std::span<const DeviceValues> values, float* scratch) = 0;
 
  private:
   F32Products f32_products_ = F32Products::exact;

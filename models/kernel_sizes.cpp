@@ -1,5 +1,6 @@
 #include "models/kernel_sizes.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -26,6 +27,7 @@ class CpuKernelSizes final : public KernelSizes {
   std::int64_t weight_rows_scratch_elements(std::int64_t, std::int64_t) const override { return 0; }  // BLAS takes strides
   std::int64_t matmul_rows_output_scratch_elements(std::int64_t, std::int64_t) const override { return 0; }
   std::int64_t cross_entropy_scratch_elements(std::int64_t) const override { return 0; }
+  std::int64_t sum_of_squares_scratch_elements(std::int64_t) const override { return 0; }
 };
 
 // The cuda kernels' (models/kernels/cuda); tests/cuda/cuda_kernel_sizes_test.cpp holds these to the kernels' own.
@@ -51,6 +53,12 @@ class CudaKernelSizes final : public KernelSizes {
   std::int64_t weight_rows_scratch_elements(std::int64_t rows, std::int64_t count) const override { return rows * count; }
   std::int64_t matmul_rows_output_scratch_elements(std::int64_t rows, std::int64_t width) const override { return rows * width; }
   std::int64_t cross_entropy_scratch_elements(std::int64_t rows) const override { return rows; }
+  // One f64 result, then one f64 partial sum per block of kSumOfSquaresBlockElements values (at least one).
+  static constexpr std::int64_t kSumOfSquaresBlockElements = std::int64_t{1} << 16;
+  std::int64_t sum_of_squares_scratch_elements(std::int64_t largest) const override {
+    const std::int64_t blocks = std::max<std::int64_t>(1, (largest + kSumOfSquaresBlockElements - 1) / kSumOfSquaresBlockElements);
+    return 2 * (1 + blocks);
+  }
 };
 
 }  // namespace

@@ -42,6 +42,9 @@ class KernelSizes {
   virtual std::int64_t matmul_rows_output_scratch_elements(std::int64_t rows, std::int64_t width) const = 0;
   // Scratch floats of cross-entropy: per-row losses left on the device (0: summed as computed).
   virtual std::int64_t cross_entropy_scratch_elements(std::int64_t rows) const = 0;
+  // Scratch floats of a sum of squares over tensors of at most `largest` values (the gradient norm): the
+  // device's f64 result and per-block partial sums (0: summed on the host as computed).
+  virtual std::int64_t sum_of_squares_scratch_elements(std::int64_t largest) const = 0;
 };
 
 // The sizes of `kind`'s kernels (cpu or cuda; meta has none of its own: it stands in for one of them).

@@ -297,6 +297,19 @@ void lm_head_backward_slice(const Tensor& dinp, bool accumulate_input, const Ten
   }
 }
 
+double sum_of_squares(Device& device, const std::vector<const Tensor*>& tensors) {
+  std::int64_t largest = 0;
+  std::vector<DeviceValues> values;
+  for (const Tensor* tensor : tensors) {
+    require(tensor->dtype() == DType::f32 && &tensor->device() == &device, "sum_of_squares", "takes f32 tensors on the device asked");
+    largest = std::max(largest, tensor->numel());
+    values.push_back({f32(*tensor), tensor->numel()});
+  }
+  const Tensor work = scratch(device, kernel_backend(device).sizes().sum_of_squares_scratch_elements(largest), "sum_of_squares.scratch");
+  if (!device.has_storage()) return 0.0;
+  return kernel_backend(device).sum_of_squares(values, f32(work));
+}
+
 bool lm_head_takes_bf16(Device& device) { return kernel_backend(device).sizes().matmul_takes_bf16(); }
 
 void lm_head_logits_bf16(const Tensor& logits, const Tensor& inp, const Tensor& table) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string_view>
+#include <vector>
 
 #include "engine/core/tensor.h"
 #include "models/kernels/cpu/counter_random.h"
@@ -60,6 +61,10 @@ void lm_head_logits_slice(const Tensor& logits, std::int64_t first, const Tensor
 // Either gradient may be undefined (the other is then computed alone, the same bits).
 void lm_head_backward_slice(const Tensor& dinp, bool accumulate_input, const Tensor& dweight_slice, const Tensor& dlogits,
                             std::int64_t first, const Tensor& inp, const Tensor& weight_slice);
+
+// The sum of squares of every value of the f32 tensors, in double on the host (0 on meta), with the
+// scratch the device's kernels take allocated on every kind, so a dry run holds it too.
+double sum_of_squares(Device& device, const std::vector<const Tensor*>& tensors);
 
 // Whether `device`'s kernels run the LM head on a bf16 table itself (lm_head_*_bf16; cuda): no f32 copy.
 bool lm_head_takes_bf16(Device& device);

@@ -1,6 +1,7 @@
 #include "engine/grid/partitioned_adamw.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -52,16 +53,17 @@ Tensor PartitionedAdamW::parameter_view(const Segment& segment) const {
 
 double PartitionedAdamW::gradient_sum_of_squares(std::optional<std::size_t> excluded) {
   Device& device = gradients_.owned_gradients().device();
-  double sum = 0;
-  if (device.has_storage()) {
-    const OpScope op(device, "optimizer", "gradient_norm");
-    std::vector<ops::DeviceValues> values;  // the owned piece of every parameter but `excluded`
-    for (std::size_t position = 0; position < parameters_.size(); ++position) {
-      if (excluded && parameters_[position].index == *excluded) continue;
-      if (const auto piece = gradients_.owned_piece(position)) values.push_back({piece->gradient.data_as<float>(), piece->gradient.numel()});
-    }
-    sum = ops::kernel_backend(device).sum_of_squares(values);
+  std::vector<Tensor> pieces;  // the owned piece of every parameter but `excluded`
+  for (std::size_t position = 0; position < parameters_.size(); ++position) {
+    if (excluded && parameters_[position].index == *excluded) continue;
+    if (const auto piece = gradients_.owned_piece(position)) pieces.push_back(piece->gradient);
   }
+  std::vector<const Tensor*> tensors;
+  for (const Tensor& piece : pieces) tensors.push_back(&piece);
+  // A dry run takes the kernels' scratch as a run does (0 is its sum), and times nothing.
+  std::optional<OpScope> op;
+  if (device.has_storage()) op.emplace(device, "optimizer", "gradient_norm");
+  double sum = ops::sum_of_squares(device, tensors);
   // Stage 0: every rank holds every averaged gradient; stages 1 and 2 add their partitions' sums.
   if (gradients_.zero_stage() > 0) dp_.all_reduce(&sum, 1, CommDataType::f64, ReduceOperation::sum);
   return sum;

@@ -3,13 +3,18 @@
 // device's peaks exactly under every recompute policy (needs a GPU; skips without one).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "engine/train/training_step.h"
 #include "models/gpt_model.h"
 #include "models/kernel_sizes.h"
+#include "models/tensor_ops.h"
 #include "schedule/recompute_policy.h"
 #include "tests/models/micro_batch_statistics.h"
 
 #ifdef FERRY_HAVE_CUDA
+#include "models/kernels/cuda/adamw.h"
 #include "models/kernels/cuda/flash_attention.h"
 #include "models/kernels/cuda/matmul.h"
 #endif
@@ -29,6 +34,35 @@ TEST(CudaKernelSizes, AgreeWithTheKernels) {
   }
   EXPECT_TRUE(sizes.attention_saved_in_f32());
   EXPECT_TRUE(sizes.matmul_takes_bf16());
+  for (const std::int64_t largest : {std::int64_t{0}, std::int64_t{1}, std::int64_t{65536}, std::int64_t{65537}, std::int64_t{124439808}}) {
+    // One f64 result and the kernel's partial sums (at least one), in floats.
+    EXPECT_EQ(sizes.sum_of_squares_scratch_elements(largest), 2 * (1 + std::max<std::int64_t>(1, cuda::sum_of_squares_scratch_elements(largest))))
+        << largest;
+  }
+}
+
+// The gradient norm's scratch comes from the allocator on every kind: a dry run holds what the GPU does
+// (the cuda backend used to allocate it itself, which meta never saw).
+TEST(CudaKernelSizes, MetaStandingInForCudaAllocatesTheSumOfSquaresScratch) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU present";
+  std::int64_t peaks[2][2] = {};
+  int index = 0;
+  for (DeviceKind kind : {DeviceKind::cuda, DeviceKind::meta}) {
+    auto device = testing::gibibyte_device(kind, DeviceKind::cuda);
+    std::vector<Tensor> tensors;
+    for (const std::int64_t count : {std::int64_t{100}, std::int64_t{200000}, std::int64_t{3}}) {
+      tensors.push_back(Tensor::zeros(*device, {count}, DType::f32, MemoryCategory::gradients, "gradient"));
+    }
+    const std::vector<const Tensor*> pointers{&tensors[0], &tensors[1], &tensors[2]};
+    EXPECT_EQ(ops::sum_of_squares(*device, pointers), 0.0);
+    const AllocatorStatistics stats = device->allocator().statistics();
+    peaks[index][0] = stats.category_allocated_bytes[category_index(MemoryCategory::workspace)].peak;
+    peaks[index][1] = stats.allocated_bytes.all().peak;
+    ++index;
+  }
+  EXPECT_GT(peaks[0][0], 0) << "the cuda kernels' scratch";
+  EXPECT_EQ(peaks[1][0], peaks[0][0]) << "meta's workspace peak beside cuda's";
+  EXPECT_EQ(peaks[1][1], peaks[0][1]) << "meta's peak allocated beside cuda's";
 }
 
 TEST(CudaKernelSizes, MetaStandingInForCudaPredictsItsPeaksUnderEveryPolicy) {
