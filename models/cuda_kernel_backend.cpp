@@ -163,11 +163,11 @@ class CudaKernelBackend final : public KernelBackend {
 
   void attention_forward(float* out, float* saved, float*, const float* qkv, const AttentionShape& shape, float dropout,
                          RandomKey key) override {
-    cuda::flash_attention_forward(out, saved, qkv, shape, dropout, key, stream_);
+    cuda::flash_attention_forward(out, saved, qkv, shape, dropout, key, attention_products(), stream_);
   }
   void attention_backward(float* dqkv, float* scratch_values, const float* dout, const float* out, const float* qkv, const float* saved,
                           const AttentionShape& shape, float dropout, RandomKey key) override {
-    cuda::flash_attention_backward(dqkv, scratch_values, dout, out, qkv, saved, shape, dropout, key, stream_);
+    cuda::flash_attention_backward(dqkv, scratch_values, dout, out, qkv, saved, shape, dropout, key, attention_products(), stream_);
   }
 
   void gelu_forward(float* out, const float* inp, std::int64_t count) override { cuda::gelu_forward(out, inp, count, stream_); }
@@ -247,6 +247,9 @@ class CudaKernelBackend final : public KernelBackend {
   }
 
   // The f32 products' type: TF32 where a 16-bit model asked for it (F32Products).
+  cuda::AttentionProducts attention_products() const {
+    return f32_products() == F32Products::tf32 ? cuda::AttentionProducts::tf32 : cuda::AttentionProducts::f32;
+  }
   cuda::MatmulType f32_type() const { return f32_products() == F32Products::tf32 ? cuda::MatmulType::tf32 : cuda::MatmulType::f32; }
 
   CudaDevice& device_;

@@ -28,17 +28,24 @@ namespace {
 
 using testing::kTwinTolerance;
 using testing::max_relative_error;
-constexpr double kTolerance = kTwinTolerance;
+constexpr double kTf32Tolerance = 1e-2;
+using cuda::AttentionProducts;
 
 struct AttentionCase {
   cpu::AttentionShape shape;
   float dropout;
+  AttentionProducts products = AttentionProducts::f32;
 };
+
+// f32 products match the twin to rounding; TF32 ones round every input to 10 mantissa bits (relative error
+// up to 2^-11 each), as cuBLASLt's TF32 matmuls do.
+double tolerance(const AttentionCase& test) { return test.products == AttentionProducts::tf32 ? kTf32Tolerance : kTwinTolerance; }
 
 std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
   const auto& [batch, sequence, channels, heads] = info.param.shape;
   return "B" + std::to_string(batch) + "_T" + std::to_string(sequence) + "_C" + std::to_string(channels) + "_NH" +
-         std::to_string(heads) + "_dropout" + std::to_string(static_cast<int>(std::lround(info.param.dropout * 100))) + "pct";
+         std::to_string(heads) + "_dropout" + std::to_string(static_cast<int>(std::lround(info.param.dropout * 100))) + "pct" +
+         (info.param.products == AttentionProducts::tf32 ? "_tf32" : "");
 }
 
 std::vector<float> random_normals(std::int64_t count, std::uint32_t seed) {
@@ -64,10 +71,10 @@ AttentionResults run_on_gpu(Device& device, const std::vector<float>& qkv, const
   qkv_tensor.copy_from_host(qkv.data());
   dout_tensor.copy_from_host(dout.data());
   cuda::flash_attention_forward(out_tensor.data_as<float>(), logsumexp_tensor.data_as<float>(), qkv_tensor.data_as<float>(),
-                                test.shape, test.dropout, key, stream);
+                                test.shape, test.dropout, key, test.products, stream);
   cuda::flash_attention_backward(dqkv_tensor.data_as<float>(), row_dot_tensor.data_as<float>(), dout_tensor.data_as<float>(),
                                  out_tensor.data_as<float>(), qkv_tensor.data_as<float>(), logsumexp_tensor.data_as<float>(),
-                                 test.shape, test.dropout, key, stream);
+                                 test.shape, test.dropout, key, test.products, stream);
   AttentionResults results{std::vector<float>(static_cast<std::size_t>(out_tensor.numel())),
                            std::vector<float>(static_cast<std::size_t>(logsumexp_tensor.numel())),
                            std::vector<float>(static_cast<std::size_t>(dqkv_tensor.numel()))};
@@ -119,8 +126,9 @@ TEST_P(AttentionTwin, MatchesTheCpuTwin) {
 
   auto device = create_device(DeviceOptions{DeviceKind::cuda, std::size_t{1} << 30});
   const AttentionResults results = run_on_gpu(*device, qkv, dout, test, key);
-  EXPECT_LT(max_relative_error(results.out, expected_out), kTolerance) << "out";
-  EXPECT_LT(max_relative_error(results.dqkv, expected_dqkv), kTolerance) << "dqkv";
+  const double allowed = tolerance(test);
+  EXPECT_LT(max_relative_error(results.out, expected_out), allowed) << "out";
+  EXPECT_LT(max_relative_error(results.dqkv, expected_dqkv), allowed) << "dqkv";
 
   for (std::int64_t batch_index = 0; batch_index < batch; ++batch_index) {
     for (std::int64_t head_index = 0; head_index < heads; ++head_index) {
@@ -128,7 +136,7 @@ TEST_P(AttentionTwin, MatchesTheCpuTwin) {
         if (query >= sequence) continue;
         const double expected = host_logsumexp(qkv, test.shape, batch_index, head_index, query);
         const float actual = results.logsumexp[static_cast<std::size_t>((batch_index * heads + head_index) * sequence + query)];
-        EXPECT_NEAR(actual, expected, kTolerance * std::max(1.0, std::abs(expected)))
+        EXPECT_NEAR(actual, expected, allowed * std::max(1.0, std::abs(expected)))
             << "logsumexp of batch " << batch_index << ", head " << head_index << ", query " << query;
       }
     }
@@ -142,9 +150,25 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTwin,
                                          AttentionCase{{1, 33, 96, 2}, 0.3f}, AttentionCase{{3, 1, 256, 2}, 0.5f}),
                          case_name);
 
-TEST(AttentionTwin, RepeatsBitForBit) {
+// The tensor-core kernels: head sizes 32 to 128, sequences on and off their 64-row blocks and 32-row steps.
+INSTANTIATE_TEST_SUITE_P(Tf32, AttentionTwin,
+                         ::testing::Values(AttentionCase{{2, 37, 64, 2}, 0.0f, AttentionProducts::tf32},
+                                         AttentionCase{{2, 37, 64, 2}, 0.1f, AttentionProducts::tf32},
+                                         AttentionCase{{1, 130, 768, 12}, 0.1f, AttentionProducts::tf32},
+                                         AttentionCase{{1, 100, 256, 2}, 0.1f, AttentionProducts::tf32},
+                                         AttentionCase{{1, 33, 96, 2}, 0.3f, AttentionProducts::tf32},
+                                         AttentionCase{{3, 1, 256, 2}, 0.5f, AttentionProducts::tf32}),
+                         case_name);
+
+std::string products_name(const ::testing::TestParamInfo<AttentionProducts>& info) {
+  return info.param == AttentionProducts::tf32 ? "tf32" : "f32";
+}
+
+class AttentionRepeats : public ::testing::TestWithParam<AttentionProducts> {};
+
+TEST_P(AttentionRepeats, BitForBit) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU present";
-  const AttentionCase test{{2, 200, 256, 2}, 0.1f};
+  const AttentionCase test{{1, 130, 256, 2}, 0.1f, GetParam()};
   const auto [batch, sequence, channels, heads] = test.shape;
   const std::vector<float> qkv = random_normals(batch * sequence * 3 * channels, 3);
   const std::vector<float> dout = random_normals(batch * sequence * channels, 4);
@@ -156,10 +180,14 @@ TEST(AttentionTwin, RepeatsBitForBit) {
   EXPECT_EQ(first.dqkv, second.dqkv);
 }
 
+INSTANTIATE_TEST_SUITE_P(Products, AttentionRepeats, ::testing::Values(AttentionProducts::f32, AttentionProducts::tf32),
+                         products_name);
+
 TEST(AttentionTwin, RefusesHeadsAbove128) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU present";
   try {
-    cuda::flash_attention_forward(nullptr, nullptr, nullptr, cpu::AttentionShape{1, 8, 1280, 8}, 0.0f, cpu::RandomKey{}, nullptr);
+    cuda::flash_attention_forward(nullptr, nullptr, nullptr, cpu::AttentionShape{1, 8, 1280, 8}, 0.0f, cpu::RandomKey{}, AttentionProducts::tf32,
+                                  nullptr);
     FAIL() << "head size 160 was accepted";
   } catch (const std::invalid_argument& error) {
     EXPECT_NE(std::string(error.what()).find("head size 160"), std::string::npos) << error.what();

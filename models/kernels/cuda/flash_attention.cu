@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "models/kernels/cuda/flash_attention_problem.cuh"
 #include "models/kernels/cuda/kernel_launch.h"
 #include "models/kernels/cuda/warp_reduce.cuh"
 
@@ -15,6 +16,15 @@
 // there are no atomics and results repeat bit for bit.
 namespace ferry::cuda {
 namespace {
+
+using flash::EntryGradient;
+using flash::HeadView;
+using flash::Problem;
+using flash::dropout_factor;
+using flash::entry_gradient;
+using flash::head_view;
+using flash::row_max;
+using flash::row_sum;
 
 constexpr int kThreads = 256;
 
@@ -29,34 +39,6 @@ struct Tiles {
   static_assert(kThreads % rows == 0 && rows % lanes == 0 && HeadCapacity % lanes == 0 && kWarpSize % lanes == 0);
 };
 
-// Sizes and constants of one call, passed by value to the kernels.
-struct Problem {
-  int sequence;       // T
-  int channels;       // C
-  int heads;          // NH
-  int head_size;      // C / NH
-  float scale;        // 1 / sqrt(head size), as the CPU twin computes it
-  float dropout;      // probability of dropping an attention weight
-  float keep_scale;   // 1 / (1 - dropout)
-  cpu::RandomKey key;
-};
-
-// Where one (batch, head) lives in the tensors.
-struct HeadView {
-  std::int64_t qkv_offset;        // of its q in qkv and dqkv (k at + C, v at + 2C); rows of 3C
-  std::int64_t out_offset;        // of its slice in out and dout; rows of C
-  std::int64_t statistics_offset; // of its T rows in logsumexp and row_dot
-  std::uint64_t mask_offset;      // its first dropout index: (b * NH + h) * T * T, as the CPU twin
-};
-
-__device__ HeadView head_view(const Problem& problem, int batch_head) {
-  const std::int64_t batch = batch_head / problem.heads, head = batch_head % problem.heads;
-  const std::int64_t sequence = problem.sequence, channels = problem.channels;
-  return {batch * sequence * 3 * channels + head * problem.head_size, batch * sequence * channels + head * problem.head_size,
-          batch_head * sequence, static_cast<std::uint64_t>(batch_head) * sequence * sequence};
-}
-
-// tile[r][d] = source[(first_row + r) * row_stride + d], zero past the sequence's end and past the head size.
 template <int HeadCapacity>
 __device__ void load_tile(float (*tile)[Tiles<HeadCapacity>::stride], const float* source, std::int64_t row_stride, int first_row,
                           const Problem& problem) {
@@ -82,27 +64,6 @@ __device__ void dots_with_tile_rows(float (&sums)[Entries], const float* a, cons
 #pragma unroll
     for (int entry = 0; entry < Entries; ++entry) sums[entry] += value * tile[first_row + entry * step][dimension];
   }
-}
-
-// Max and sum over the `lanes` adjacent threads of a tile row (a butterfly: every lane gets the same bits).
-template <int Lanes>
-__device__ float row_max(float value) {
-  for (int offset = Lanes / 2; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  return value;
-}
-template <int Lanes>
-__device__ float row_sum(float value) {
-  for (int offset = Lanes / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  return value;
-}
-
-// What dropout multiplies probability (query, key) by: 0 when dropped, 1 / (1 - p) when kept. The index is
-// the CPU twin's: the head's offset plus query * T + key in its T x T block.
-__device__ float dropout_factor(const Problem& problem, const HeadView& head, int query, int key) {
-  if (problem.dropout <= 0.0f) return 1.0f;
-  const std::uint64_t index = head.mask_offset + static_cast<std::uint64_t>(query) * static_cast<std::uint64_t>(problem.sequence) +
-                              static_cast<std::uint64_t>(key);
-  return cpu::dropout_keeps(problem.key, index, problem.dropout) ? problem.keep_scale : 0.0f;
 }
 
 template <int HeadCapacity>
@@ -192,24 +153,6 @@ __global__ void __launch_bounds__(kThreads) row_dot_kernel(float* row_dot, const
   }
   sum = warp_sum(sum);
   if (lane == 0) row_dot[row] = sum;
-}
-
-// One entry (query, key) of the backward, recomputed from the saved log-sum-exp: the dropped probability
-// (for dV) and the score gradient dS = P * (dP - D) * scale (for dQ and dK); both 0 under the causal mask.
-struct EntryGradient {
-  float dropped_probability;
-  float score_gradient;
-};
-
-// query_key: the query's and key's dot product; dout_value: the output gradient's and value's.
-__device__ EntryGradient entry_gradient(const Problem& problem, const HeadView& head, int query, int key, float query_key, float dout_value,
-                                        float row_logsumexp, float row_dot) {
-  if (key > query || query >= problem.sequence) return {0.0f, 0.0f};
-  const float probability = expf(problem.scale * query_key - row_logsumexp);
-  const float factor = dropout_factor(problem, head, query, key);
-  // The gradient of the undropped probability: that of the dropped one through the same mask and scale.
-  const float probability_gradient = dout_value * factor;
-  return {probability * factor, probability * (probability_gradient - row_dot) * problem.scale};
 }
 
 // dK and dV of one key tile, over the query tiles from the diagonal one down.
@@ -399,9 +342,10 @@ void launch_backward(float* dqkv, const float* dout, const float* qkv, const flo
 }  // namespace
 
 void flash_attention_forward(float* out, float* logsumexp, const float* qkv, cpu::AttentionShape shape, float dropout,
-                             cpu::RandomKey key, cudaStream_t stream) {
+                             cpu::RandomKey key, AttentionProducts products, cudaStream_t stream) {
   const Problem problem = make_problem(shape, dropout, key, "flash_attention_forward");
-  if (problem.head_size <= 64) launch_forward<64>(out, logsumexp, qkv, shape, problem, stream);
+  if (products == AttentionProducts::tf32) flash::launch_tf32_forward(out, logsumexp, qkv, shape, problem, stream);
+  else if (problem.head_size <= 64) launch_forward<64>(out, logsumexp, qkv, shape, problem, stream);
   else launch_forward<128>(out, logsumexp, qkv, shape, problem, stream);
 }
 
@@ -409,11 +353,12 @@ std::int64_t flash_attention_scratch_elements(cpu::AttentionShape shape) { retur
 
 void flash_attention_backward(float* dqkv, float* row_dot_scratch, const float* dout, const float* out, const float* qkv,
                               const float* logsumexp, cpu::AttentionShape shape, float dropout, cpu::RandomKey key,
-                              cudaStream_t stream) {
+                              AttentionProducts products, cudaStream_t stream) {
   const Problem problem = make_problem(shape, dropout, key, "flash_attention_backward");
   const std::int64_t rows = flash_attention_scratch_elements(shape);
   FERRY_LAUNCH_KERNEL(row_dot_kernel, blocks_for(rows, kThreads / kWarpSize), kThreads, 0, stream, row_dot_scratch, dout, out, problem, rows);
-  if (problem.head_size <= 64) launch_backward<64>(dqkv, dout, qkv, logsumexp, row_dot_scratch, shape, problem, stream);
+  if (products == AttentionProducts::tf32) flash::launch_tf32_backward(dqkv, dout, qkv, logsumexp, row_dot_scratch, shape, problem, stream);
+  else if (problem.head_size <= 64) launch_backward<64>(dqkv, dout, qkv, logsumexp, row_dot_scratch, shape, problem, stream);
   else launch_backward<128>(dqkv, dout, qkv, logsumexp, row_dot_scratch, shape, problem, stream);
 }
 

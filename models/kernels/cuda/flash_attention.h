@@ -1,5 +1,5 @@
-// Fused causal self-attention on the GPU in fp32 (FlashAttention-2 tiling), twin of models/kernels/cpu/attention.h:
-// tiles of queries and keys meet in shared memory under an online softmax, so the T x T scores and probabilities
+// Fused causal self-attention on the GPU (FlashAttention-2 tiling), twin of models/kernels/cpu/attention.h:
+// f32 in memory, products in f32 or TF32; tiles of queries and keys meet in shared memory under an online softmax, so the T x T scores and probabilities
 // never exist in memory; the forward saves only each query row's log-sum-exp, from which the backward recomputes them.
 #pragma once
 
@@ -11,6 +11,10 @@
 
 namespace ferry::cuda {
 
+// How the kernels multiply: f32 on the CUDA cores, or TF32 on the tensor cores (inputs rounded to 10 mantissa
+// bits, f32 sums), as the matmuls' CUBLAS_COMPUTE_32F_FAST_TF32. Both keep f32 in memory and the same masks.
+enum class AttentionProducts : std::uint8_t { f32, tf32 };
+
 // The largest head size (channels / heads) the kernels take.
 inline constexpr std::int64_t kFlashAttentionMaxHeadSize = 128;
 
@@ -20,7 +24,7 @@ inline constexpr std::int64_t kFlashAttentionMaxHeadSize = 128;
 // (same key, same indices) and scales the kept ones by 1 / (1 - dropout).
 // Throws std::invalid_argument for a shape or dropout the kernels do not take (head size above 128...).
 void flash_attention_forward(float* out, float* logsumexp, const float* qkv, cpu::AttentionShape shape, float dropout,
-                             cpu::RandomKey key, cudaStream_t stream);
+                             cpu::RandomKey key, AttentionProducts products, cudaStream_t stream);
 
 // Floats of the backward's row_dot_scratch: B * NH * T (one rowsum(dout * out) per query row).
 std::int64_t flash_attention_scratch_elements(cpu::AttentionShape shape);
@@ -29,6 +33,6 @@ std::int64_t flash_attention_scratch_elements(cpu::AttentionShape shape);
 // same dropout and key. Deterministic: every gradient element is summed by one thread in a fixed order.
 void flash_attention_backward(float* dqkv, float* row_dot_scratch, const float* dout, const float* out, const float* qkv,
                               const float* logsumexp, cpu::AttentionShape shape, float dropout, cpu::RandomKey key,
-                              cudaStream_t stream);
+                              AttentionProducts products, cudaStream_t stream);
 
 }  // namespace ferry::cuda
