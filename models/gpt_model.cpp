@@ -70,7 +70,8 @@ void GptModel::set_loss_chunk(std::int64_t tokens) {
 }
 
 std::int64_t GptModel::loss_chunk(std::int64_t tokens) const {
-  const std::int64_t automatic = kLogitsChunkBytes / static_cast<std::int64_t>(sizeof(float)) / config_.vocab;
+  const std::int64_t automatic =
+      ops::kernel_backend(*device_).sizes().logits_chunk_bytes() / static_cast<std::int64_t>(sizeof(float)) / config_.vocab;
   return std::clamp<std::int64_t>(loss_chunk_ > 0 ? loss_chunk_ : automatic, 1, std::max<std::int64_t>(tokens, 1));
 }
 

@@ -106,12 +106,12 @@ class GptModel {
   GradientStorage gradient_storage() const { return gradient_storage_; }
   // Where streamed gradients go (required before training with GradientStorage::streamed).
   void set_gradient_sink(GradientSink* sink) { gradient_sink_ = sink; }
-  // Tokens per chunk of the LM head and cross-entropy (0: as many as fit kLogitsChunkBytes of f32
-  // logits). Chunks change rounding only: the loss and gradients equal the unchunked ones within f32.
+  // Tokens per chunk of the LM head and cross-entropy (0: as many as fit the device kind's
+  // KernelSizes::logits_chunk_bytes of f32 logits: 32 MiB on cpu, 128 MiB on cuda). Chunks change rounding
+  // only: the loss and gradients equal the unchunked ones within f32.
   // A head that reads a bf16 table in place (cuda) rounds the chunk down to a multiple of 8 tokens.
   void set_loss_chunk(std::int64_t tokens);
   std::int64_t loss_chunk(std::int64_t tokens) const;
-  static constexpr std::int64_t kLogitsChunkBytes = std::int64_t{32} << 20;
   // Rows of the tied token table the LM head takes at once: all of them for f32 parameters; for bf16,
   // as many as fit kVocabSliceBytes in f32 (the head's f32 copy of the table, and the streamed
   // table-gradient bucket, are one slice).

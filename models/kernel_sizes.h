@@ -45,6 +45,9 @@ class KernelSizes {
   // Scratch floats of a sum of squares over tensors of at most `largest` values (the gradient norm): the
   // device's f64 result and per-block partial sums (0: summed on the host as computed).
   virtual std::int64_t sum_of_squares_scratch_elements(std::int64_t largest) const = 0;
+  // Bytes of f32 logits in the LM head's automatic chunk (GptModel::loss_chunk). Each chunk also re-reads and
+  // re-writes the [vocab, hidden] f32 table gradient once, which on a GPU bounds short chunks by bandwidth.
+  virtual std::int64_t logits_chunk_bytes() const = 0;
 };
 
 // The sizes of `kind`'s kernels (cpu or cuda; meta has none of its own: it stands in for one of them).

@@ -229,7 +229,7 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--log-every", o.log_every, "Print a progress line every N steps when not on a terminal");
   train->add_option("--checkpointing", o.checkpointing,
                     "Activation recompute: none | full | selective | every:K | first:N | auto (least recompute that fits --device-memory)");
-  train->add_option("--loss-chunk", o.loss_chunk, "Tokens per LM-head + cross-entropy chunk (0: as many as fit 32 MiB of logits)");
+  train->add_option("--loss-chunk", o.loss_chunk, "Tokens per LM-head + cross-entropy chunk (0: as many as fit 32 MiB of logits on cpu, 128 MiB on cuda)");
   train->add_option("--pp", o.pipeline_stages,
                     "Pipeline stages: under `mpirun -np P` one per rank, else all P in this process (one device each)");
   train->add_option("--tp", o.tp, "Tensor-parallel size (only 1 is built so far)");

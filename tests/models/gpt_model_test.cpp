@@ -17,6 +17,7 @@
 #include "models/gpt_model.h"
 #include "models/gpt_parameters.h"
 #include "models/kernels/cpu/compute_threads.h"
+#include "tests/models/micro_batch_statistics.h"
 
 namespace ferry {
 namespace {
@@ -423,6 +424,19 @@ TEST(GptModel, LossChunkChangesRoundingOnlyAndBoundsTheLogits) {
   EXPECT_THROW(model.set_loss_chunk(-1), std::invalid_argument);
   model.set_loss_chunk(0);
   EXPECT_EQ(model.loss_chunk(tokens), tokens);  // 32 MiB of logits hold every token of this batch
+}
+
+TEST(GptModel, AutomaticLossChunkHoldsTheDeviceKindsLogitsBytes) {
+  // GPT-2's vocabulary: 32 MiB of f32 logits are 166 tokens (cpu), 128 MiB 667 (cuda, where each chunk's
+  // pass over the f32 table gradient bounds short chunks by bandwidth); meta chunks as the kind it stands in for.
+  GptConfig config = tiny_config();
+  config.vocab = 50257;
+  for (const auto& [kernels, tokens] : {std::pair{DeviceKind::cpu, std::int64_t{166}}, std::pair{DeviceKind::cuda, std::int64_t{667}}}) {
+    auto device = testing::gibibyte_device(DeviceKind::meta, kernels);
+    const GptModel model(*device, config, DType::bf16);
+    EXPECT_EQ(model.loss_chunk(std::int64_t{1} << 20), tokens) << device_kind_name(kernels);
+    EXPECT_EQ(model.loss_chunk(100), 100) << "a micro-batch of fewer tokens is one chunk";
+  }
 }
 
 // A step is deterministic on 2 threads (the other tests run on one), and agrees with the one-thread
