@@ -29,8 +29,15 @@ ReplayResult replay_trace(const std::vector<RmmTraceRecord>& records, std::size_
   RecordedSegmentSource source(address_space, segments);
   ImmediateEventSource events;
   CachingAllocator allocator(source, events, config);
-  ReplayResult result;
+  ReplayResult result = replay_trace_through(allocator, records);
   result.capacity = capacity;
+  result.segments_at_recorded_addresses = source.followed();
+  return result;
+}
+
+ReplayResult replay_trace_through(CachingAllocator& allocator, const std::vector<RmmTraceRecord>& records) {
+  ReplayResult result;
+  result.capacity = allocator.source().capacity();
   std::unordered_map<std::uintptr_t, std::pair<Allocation, std::size_t>> live;
   std::size_t live_requested = 0;
   std::int64_t recorded_peak_allocated = 0;
@@ -99,7 +106,7 @@ ReplayResult replay_trace(const std::vector<RmmTraceRecord>& records, std::size_
   result.num_alloc_retries = stats.num_alloc_retries;
   result.num_ooms = stats.num_ooms;
   result.num_device_alloc = stats.num_device_alloc;
-  result.segments_at_recorded_addresses = source.followed();
+  for (auto& [pointer, allocation] : live) allocator.free(allocation.first);  // the allocator may outlive the replay
   return result;
 }
 

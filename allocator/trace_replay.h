@@ -1,4 +1,5 @@
-// Replays an RMM allocation trace through the caching allocator on an address-only (meta) source:
+// Replays an RMM allocation trace through the caching allocator on an address-only (meta) source, or a
+// device's own allocator:
 // peak requested/allocated/reserved, fragmentation at the peak, retries, OOMs; and the smallest
 // capacity at which the whole trace completes, found by bisection.
 #pragma once
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "allocator/allocator_config.h"
+#include "allocator/caching_allocator.h"
 #include "allocator/recorded_segment_source.h"
 #include "allocator/rmm_trace.h"
 
@@ -42,6 +44,11 @@ inline constexpr std::size_t kUnlimitedReplayCapacity = std::size_t{1} << 42;  /
 // order): the replay puts its segments there while it asks for the same sizes (RecordedSegmentSource).
 ReplayResult replay_trace(const std::vector<RmmTraceRecord>& records, std::size_t capacity,
                           const AllocatorConfig& config, const std::vector<RecordedSegment>& segments = {});
+
+// The same replay through `allocator` (a device's: a cuda device's takes real segments, cudaMalloc or
+// virtual memory, wherever the driver puts them). Live allocations are freed at the end; the statistics
+// are the allocator's since its last reset.
+ReplayResult replay_trace_through(CachingAllocator& allocator, const std::vector<RmmTraceRecord>& records);
 
 // Smallest capacity (a multiple of 1 MiB) at which the trace replays without an OOM, by bisection
 // between the trace's peak requested bytes and the unlimited replay's peak reserved bytes.

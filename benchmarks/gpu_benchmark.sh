@@ -232,6 +232,15 @@ if wanted snapshot; then
       --summary "$work/replay_default.json" || status=1
     limited 120 "$work/replay_expandable.log" "$ferry" replay "$work/torch_snapshot.pickle" --alloc-conf expandable_segments:True \
       --summary "$work/replay_expandable.json" || status=1
+    # The same trace on the GPU's memory: ferry's allocator (cudaMalloc segments, or virtual memory) beside
+    # PyTorch's replaying it (benchmarks/torch_replay_snapshot.py), each setting in its own process.
+    for setting in False True; do
+      limited 120 "$work/replay_cuda_$setting.log" "$ferry" replay "$work/torch_snapshot.pickle" --device cuda \
+        --alloc-conf "expandable_segments:$setting" --summary "$work/replay_cuda_$setting.json" || status=1
+      limited 120 "$work/torch_replay_$setting.log" env "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:$setting" \
+        python3 "$root/benchmarks/torch_replay_snapshot.py" "$work/torch_snapshot.pickle" &&
+        tail -1 "$work/torch_replay_$setting.log" > "$work/torch_replay_$setting.json" || status=1
+    done
     rm -rf "$work/snapshot_report"
   fi
   python3 - "$work" <<'PY' || status=1
@@ -263,6 +272,14 @@ if expandable and expandable.get("fits"):
     line("pytorch, expandable_segments:True", expandable["peak_allocated_bytes"], expandable["peak_reserved_bytes"])
 if replay_expandable:
     line("ferry replay, expandable segments", replay_expandable["peak_allocated"], replay_expandable["peak_reserved"])
+print("  the trace replayed on the GPU's memory:")
+for setting, label in (("False", "fixed segments"), ("True", "expandable segments")):
+    for name, system in ((f"replay_cuda_{setting}.json", "ferry"), (f"torch_replay_{setting}.json", "pytorch")):
+        result = load(name)
+        if result:
+            line(f"{system} replay on the GPU, {label}", result["peak_allocated"], result["peak_reserved"])
+        else:
+            print(f"  {system} replay on the GPU, {label}: did not finish (see {name.replace('.json', '.log')})")
 sys.exit(0 if ok else 1)
 PY
 fi

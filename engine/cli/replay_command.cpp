@@ -5,10 +5,13 @@
 
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <stdexcept>
 
 #include "allocator/byte_size.h"
 #include "allocator/trace_replay.h"
 #include "engine/core/atomic_file.h"
+#include "engine/core/device.h"
 #include "engine/report/summary_file.h"
 #include "engine/snapshot/snapshot_profile.h"
 #include "engine/snapshot/snapshot_replay.h"
@@ -25,6 +28,10 @@ void add_replay_command(CLI::App& app, ReplayCommandOptions& options) {
                      "Allocator settings as FERRY_ALLOC_CONF (e.g. expandable_segments:True); default: the environment");
   replay->add_flag("--find-min-capacity", options.find_min_capacity,
                    "Bisect the smallest capacity (to 1 MiB) at which the whole trace completes");
+  replay->add_option("--device", options.device,
+                     "meta (address space only; PyTorch snapshots' segments at their recorded addresses) or cuda (the GPU's "
+                     "memory: cudaMalloc segments, or virtual memory with expandable segments)")
+      ->check(CLI::IsMember({"meta", "cuda"}));
   replay->add_option("--summary", options.summary_path, "Write the results as JSON to this file");
 }
 
@@ -42,13 +49,25 @@ int run_replay_command(const ReplayCommandOptions& options) {
     regular_file_size(options.trace_path);  // a device or pipe never ends: refused, naming it
     records = read_rmm_trace_file(options.trace_path);
   }
-  const ReplayResult result = replay_trace(records, capacity, config, segments);
+  const bool on_cuda = options.device == "cuda";
+  if (on_cuda && options.find_min_capacity) {
+    throw std::invalid_argument("--find-min-capacity bisects on the meta device (hundreds of replays); drop --device cuda");
+  }
+  ReplayResult result;
+  if (on_cuda) {  // the GPU's own segments: wherever the driver puts them, so recorded addresses are not followed
+    DeviceOptions device_options{DeviceKind::cuda, options.capacity.empty() ? 0 : capacity, config};
+    const std::unique_ptr<Device> device = create_device(device_options);
+    result = replay_trace_through(device->allocator(), records);
+  } else {
+    result = replay_trace(records, capacity, config, segments);
+  }
 
   std::printf("ferry replay %s\n", options.trace_path.c_str());
   std::printf("  records                %zu (%zu allocations, %zu frees, %zu allocate failures skipped)\n",
               records.size(), result.allocations, result.frees, result.trace_failures);
+  std::printf("  device                 %s\n", on_cuda ? "cuda (the GPU's memory)" : "meta (address space only)");
   std::printf("  capacity               %s\n",
-              options.capacity.empty() ? "unlimited" : format_bytes(capacity).c_str());
+              on_cuda ? format_bytes(result.capacity).c_str() : options.capacity.empty() ? "unlimited" : format_bytes(capacity).c_str());
   std::printf("  allocator              %s\n", config.to_string().c_str());
   std::printf("  peak requested         %s\n", format_bytes(result.peak_requested).c_str());
   std::printf("  peak allocated         %s\n", format_bytes(result.peak_allocated).c_str());
@@ -57,7 +76,7 @@ int run_replay_command(const ReplayCommandOptions& options) {
   std::printf("  fragmentation at peak  %.1f%% of reserved not requested; largest free block %.1f%% of free bytes\n",
               100.0 * result.fragmentation_at_peak, 100.0 * result.largest_free_fraction_at_peak);
   std::printf("  segment allocations    %lld", static_cast<long long>(result.num_device_alloc));
-  if (!segments.empty()) {
+  if (!segments.empty() && !on_cuda) {
     std::printf(" (%zu of the trace's %zu at its addresses, so equal free blocks are chosen as it chose them)",
                 result.segments_at_recorded_addresses, segments.size());
   }
@@ -70,8 +89,9 @@ int run_replay_command(const ReplayCommandOptions& options) {
   nlohmann::json summary = {
       {"trace", options.trace_path},
       {"records", records.size()},
-      {"capacity", options.capacity.empty() ? nlohmann::json(nullptr) : nlohmann::json(capacity)},
+      {"capacity", on_cuda ? nlohmann::json(result.capacity) : options.capacity.empty() ? nlohmann::json(nullptr) : nlohmann::json(capacity)},
       {"alloc_conf", config.to_string()},
+      {"device", options.device},
       {"completed", result.completed()},
       {"peak_requested", result.peak_requested},
       {"peak_allocated", result.peak_allocated},

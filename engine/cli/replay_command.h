@@ -1,5 +1,6 @@
 // `ferry replay TRACE.csv`: replays an RMM allocation trace through the caching allocator on the
-// meta device and reports peaks, fragmentation, retries, OOMs and optionally the minimum capacity.
+// meta device (or a GPU's real memory: --device cuda) and reports peaks, fragmentation, retries, OOMs
+// and optionally the minimum capacity.
 #pragma once
 
 #include <optional>
@@ -16,6 +17,7 @@ struct ReplayCommandOptions {
   std::string capacity;  // empty: unlimited
   std::optional<std::string> alloc_conf;  // unset: FERRY_ALLOC_CONF
   bool find_min_capacity = false;
+  std::string device = "meta";  // meta: address space only; cuda: the GPU's memory, cudaMalloc or virtual memory
   std::string summary_path;
 };
 

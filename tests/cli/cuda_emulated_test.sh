@@ -91,4 +91,16 @@ same_losses 1e-5 "$work/resumed_cuda.json" "$work/resumed_cpu.json"
 # Pipelines on GPUs are not built: a clear refusal, not a hang.
 if launch 2 train "${model[@]}" --device cuda --pp 2 > "$work/out.txt" 2> "$work/err.txt"; then echo "accepted --pp 2 on cuda"; exit 1; fi
 grep -q -- "--pp 2 with --device cuda is not built yet" "$work/err.txt" || { echo "no error naming --pp:"; cat "$work/err.txt"; exit 1; }
+# A trace replayed through the GPU's own allocator (--device cuda: cudaMalloc segments) peaks as on meta.
+trace="$(dirname "$0")/../../data/traces/gpt2-tiny-train.csv"
+for device in cuda meta; do
+  "$ferry" replay "$trace" --device "$device" --alloc-conf expandable_segments:False --summary "$work/replay_$device.json" > /dev/null
+done
+python3 - "$work/replay_cuda.json" "$work/replay_meta.json" <<'PY'
+import json, sys
+cuda, meta = (json.load(open(path)) for path in sys.argv[1:])
+assert cuda["device"] == "cuda" and cuda["completed"] and cuda["num_device_alloc"] > 0, cuda
+for key in ("peak_requested", "peak_allocated", "peak_reserved", "num_device_alloc"):
+    assert cuda[key] == meta[key], f"replay on cuda: {key} {cuda[key]}, on meta {meta[key]}"
+PY
 echo "cuda_emulated_test: passed"

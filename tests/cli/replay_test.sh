@@ -27,6 +27,11 @@ if "$ferry" replay "$root/data/traces/gpt2-tiny-train.csv" --alloc-conf "expanda
 fi
 grep -q "unknown key 'expandable'" "$work/err.txt"
 
+if "$ferry" replay "$root/data/traces/gpt2-tiny-train.csv" --device cuda --find-min-capacity 2> "$work/err.txt"; then
+  echo "--find-min-capacity accepted on cuda"; exit 1
+fi
+grep -q -- "--find-min-capacity bisects on the meta device" "$work/err.txt"
+
 "$ferry" replay "$root/data/traces/gpt2-tiny-train.csv" --capacity 4MiB --summary "$work/tight.json" > /dev/null
 /usr/bin/python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['num_ooms'] > 0 and not s['completed']" "$work/tight.json"
 echo "cli replay: ok"
