@@ -51,10 +51,15 @@ class DataParallelBase : public TrainingOptimizer {
     whole_step_ = true;
   }
   // A pipeline stage's accumulated gradient, before the step's reductions (the tied table's sum).
-  std::span<float> host_gradient(std::size_t index) override {
-    if (!whole_step_) throw std::logic_error("a data-parallel rank's gradient is host-addressable only while a pipeline step accumulates");
-    const Tensor gradient = gradients_.accumulated_gradient(index);
-    return {gradient.data_as<float>(), static_cast<std::size_t>(gradient.numel())};
+  void read_gradient(std::size_t index, std::size_t start, std::span<float> values) override {
+    read_tensor_elements(accumulated_gradient(index), start, values);
+  }
+  void write_gradient(std::size_t index, std::size_t start, std::span<const float> values) override {
+    write_tensor_elements(accumulated_gradient(index), start, values);
+  }
+  Tensor accumulated_gradient(std::size_t index) {
+    if (!whole_step_) throw std::logic_error("a data-parallel rank's gradient is addressable only while a pipeline step accumulates");
+    return gradients_.accumulated_gradient(index);
   }
   nlohmann::json describe() const override {
     nlohmann::json description = {{"zero_stage", settings_.zero_stage}, {"dp", dp_.size()},

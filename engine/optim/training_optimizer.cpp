@@ -1,5 +1,6 @@
 #include "engine/optim/training_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -7,6 +8,26 @@
 #include "offload/host_gradients.h"
 
 namespace ferry {
+
+void read_tensor_elements(const Tensor& tensor, std::size_t start, std::span<float> values) {
+  if (tensor.dtype() != DType::f32 || start + values.size() > static_cast<std::size_t>(tensor.numel())) {
+    throw std::logic_error("read_tensor_elements: [" + std::to_string(start) + ", " + std::to_string(start + values.size()) +
+                           ") of a " + std::string(dtype_name(tensor.dtype())) + " tensor of " + std::to_string(tensor.numel()));
+  }
+  if (values.empty()) return;
+  tensor.reshape({tensor.numel()}).narrow(0, static_cast<std::int64_t>(start), static_cast<std::int64_t>(values.size()))
+      .copy_to_host(values.data());
+}
+
+void write_tensor_elements(const Tensor& tensor, std::size_t start, std::span<const float> values) {
+  if (tensor.dtype() != DType::f32 || start + values.size() > static_cast<std::size_t>(tensor.numel())) {
+    throw std::logic_error("write_tensor_elements: [" + std::to_string(start) + ", " + std::to_string(start + values.size()) +
+                           ") of a " + std::string(dtype_name(tensor.dtype())) + " tensor of " + std::to_string(tensor.numel()));
+  }
+  if (values.empty()) return;
+  tensor.reshape({tensor.numel()}).narrow(0, static_cast<std::int64_t>(start), static_cast<std::int64_t>(values.size()))
+      .copy_from_host(values.data());
+}
 
 double TrainingOptimizer::gradient_sum_of_squares(std::optional<std::size_t> excluded) {
   const double sum = unchecked_gradient_sum_of_squares(excluded);
@@ -76,13 +97,11 @@ class DeviceAdamW final : public TrainingOptimizer {
   double unchecked_gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
     return optimizer_.gradient_sum_of_squares(excluded);
   }
-  std::span<float> host_gradient(std::size_t index) override {
-    const Tensor& gradient = optimizer_.gradient_of(index);
-    if (gradient.device().kind() != DeviceKind::cpu || gradient.dtype() != DType::f32) {
-      throw std::logic_error("the gradient of parameter " + std::to_string(index) + " is not f32 in host memory (" +
-                             std::string(device_kind_name(gradient.device().kind())) + " device)");
-    }
-    return {gradient.data_as<float>(), static_cast<std::size_t>(gradient.numel())};
+  void read_gradient(std::size_t index, std::size_t start, std::span<float> values) override {
+    read_tensor_elements(optimizer_.gradient_of(index), start, values);
+  }
+  void write_gradient(std::size_t index, std::size_t start, std::span<const float> values) override {
+    write_tensor_elements(optimizer_.gradient_of(index), start, values);
   }
   void step(float learning_rate, float gradient_scale) override { optimizer_.step(learning_rate, gradient_scale); }
   std::int64_t steps_taken() const override { return optimizer_.steps_taken(); }
@@ -181,10 +200,12 @@ class OffloadedAdamW final : public TrainingOptimizer {
     const offload::GradientCheck check = optimizer_.check_gradients(position);
     return check.finite ? check.sum_of_squares : std::nan("");
   }
-  std::span<float> host_gradient(std::size_t index) override {
-    const std::optional<std::size_t> position = sink_.position_of(index);
-    if (!position) throw std::out_of_range("the optimizer holds no gradient of parameter " + std::to_string(index));
-    return optimizer_.gradients().of(*position);
+  void read_gradient(std::size_t index, std::size_t start, std::span<float> values) override {
+    const std::span<float> gradient = host_gradient(index);
+    std::copy_n(gradient.subspan(start, values.size()).begin(), values.size(), values.begin());
+  }
+  void write_gradient(std::size_t index, std::size_t start, std::span<const float> values) override {
+    std::copy(values.begin(), values.end(), host_gradient(index).subspan(start, values.size()).begin());
   }
   void step(float learning_rate, float gradient_scale) override { optimizer_.step(learning_rate, gradient_scale); }
   std::int64_t steps_taken() const override { return optimizer_.steps_taken(); }
@@ -217,6 +238,11 @@ class OffloadedAdamW final : public TrainingOptimizer {
   }
 
  private:
+  std::span<float> host_gradient(std::size_t index) {
+    const std::optional<std::size_t> position = sink_.position_of(index);
+    if (!position) throw std::out_of_range("the optimizer holds no gradient of parameter " + std::to_string(index));
+    return optimizer_.gradients().of(*position);
+  }
   GptModel& model_;
   offload::ZeroOffloadOptimizer optimizer_;
   PartGradientSink sink_;
@@ -243,7 +269,8 @@ class DiscardingOptimizer final : public TrainingOptimizer {
     gradients_.complete_all();
     return 0.0;
   }
-  std::span<float> host_gradient(std::size_t) override { throw std::logic_error("a dry run holds no gradients"); }
+  void read_gradient(std::size_t, std::size_t, std::span<float>) override { throw std::logic_error("a dry run holds no gradients"); }
+  void write_gradient(std::size_t, std::size_t, std::span<const float>) override { throw std::logic_error("a dry run holds no gradients"); }
   void step(float, float) override {
     gradients_.complete_all();
     ++steps_;

@@ -59,9 +59,11 @@ class TrainingOptimizer {
   // The same; throws when a gradient is inf or NaN.
   double gradient_sum_of_squares(std::optional<std::size_t> excluded);
   double gradient_norm() { return std::sqrt(gradient_sum_of_squares(std::nullopt)); }
-  // The step's gradient (f32) of the model's parameter `index` in host memory, for sums between
-  // pipeline stages; throws when the gradients are not host-addressable (a cuda device's).
-  virtual std::span<float> host_gradient(std::size_t index) = 0;
+  // Elements [start, start + values.size()) of the step's gradient (f32) of the model's parameter `index`,
+  // read into `values` or written from them wherever the gradients live (the device's memory, a cuda
+  // device's included; host memory under ZeRO-Offload), for sums between pipeline stages.
+  virtual void read_gradient(std::size_t index, std::size_t start, std::span<float> values) = 0;
+  virtual void write_gradient(std::size_t index, std::size_t start, std::span<const float> values) = 0;
   virtual void step(float learning_rate, float gradient_scale) = 0;
   virtual std::int64_t steps_taken() const = 0;
   virtual void set_steps_taken(std::int64_t steps) = 0;
@@ -78,6 +80,10 @@ class TrainingOptimizer {
   // What the summary says about the optimizer (host memory, NVMe bytes, step phases).
   virtual nlohmann::json describe() const = 0;
 };
+
+// read_gradient and write_gradient on a gradient tensor (f32, contiguous) on any device.
+void read_tensor_elements(const Tensor& tensor, std::size_t start, std::span<float> values);
+void write_tensor_elements(const Tensor& tensor, std::size_t start, std::span<const float> values);
 
 // The values of `range` from a snapshot that covers it; throws std::invalid_argument when it does not.
 struct SnapshotValues {

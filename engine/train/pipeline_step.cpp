@@ -31,32 +31,35 @@ double gradient_sum_of_squares(const PipelineRankExecutor& executor, TrainingOpt
   return unchecked ? optimizer.unchecked_gradient_sum_of_squares(excluded) : optimizer.gradient_sum_of_squares(excluded);
 }
 
-// Sums the first and last stages' token-table gradients into both, slice by slice: the first stage sends
-// its slice, the last adds it to its own and sends the sum back. The gradients are wherever the
-// optimizer keeps them (the device's memory on cpu, host memory under ZeRO-Offload). A dry run on meta
-// sends the same messages without bytes (its group moves nothing).
+// Sums the first and last stages' token-table gradients into both, slice by slice through host memory:
+// the first stage sends its slice, the last adds it to its own and sends the sum back. The gradients are
+// wherever the optimizer keeps them (the device's memory, a GPU's too; host memory under ZeRO-Offload):
+// slices are read from and written back there, so every device adds in f32 on the host alike. A dry run on
+// meta sends the same messages without bytes (its group moves nothing).
 void sum_tied_gradient(PipelineRankExecutor& executor, TrainingOptimizer& optimizer, Communicator& communicator, int tag) {
   const PipelineSchedule& schedule = *executor.setup().schedule;
   const std::int32_t first = schedule.rank_of_stage(0), last = schedule.rank_of_stage(schedule.stages - 1);
   const std::int32_t rank = executor.setup().rank;
   if (first == last || (rank != first && rank != last)) return;
   const bool values = has_values(executor);
-  const std::span<float> table = values ? optimizer.host_gradient(GptParameters::kWteIndex) : std::span<float>();
   const auto elements = static_cast<std::size_t>(executor.model().parameters().wte.numel());
   const std::size_t slice = kTiedGradientSliceBytes / sizeof(float);
-  std::vector<float> received(rank == last && values ? std::min(slice, elements) : 0);  // host memory, beside the MPI library's own
+  // Host memory, beside the MPI library's own: this rank's slice, and the last stage's received one.
+  std::vector<float> own(values ? std::min(slice, elements) : 0), received(rank == last && values ? std::min(slice, elements) : 0);
   for (std::size_t start = 0; start < elements; start += slice) {
     const std::size_t count = std::min(slice, elements - start);
-    float* part = values ? table.data() + start : nullptr;  // meta: no bytes
+    const std::span<float> part = values ? std::span<float>(own).first(count) : std::span<float>();  // meta: no bytes
+    if (values) optimizer.read_gradient(GptParameters::kWteIndex, start, part);
     const std::size_t bytes = count * sizeof(float);
     if (rank == first) {
-      communicator.send(part, bytes, last, tag);
-      communicator.receive(part, bytes, last, tag);
+      communicator.send(part.data(), bytes, last, tag);
+      communicator.receive(part.data(), bytes, last, tag);
     } else {
       communicator.receive(received.data(), bytes, first, tag);
-      if (values) add_into({part, count}, {received.data(), count});
-      communicator.send(part, bytes, first, tag);
+      if (values) add_into(part, {received.data(), count});
+      communicator.send(part.data(), bytes, first, tag);
     }
+    if (values) optimizer.write_gradient(GptParameters::kWteIndex, start, part);
   }
 }
 

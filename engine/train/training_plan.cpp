@@ -212,10 +212,6 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
     throw std::invalid_argument("--tp " + number(o.tp) + ": tensor parallelism is not built yet; train with --tp 1 (data and pipeline "
                                 "parallelism are: --dp, --pp)");
   }
-  if (plan.grid.pp > 1 && o.device == "cuda") {
-    throw std::invalid_argument("--pp " + number(plan.grid.pp) + " with --device cuda is not built yet: the stages sum the tied token "
-                                "table's gradient in host memory; train pipelines on --device cpu, or GPUs with --dp alone");
-  }
   const int model_parallel = o.tp * o.pipeline_stages;
   if (plan.world > 1) {
     if (plan.world % model_parallel != 0) {

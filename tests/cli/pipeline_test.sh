@@ -230,8 +230,10 @@ for pipe in pipes:
 PY
 echo "pp 2 --eval-data (1f1b and interleaved:2): one rank's validation losses"
 
-# Not built yet, said before anything runs: pipelines of GPUs.
-expect_error "--pp 2 with --device cuda is not built yet" "$ferry" train "${model[@]}" --pp 2 --device cuda
+# Pipelines of GPUs (trained on the CUDA emulation: cuda_emulated_test.sh): a dry run of their ranks here.
+"$ferry" train "${model[@]}" --pp 2 --device meta --dry-run-of cuda --summary "$work/pp_cuda_dry.json" > /dev/null
+python3 -c 'import json, sys; ranks = json.load(open(sys.argv[1]))["ranks"]; assert len(ranks) == 2 and all(r["peak_allocated"] > 0 for r in ranks), ranks' \
+  "$work/pp_cuda_dry.json"
 
 # --device-memory: the cost-balanced split of a 4096-token vocabulary's model (3 + 1 blocks: its LM head
 # costs about ten blocks) needs 10 MiB on rank 0 with GPipe's 32 micro-batches; every rank picks 2 + 2 by
