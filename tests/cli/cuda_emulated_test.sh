@@ -107,6 +107,13 @@ for device in cuda cpu; do
   launch 2 train "${model[@]}" --device "$device" --pp 2 --precision fp16 --offload-optimizer cpu --summary "$work/pipe_fp16_$device.json" > /dev/null
 done
 same_losses 1e-4 "$work/pipe_fp16_cuda.json" "$work/pipe_fp16_cpu.json"
+# A dp 2 x pp 2 checkpoint (ZeRO 2) of GPUs resumes on pp 2 alone, as the cpu device's does.
+for device in cuda cpu; do
+  launch 4 train "${model[@]}" --device "$device" --pp 2 --dp 2 --zero-stage 2 --steps 1 --save "$work/pipe_ckpt_$device" > /dev/null
+  launch 2 train "${model[@]}" --device "$device" --pp 2 --grad-accum 2 --resume "$work/pipe_ckpt_$device" \
+    --summary "$work/pipe_resumed_$device.json" > /dev/null
+done
+same_losses 1e-5 "$work/pipe_resumed_cuda.json" "$work/pipe_resumed_cpu.json"
 # A trace replayed through the GPU's own allocator (--device cuda: cudaMalloc segments) peaks as on meta.
 trace="$(dirname "$0")/../../data/traces/gpt2-tiny-train.csv"
 for device in cuda meta; do
