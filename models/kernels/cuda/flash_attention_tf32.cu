@@ -120,30 +120,60 @@ __device__ void store_rows(float* destination, std::int64_t row_stride, int firs
   }
 }
 
+// A forward or dQ warp's place: its 16 queries of one (batch, head), and the keys its block sees.
+struct QueryWarp {
+  HeadView head;
+  LanePlace place;
+  int first_query;         // of the warp's 16
+  int queries_of_lane[2];  // the lane's rows: first_query + group, + 8
+  int last_key;            // the block's last visible key
+  std::int64_t qkv_stride;
+  const float* queries;    // the head's q in qkv (its k at + C, v at + 2C)
+};
+
+__device__ QueryWarp query_warp(const float* qkv, const Problem& problem) {
+  const int block_tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // the longest rows start first
+  const HeadView head = head_view(problem, static_cast<int>(blockIdx.y));
+  const LanePlace place = lane_place();
+  const int first_query = block_tile * kBlockRows + static_cast<int>(threadIdx.x) / kWarpSize * kWarpRows;
+  return {head,
+          place,
+          first_query,
+          {first_query + place.group, first_query + place.group + 8},
+          std::min(block_tile * kBlockRows + kBlockRows, problem.sequence) - 1,
+          3 * static_cast<std::int64_t>(problem.channels),
+          qkv + head.qkv_offset};
+}
+
+// Stages keys and values [first_key, first_key + 32) for the whole block, between barriers (every warp is
+// done with the previous ones).
+template <int HeadCapacity>
+__device__ void stage_keys_and_values(StagedTile<HeadCapacity>& key_tile, StagedTile<HeadCapacity>& value_tile, const QueryWarp& warp,
+                                      int first_key, const Problem& problem) {
+  __syncthreads();
+  stage_rows<HeadCapacity>(key_tile, warp.queries + problem.channels, warp.qkv_stride, first_key, problem);
+  stage_rows<HeadCapacity>(value_tile, warp.queries + 2 * problem.channels, warp.qkv_stride, first_key, problem);
+  __syncthreads();
+}
+
 template <int HeadCapacity>
 __global__ void __launch_bounds__(kMmaThreads) forward_tf32_kernel(float* out, float* logsumexp, const float* qkv, Problem problem) {
   using Tiles = MmaTiles<HeadCapacity>;
   FERRY_SHARED(float, key_tile, [kStagedRows][Tiles::stride]);
   FERRY_SHARED(float, value_tile, [kStagedRows][Tiles::stride]);
-  const int block_tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // the longest rows start first
-  const HeadView head = head_view(problem, static_cast<int>(blockIdx.y));
-  const LanePlace place = lane_place();
-  const int first_query = block_tile * kBlockRows + static_cast<int>(threadIdx.x) / kWarpSize * kWarpRows;
-  const int queries_of_lane[2] = {first_query + place.group, first_query + place.group + 8};
-  const std::int64_t qkv_stride = 3 * static_cast<std::int64_t>(problem.channels);
-  const float* queries = qkv + head.qkv_offset;
+  const QueryWarp warp = query_warp(qkv, problem);
+  const HeadView& head = warp.head;
+  const LanePlace& place = warp.place;
+  const int first_query = warp.first_query;
+  const int(&queries_of_lane)[2] = warp.queries_of_lane;
   FragmentA query_rows[Tiles::steps];
-  load_row_fragments<HeadCapacity>(query_rows, queries, qkv_stride, first_query, problem);
+  load_row_fragments<HeadCapacity>(query_rows, warp.queries, warp.qkv_stride, first_query, problem);
 
   float running_max[2] = {-INFINITY, -INFINITY}, running_sum[2] = {0.0f, 0.0f};
   FragmentC accumulator[Tiles::steps] = {};
   const bool warp_has_rows = first_query < problem.sequence;
-  const int last_key = std::min(block_tile * kBlockRows + kBlockRows, problem.sequence) - 1;
-  for (int first_key = 0; first_key <= last_key; first_key += kStagedRows) {
-    __syncthreads();  // every warp is done with the previous keys and values
-    stage_rows<HeadCapacity>(key_tile, queries + problem.channels, qkv_stride, first_key, problem);
-    stage_rows<HeadCapacity>(value_tile, queries + 2 * problem.channels, qkv_stride, first_key, problem);
-    __syncthreads();
+  for (int first_key = 0; first_key <= warp.last_key; first_key += kStagedRows) {
+    stage_keys_and_values<HeadCapacity>(key_tile, value_tile, warp, first_key, problem);
     // Staged tiles start at multiples of 32, warps' rows at multiples of 16: a tile either starts at or before
     // the warp's first query (every row then sees its first key: finite maxima) or lies in all its rows' future.
     if (!warp_has_rows || first_key > first_query) continue;
@@ -264,15 +294,13 @@ __global__ void __launch_bounds__(kMmaThreads) query_gradient_tf32_kernel(float*
   using Tiles = MmaTiles<HeadCapacity>;
   FERRY_SHARED(float, key_tile, [kStagedRows][Tiles::stride]);
   FERRY_SHARED(float, value_tile, [kStagedRows][Tiles::stride]);
-  const int block_tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // the longest rows start first
-  const HeadView head = head_view(problem, static_cast<int>(blockIdx.y));
-  const LanePlace place = lane_place();
-  const int first_query = block_tile * kBlockRows + static_cast<int>(threadIdx.x) / kWarpSize * kWarpRows;
-  const int queries_of_lane[2] = {first_query + place.group, first_query + place.group + 8};
-  const std::int64_t qkv_stride = 3 * static_cast<std::int64_t>(problem.channels);
-  const float* queries = qkv + head.qkv_offset;
+  const QueryWarp warp = query_warp(qkv, problem);
+  const HeadView& head = warp.head;
+  const LanePlace& place = warp.place;
+  const int first_query = warp.first_query;
+  const int(&queries_of_lane)[2] = warp.queries_of_lane;
   FragmentA query_rows[Tiles::steps], dout_rows[Tiles::steps];
-  load_row_fragments<HeadCapacity>(query_rows, queries, qkv_stride, first_query, problem);
+  load_row_fragments<HeadCapacity>(query_rows, warp.queries, warp.qkv_stride, first_query, problem);
   load_row_fragments<HeadCapacity>(dout_rows, dout + head.out_offset, problem.channels, first_query, problem);
   float row_logsumexp[2], row_dot_value[2];
 #pragma unroll
@@ -284,12 +312,8 @@ __global__ void __launch_bounds__(kMmaThreads) query_gradient_tf32_kernel(float*
 
   FragmentC query_gradient[Tiles::steps] = {};
   const bool warp_has_rows = first_query < problem.sequence;
-  const int last_key = std::min(block_tile * kBlockRows + kBlockRows, problem.sequence) - 1;
-  for (int first_key = 0; first_key <= last_key; first_key += kStagedRows) {
-    __syncthreads();  // every warp is done with the previous keys and values
-    stage_rows<HeadCapacity>(key_tile, queries + problem.channels, qkv_stride, first_key, problem);
-    stage_rows<HeadCapacity>(value_tile, queries + 2 * problem.channels, qkv_stride, first_key, problem);
-    __syncthreads();
+  for (int first_key = 0; first_key <= warp.last_key; first_key += kStagedRows) {
+    stage_keys_and_values<HeadCapacity>(key_tile, value_tile, warp, first_key, problem);
     if (!warp_has_rows || first_key > first_query) continue;  // in the future of every row of the warp
     FragmentC score_gradients[kStagedTiles], dout_values[kStagedTiles];
     product_with_staged_rows<HeadCapacity>(score_gradients, query_rows, key_tile);
@@ -307,7 +331,7 @@ __global__ void __launch_bounds__(kMmaThreads) query_gradient_tf32_kernel(float*
     accumulate_weighted_rows<HeadCapacity>(query_gradient, score_gradients, key_tile);  // dQ = dS K
   }
   if (!warp_has_rows) return;
-  store_rows<HeadCapacity>(dqkv + head.qkv_offset, qkv_stride, first_query, query_gradient, 1.0f, 1.0f, problem);
+  store_rows<HeadCapacity>(dqkv + head.qkv_offset, warp.qkv_stride, first_query, query_gradient, 1.0f, 1.0f, problem);
 }
 
 template <int HeadCapacity>
