@@ -248,7 +248,8 @@ double GptModel::head_forward(const Tensor& input, const Tensor& targets, float 
   // is copied to f32 a slice at a time.
   const bool bf16_head = parameters_.wte.dtype() == DType::bf16 && ops::lm_head_takes_bf16(*device_);
   // bf16: chunks of a multiple of 8 rows, the table gradient's inner extent (aligned, as the slices).
-  const std::int64_t chunk = bf16_head && loss_chunk(rows) >= 8 ? loss_chunk(rows) / 8 * 8 : loss_chunk(rows);
+  const std::int64_t tokens_per_chunk = loss_chunk(rows);
+  const std::int64_t chunk = bf16_head && tokens_per_chunk >= 8 ? tokens_per_chunk / 8 * 8 : tokens_per_chunk;
   const std::int64_t slice = bf16_head ? table_gradient_slice() : vocab_slice();
   const std::int64_t padded_vocab = (V + 7) / 8 * 8;
   // Deferred: the rows' softmax statistics are kept; the table's gradient waits (tied_table_backward).
