@@ -139,13 +139,19 @@ class Communicator {
   //   send: its bytes (receive, barrier, split: 0).
   // Zero on one rank: p = 1 sends nothing.
   std::uint64_t bytes_sent() const { return bytes_sent_; }
+  // Seconds this communicator's own stream spent in its completed operations (NCCL's: from the start of
+  // each operation's calls on the stream to their end, waits for peers included); 0 for backends without
+  // one (MPI moves host memory from the calling thread).
+  double stream_seconds() const { return stream_seconds_; }
 
  protected:
   void count_bytes_sent(std::uint64_t bytes) { bytes_sent_ += bytes; }
+  void count_stream_seconds(double seconds) { stream_seconds_ += seconds; }
 
  private:
   std::chrono::milliseconds timeout_{std::chrono::minutes(5)};
   std::uint64_t bytes_sent_ = 0;
+  double stream_seconds_ = 0.0;
 };
 
 // The timeout every communicator made by make_communicator gets: FERRY_COMM_TIMEOUT_SECONDS (a positive

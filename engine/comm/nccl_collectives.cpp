@@ -80,8 +80,8 @@ class NcclGroup {
 // every later test() or wait(), so a failed request never looks complete.
 class NcclRequest final : public CommRequest {
  public:
-  NcclRequest(NcclCommunicatorImpl& communicator, std::string what, CudaEvent event)
-      : communicator_(communicator), what_(std::move(what)), event_(std::move(event)) {}
+  NcclRequest(NcclCommunicatorImpl& communicator, std::string what, CudaEvent begun, CudaEvent event)
+      : communicator_(communicator), what_(std::move(what)), begun_(std::move(begun)), event_(std::move(event)) {}
   NcclRequest(const NcclRequest&) = delete;
   NcclRequest& operator=(const NcclRequest&) = delete;
   // Waits for a pending operation; ends the job when that fails (a destructor cannot throw, and the
@@ -115,6 +115,7 @@ class NcclRequest final : public CommRequest {
     if (done_) return true;
     try {
       done_ = poll();
+      if (done_) communicator_.count_stream_time(begun_.get(), event_.get());
       return done_;
     } catch (const CommunicationError& error) {
       failure_ = error.what();
@@ -124,6 +125,7 @@ class NcclRequest final : public CommRequest {
 
   NcclCommunicatorImpl& communicator_;
   std::string what_;
+  CudaEvent begun_;  // recorded on the stream before the operation's calls, after its waits
   CudaEvent event_;
   bool done_ = false;
   std::optional<std::string> failure_;
@@ -152,10 +154,12 @@ std::unique_ptr<CommRequest> NcclCommunicatorImpl::start(const std::string& what
       FERRY_NCCL_CUDA_CHECK(cudaEventRecord(order_event_.get(), compute_));
       FERRY_NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_.get(), order_event_.get(), 0));
     }
+    CudaEvent begun(device_, /*timing=*/true);
+    FERRY_NCCL_CUDA_CHECK(cudaEventRecord(begun.get(), stream_.get()));
     calls();
-    CudaEvent done(device_);
+    CudaEvent done(device_, /*timing=*/true);
     FERRY_NCCL_CUDA_CHECK(cudaEventRecord(done.get(), stream_.get()));
-    return std::make_unique<NcclRequest>(*this, what, std::move(done));
+    return std::make_unique<NcclRequest>(*this, what, std::move(begun), std::move(done));
   } catch (const CommunicationError& error) {
     throw fail(what + ": " + error.what());
   }

@@ -179,6 +179,13 @@ bool NcclCommunicatorImpl::poll(cudaEvent_t event, const std::string& what) {
   return false;
 }
 
+void NcclCommunicatorImpl::count_stream_time(cudaEvent_t begun, cudaEvent_t done) {
+  const DeviceGuard guard(device_);
+  float milliseconds = 0.0f;
+  FERRY_NCCL_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, begun, done));
+  count_stream_seconds(static_cast<double>(milliseconds) / 1e3);
+}
+
 void NcclCommunicatorImpl::complete(cudaEvent_t event, const std::string& what) {
   const Clock::time_point start = Clock::now();
   while (!poll(event, what)) {

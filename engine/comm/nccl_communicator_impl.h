@@ -56,6 +56,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   void complete(cudaEvent_t event, const std::string& what);
   // True after a failure aborted NCCL (its pending operations ended with it).
   bool failed() const { return failure_.has_value(); }
+  // Adds a completed operation's stream time: from `begun` to `done`, both recorded on the stream with timing.
+  void count_stream_time(cudaEvent_t begun, cudaEvent_t done);
 
  private:
   // Starts operation `what`: checks the communicator is usable, makes the device current, orders the

@@ -46,12 +46,12 @@ class CudaStream {
   cudaStream_t stream_ = nullptr;
 };
 
-// An event of `device` without timing (the cheapest kind to record and query).
+// An event of `device`, without timing (the cheapest kind to record and query) unless `timing`.
 class CudaEvent {
  public:
-  explicit CudaEvent(int device) {
+  explicit CudaEvent(int device, bool timing = false) {
     const DeviceGuard guard(device);
-    FERRY_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    FERRY_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
   }
   ~CudaEvent() {
     if (event_ != nullptr) cudaEventDestroy(event_);  // a pending event is released once it completes

@@ -9,24 +9,28 @@
 
 namespace ferry {
 
-void read_tensor_elements(const Tensor& tensor, std::size_t start, std::span<float> values) {
-  if (tensor.dtype() != DType::f32 || start + values.size() > static_cast<std::size_t>(tensor.numel())) {
-    throw std::logic_error("read_tensor_elements: [" + std::to_string(start) + ", " + std::to_string(start + values.size()) +
-                           ") of a " + std::string(dtype_name(tensor.dtype())) + " tensor of " + std::to_string(tensor.numel()));
+namespace {
+
+// Elements [start, start + count) of an f32 tensor as a one-dimensional view.
+Tensor f32_elements(const Tensor& tensor, std::size_t start, std::size_t count, const char* what) {
+  if (tensor.dtype() != DType::f32 || start + count > static_cast<std::size_t>(tensor.numel())) {
+    throw std::logic_error(std::string(what) + ": [" + std::to_string(start) + ", " + std::to_string(start + count) + ") of a " +
+                           std::string(dtype_name(tensor.dtype())) + " tensor of " + std::to_string(tensor.numel()));
   }
-  if (values.empty()) return;
-  tensor.reshape({tensor.numel()}).narrow(0, static_cast<std::int64_t>(start), static_cast<std::int64_t>(values.size()))
-      .copy_to_host(values.data());
+  if (count == 0) return tensor;  // nothing to move
+  return tensor.reshape({tensor.numel()}).narrow(0, static_cast<std::int64_t>(start), static_cast<std::int64_t>(count));
+}
+
+}  // namespace
+
+void read_tensor_elements(const Tensor& tensor, std::size_t start, std::span<float> values) {
+  const Tensor elements = f32_elements(tensor, start, values.size(), "read_tensor_elements");
+  if (!values.empty()) elements.copy_to_host(values.data());
 }
 
 void write_tensor_elements(const Tensor& tensor, std::size_t start, std::span<const float> values) {
-  if (tensor.dtype() != DType::f32 || start + values.size() > static_cast<std::size_t>(tensor.numel())) {
-    throw std::logic_error("write_tensor_elements: [" + std::to_string(start) + ", " + std::to_string(start + values.size()) +
-                           ") of a " + std::string(dtype_name(tensor.dtype())) + " tensor of " + std::to_string(tensor.numel()));
-  }
-  if (values.empty()) return;
-  tensor.reshape({tensor.numel()}).narrow(0, static_cast<std::int64_t>(start), static_cast<std::int64_t>(values.size()))
-      .copy_from_host(values.data());
+  const Tensor elements = f32_elements(tensor, start, values.size(), "write_tensor_elements");
+  if (!values.empty()) elements.copy_from_host(values.data());
 }
 
 double TrainingOptimizer::gradient_sum_of_squares(std::optional<std::size_t> excluded) {

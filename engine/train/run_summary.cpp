@@ -32,8 +32,17 @@ nlohmann::json rank_entry(const ProcessGrid& grid, const Device& device, const n
     entry[key] = memory[key];
   }
   std::uint64_t sent = 0;
-  for (const GridAxis axis : {GridAxis::tp, GridAxis::dp, GridAxis::pp}) sent += grid.group(axis).bytes_sent();
+  double stream_seconds = 0.0;
+  bool has_stream = false;
+  for (const GridAxis axis : {GridAxis::tp, GridAxis::dp, GridAxis::pp}) {
+    const Communicator& group = grid.group(axis);
+    sent += group.bytes_sent();
+    stream_seconds += group.stream_seconds();
+    has_stream = has_stream || group.backend() == "nccl";
+  }
   entry["bytes_sent"] = sent;
+  // NCCL's communication streams' busy time (null where the groups have none: MPI, one rank).
+  entry["communication_stream_seconds"] = has_stream ? nlohmann::json(stream_seconds) : nlohmann::json(nullptr);
   entry["bytes_sent_per_step"] = steps_run > 0 ? sent / static_cast<std::uint64_t>(steps_run) : 0;
   entry["optimizer"] = optimizer;
   return entry;
@@ -62,6 +71,9 @@ void print_rank_lines(const nlohmann::json& ranks) {
                 where.c_str(), bytes_text(entry["peak_allocated"]).c_str(), bytes_text(entry["peak_reserved"]).c_str(),
                 format_bytes(entry["max_by_category"].value("optimizer_states", std::size_t{0})).c_str(),
                 format_bytes(entry["max_by_category"].value("gradients", std::size_t{0})).c_str(), bytes_text(entry["bytes_sent_per_step"]).c_str());
+    if (entry.contains("communication_stream_seconds") && entry["communication_stream_seconds"].is_number()) {
+      std::printf(" (communication stream busy %.3f s)", entry["communication_stream_seconds"].get<double>());
+    }
     if (entry.contains("activation_stash")) {
       const nlohmann::json& stash = entry["activation_stash"];
       std::printf(", activation stash peak %s (one micro-batch %s)", bytes_text(stash["peak"]).c_str(), bytes_text(stash["one_micro_batch"]).c_str());

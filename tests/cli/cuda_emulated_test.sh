@@ -54,6 +54,13 @@ for stage in 0 1 2; do
   "$ferry" train "${model[@]}" --device meta --dry-run-of cuda --dp 2 --zero-stage "$stage" --summary "$work/dry_$stage.json" > /dev/null
   same_peaks "$work/cuda_$stage.json" "$work/dry_$stage.json"
 done
+# Each GPU rank's communication stream time is in the summary (NCCL's; the cpu device's MPI groups have none).
+python3 - "$work/cuda_2.json" "$work/cpu_2.json" <<'PY'
+import json, sys
+cuda, cpu = (json.load(open(path))["ranks"] for path in sys.argv[1:])
+assert all(isinstance(r["communication_stream_seconds"], float) and r["communication_stream_seconds"] > 0 for r in cuda), cuda
+assert all(r["communication_stream_seconds"] is None for r in cpu), cpu
+PY
 # The gradients did cross: one rank's losses alone are another run's.
 python3 - "$work/cuda_0.json" "$work/cuda.json" <<'PY'
 import json, sys

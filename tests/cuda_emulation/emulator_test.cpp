@@ -3,10 +3,12 @@
 // depend on the schedule order, deadlocks, exchanges with lanes that have exited, refused configurations.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "allocator/cuda_check.h"
@@ -184,6 +186,25 @@ TEST(CudaEmulation, CopiesOutsideDeviceMemoryAreRefused) {
   EXPECT_EQ(cudaMemcpy(buffer.data(), host.data(), 4 * sizeof(float), cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
   EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
   EXPECT_EQ(cudaMemcpy(host.data(), buffer.data(), 4 * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+}
+
+TEST(CudaEmulation, EventsTimeWhatRanBetweenTheirRecords) {
+  cudaEvent_t start = nullptr, end = nullptr, untimed = nullptr;
+  ASSERT_EQ(cudaEventCreate(&start), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&end), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming), cudaSuccess);
+  float milliseconds = -1.0f;
+  EXPECT_EQ(cudaEventElapsedTime(&milliseconds, start, end), cudaErrorInvalidResourceHandle) << "not recorded yet";
+  ASSERT_EQ(cudaEventRecord(start), cudaSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the work between the records, run when issued
+  ASSERT_EQ(cudaEventRecord(end), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(untimed), cudaSuccess);
+  EXPECT_EQ(cudaEventElapsedTime(&milliseconds, start, end), cudaSuccess);
+  EXPECT_GE(milliseconds, 20.0f);
+  EXPECT_LT(milliseconds, 20000.0f);
+  EXPECT_EQ(cudaEventElapsedTime(&milliseconds, start, untimed), cudaErrorInvalidResourceHandle) << "made without timing";
+  cudaGetLastError();
+  for (cudaEvent_t event : {start, end, untimed}) EXPECT_EQ(cudaEventDestroy(event), cudaSuccess);
 }
 
 }  // namespace

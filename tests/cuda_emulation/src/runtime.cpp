@@ -1,8 +1,10 @@
 // The emulated CUDA runtime API (cuda_emulation/runtime_api.h): one device, memory from DeviceMemory,
 // and streams and events that complete every operation when it is issued, which keeps the order each
 // stream issued them in (and orders streams against each other more strictly than a GPU would).
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "cuda_emulation/runtime_api.h"
 #include "device_memory.h"
@@ -12,6 +14,7 @@ struct CUstream_st {
 };
 struct CUevent_st {
   unsigned int flags;
+  std::optional<std::chrono::steady_clock::time_point> recorded = std::nullopt;
 };
 
 namespace {
@@ -192,7 +195,20 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete event;
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) { return event != nullptr ? cudaSuccess : report(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  if (event == nullptr) return report(cudaErrorInvalidResourceHandle);
+  event->recorded = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEvent_t end) {
+  if (milliseconds == nullptr) return report(cudaErrorInvalidValue);
+  if (start == nullptr || end == nullptr || ((start->flags | end->flags) & cudaEventDisableTiming) != 0 || !start->recorded ||
+      !end->recorded) {
+    return report(cudaErrorInvalidResourceHandle);
+  }
+  *milliseconds = std::chrono::duration<float, std::milli>(*end->recorded - *start->recorded).count();
+  return cudaSuccess;
+}
 cudaError_t cudaEventQuery(cudaEvent_t event) { return event != nullptr ? cudaSuccess : report(cudaErrorInvalidResourceHandle); }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) { return event != nullptr ? cudaSuccess : report(cudaErrorInvalidResourceHandle); }
 

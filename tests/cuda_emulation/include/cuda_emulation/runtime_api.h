@@ -62,7 +62,7 @@ struct dim3 {
 };
 
 struct CUstream_st;  // an emulated stream: an id, nothing queued (every call completes at once)
-struct CUevent_st;   // an emulated event: always complete
+struct CUevent_st;   // an emulated event: always complete, with the host's clock at its last record
 using cudaStream_t = CUstream_st*;
 using cudaEvent_t = CUevent_st*;
 // The legacy default stream's handle, as the runtime defines it ((cudaStream_t)0x1).
@@ -141,6 +141,9 @@ cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
+// Milliseconds between two recorded events: the host's clock at each record (an emulated stream's work has
+// run when it is issued); refused, as by CUDA, for an event made with cudaEventDisableTiming or not recorded.
+cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEvent_t end);
 
 // The virtual-memory driver calls cannot be emulated: this reports every symbol as not found, so
 // CudaDriverApi::load() throws and the expandable-segments source is unavailable (its test skips).
