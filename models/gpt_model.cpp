@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "engine/core/op_recorder.h"
+#include "models/gpt_parameter_use.h"
 #include "models/kernel_backend.h"
 #include "models/tensor_ops.h"
 
@@ -38,10 +39,25 @@ class ScopedFlag {
 
 }  // namespace
 
+std::vector<std::size_t> GptModel::embedding_indices() { return {GptParameters::kWteIndex, GptParameters::kWpeIndex}; }
+
+std::vector<std::size_t> GptModel::block_indices(std::int64_t layer) {
+  std::vector<std::size_t> indices(GptBlockParameters::kCount);
+  for (std::size_t i = 0; i < indices.size(); ++i) indices[i] = GptParameters::block_index(layer) + i;
+  return indices;
+}
+
+std::vector<std::size_t> GptModel::ln_f_indices() const {
+  const std::size_t first = GptParameters::block_index(config_.layers);
+  return {first, first + 1};
+}
+
+std::vector<std::size_t> GptModel::table_indices() { return {GptParameters::kWteIndex}; }
+
 GptModel::GptModel(Device& device, GptConfig config, DType parameter_dtype, GptDropout dropout, GradientStorage gradient_storage,
-                   GptModelPart part)
+                   GptModelPart part, ParameterResidence residence)
     : device_(&device), config_(std::move(config)), parameter_dtype_(parameter_dtype), dropout_(dropout),
-      gradient_storage_(gradient_storage), part_(std::move(part)) {
+      gradient_storage_(gradient_storage), part_(std::move(part)), residence_(residence) {
   config_.validate();
   if (parameter_dtype != DType::f32 && parameter_dtype != DType::bf16 && parameter_dtype != DType::f16) {
     throw std::invalid_argument("GPT parameters must be f32, bf16 or f16, not " + std::string(dtype_name(parameter_dtype)));
@@ -53,7 +69,14 @@ GptModel::GptModel(Device& device, GptConfig config, DType parameter_dtype, GptD
   if (device.has_storage()) {
     ops::kernel_backend(device).set_f32_products(parameter_dtype == DType::f32 ? ops::F32Products::exact : ops::F32Products::tf32);
   }
-  parameters_ = GptParameters::allocate(device, config_, parameter_dtype, MemoryCategory::parameters, "", part_);
+  if (residence_ == ParameterResidence::whole) {
+    parameters_ = GptParameters::allocate(device, config_, parameter_dtype, MemoryCategory::parameters, "", part_);
+  } else {
+    if (gradient_storage_ != GradientStorage::streamed) {
+      throw std::invalid_argument("provided parameters (ZeRO stage 3) need gradients streamed to a sink: no whole gradient sits beside them");
+    }
+    parameters_.blocks.resize(static_cast<std::size_t>(config_.layers));  // every tensor undefined until a layer acquires it
+  }
   if (gradient_storage_ == GradientStorage::whole) {
     gradients_ = GptParameters::allocate(device, config_, DType::f32, MemoryCategory::gradients, "grad.", part_);
   }
@@ -126,6 +149,7 @@ Tensor GptModel::embedding_forward(const Tensor& tokens, cpu::RandomKey key) {
                                 std::to_string(config_.max_sequence) + " positions; lower --seq");
   }
   if (!part_.embedding) throw std::logic_error("the embedding runs on the first pipeline stage, which this model is not");
+  const ParameterUse held(*this, embedding_indices(), false, part_.has_block(0) ? block_indices(0) : std::vector<std::size_t>{});
   const OpScope op(*device_, "forward", "embedding");
   Tensor out = activation({B, T, C}, "embedding");
   ops::encoder_forward(out, tokens, parameters_.wte, parameters_.wpe);
@@ -135,6 +159,12 @@ Tensor GptModel::embedding_forward(const Tensor& tokens, cpu::RandomKey key) {
 }
 
 BlockActivations GptModel::block_forward(std::int64_t layer, const Tensor& input, cpu::RandomKey key, ActivationKeep keep) {
+  block_parameters(layer);  // held here, or an error naming the block
+  // The next block's parameters, or the token table the head reads after the last one.
+  const std::vector<std::size_t> next = layer + 1 < config_.layers ? (part_.has_block(layer + 1) ? block_indices(layer + 1) : std::vector<std::size_t>{})
+                                        : part_.head                 ? table_indices()
+                                                                     : std::vector<std::size_t>{};
+  const ParameterUse held(*this, block_indices(layer), training_, next);
   const GptBlockParameters& p = block_parameters(layer);
   const std::int64_t B = input.size(0), T = input.size(1), C = config_.hidden, NH = config_.heads;
   const cpu::RandomKey keys = layer_key(key, layer);
@@ -191,6 +221,7 @@ BlockActivations GptModel::block_forward(std::int64_t layer, const Tensor& input
 
 void GptModel::block_recompute(std::int64_t layer, BlockActivations& a, cpu::RandomKey key) {
   if (a.ln_1.defined() && a.att.defined() && a.gelu.defined()) return;  // kept everything
+  const ParameterUse held(*this, block_indices(layer), true);
   const OpScope op(*device_, "recompute", layer_name(layer));
   if (!a.qkv.defined()) {  // kept its input only: the whole forward again
     const Tensor input = a.input;
@@ -231,6 +262,12 @@ double GptModel::head_forward(const Tensor& input, const Tensor& targets, float 
   const std::int64_t rows = B * T;
   const bool training = input_gradient.defined();
   if (!part_.head) throw std::logic_error("the LM head runs on the last pipeline stage, which this model is not");
+  // A deferred table gradient reads the table again after the embedding's backward; training, the last
+  // block's backward comes next.
+  const ParameterUse norm(*this, ln_f_indices(), false);
+  const std::int64_t last = config_.layers - 1;
+  const ParameterUse table(*this, table_indices(), training && deferred != nullptr,
+                           training && part_.has_block(last) ? block_indices(last) : std::vector<std::size_t>{});
   const OpScope op(*device_, "loss", "lm_head");
   // Deferred: the head's input and the rows' statistics live from before the forward (allocated there,
   // beneath its activations, so keeping them past the head leaves no hole among those).
@@ -343,6 +380,9 @@ void GptModel::block_backward_weight(std::int64_t layer, BlockWeightGradientInpu
 
 Tensor GptModel::block_backward_impl(std::int64_t layer, BlockActivations a, Tensor output_gradient, cpu::RandomKey key,
                                      BlockWeightGradientInputs* deferred) {
+  block_parameters(layer);  // held here, or an error naming the block
+  const ParameterUse held(*this, block_indices(layer), false,
+                          layer > 0 && part_.has_block(layer - 1) ? block_indices(layer - 1) : std::vector<std::size_t>{});
   block_recompute(layer, a, key);
   const OpScope op(*device_, deferred != nullptr ? "backward_input" : "backward", layer_name(layer));
   const GptBlockParameters& p = block_parameters(layer);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/core/gradient_sink.h"
+#include "engine/core/parameter_provider.h"
 #include "engine/core/tensor.h"
 #include "models/gpt_config.h"
 #include "models/gpt_parameters.h"
@@ -86,6 +87,11 @@ struct DeferredTableGradient {
   Tensor tokens;          // i32 [rows]
 };
 
+// Where a model's parameters live: whole on the device for the model's life, or provided layer by layer
+// (ZeRO stage 3: the model allocates none; each layer acquires its parameters from a ParameterProvider
+// before it runs and releases them after, so they are held only while used).
+enum class ParameterResidence : std::uint8_t { whole, provided };
+
 class GptModel {
  public:
   // activation dtype = parameter dtype (f32, bf16 or f16), and so are the activations' gradients in
@@ -93,13 +99,20 @@ class GptModel {
   // `part`: the blocks (and embedding, head) this object holds, for a pipeline stage; the others have
   // no parameters here and their layers throw when called.
   GptModel(Device& device, GptConfig config, DType parameter_dtype, GptDropout dropout = {},
-           GradientStorage gradient_storage = GradientStorage::whole, GptModelPart part = {});
+           GradientStorage gradient_storage = GradientStorage::whole, GptModelPart part = {},
+           ParameterResidence residence = ParameterResidence::whole);
 
   const GptConfig& config() const { return config_; }
   Device& device() const { return *device_; }
   DType parameter_dtype() const { return parameter_dtype_; }
   const GptModelPart& part() const { return part_; }
+  // The held parameters (ParameterResidence::provided: only those a layer holds at the moment).
   const GptParameters& parameters() const { return parameters_; }
+  ParameterResidence parameter_residence() const { return residence_; }
+  // The parameters of this model's part by name, shape and index, held or not.
+  std::vector<ParameterSpec> parameter_specs() const { return GptParameters::part_specs(config_, part_); }
+  // Where provided parameters come from (required before a provided model runs a layer).
+  void set_parameter_provider(ParameterProvider* provider) { provider_ = provider; }
   // Undefined tensors when gradients are streamed.
   const GptParameters& gradients() const { return gradients_; }
   void zero_gradients();
@@ -183,6 +196,12 @@ class GptModel {
   double evaluate_head(const Tensor& input, const Tensor& targets);
 
  private:
+  class ParameterUse;  // a layer's hold on its parameters (acquired from the provider where not held)
+  // The parameters' indices of the embedding (wte, wpe), a block, the final LayerNorm, the token table.
+  static std::vector<std::size_t> embedding_indices();
+  static std::vector<std::size_t> block_indices(std::int64_t layer);
+  std::vector<std::size_t> ln_f_indices() const;
+  static std::vector<std::size_t> table_indices();
   Tensor activation(const Shape& shape, const std::string& tag) const;
   // A gradient of activations in the compute dtype (autocast's), category activation_gradients.
   Tensor activation_gradient(const Shape& shape, const std::string& tag) const;
@@ -217,6 +236,8 @@ class GptModel {
   GptParameters gradients_;
   GradientStorage gradient_storage_;
   GptModelPart part_;
+  ParameterResidence residence_;
+  ParameterProvider* provider_ = nullptr;
   GradientSink* gradient_sink_ = nullptr;
   std::int64_t loss_chunk_ = 0;
   std::int64_t vocab_slice_ = 0;

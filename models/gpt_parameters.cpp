@@ -132,6 +132,36 @@ std::vector<std::pair<std::string, Shape>> GptParameters::whole_model_shapes(con
   return result;
 }
 
+Tensor& GptParameters::tensor_at(std::size_t index) {
+  Tensor* found = nullptr;
+  visit_every_tensor(*this, [&](const std::string&, const Tensor* tensor, std::size_t at) {
+    if (at == index) found = const_cast<Tensor*>(tensor);  // a member of *this, which is not const here
+  });
+  if (found == nullptr) throw std::out_of_range("no GPT parameter has index " + std::to_string(index));
+  return *found;
+}
+
+std::vector<ParameterSpec> GptParameters::part_specs(const GptConfig& config, const GptModelPart& part) {
+  std::vector<ParameterSpec> result;
+  const std::size_t ln_f = block_index(config.layers);
+  std::size_t index = 0;
+  for (auto& [name, shape] : whole_model_shapes(config)) {
+    const bool held = index == kWteIndex   ? part.has_token_table()
+                      : index == kWpeIndex ? part.embedding
+                      : index >= ln_f      ? part.head
+                                           : part.has_block(static_cast<std::int64_t>((index - 2) / GptBlockParameters::kCount));
+    if (held) result.push_back({std::move(name), std::move(shape), index});
+    ++index;
+  }
+  return result;
+}
+
+std::vector<ParameterSpec> specs_of(const std::vector<NamedTensor>& tensors) {
+  std::vector<ParameterSpec> specs;
+  for (const NamedTensor& each : tensors) specs.push_back({each.name, each.tensor->shape(), each.index});
+  return specs;
+}
+
 std::int64_t GptParameters::numel() const {
   std::int64_t total = 0;
   for (const NamedTensor& each : named()) total += each.tensor->numel();
@@ -139,28 +169,38 @@ std::int64_t GptParameters::numel() const {
 }
 
 bool decays(const Tensor& parameter) { return parameter.dim() == 2; }
+bool decays(const Shape& parameter) { return parameter.size() == 2; }
+
+std::vector<float> initial_gpt_parameter_values(const ParameterSpec& spec, const GptConfig& config, std::uint64_t seed,
+                                                std::int64_t offset, std::int64_t count) {
+  if (offset < 0 || count < 0 || offset + count > spec.numel()) {
+    throw std::out_of_range("elements [" + std::to_string(offset) + ", " + std::to_string(offset + count) + ") of " + spec.name + " (" +
+                            std::to_string(spec.numel()) + " elements)");
+  }
+  const cpu::RandomKey key = cpu::RandomKey{cpu::mix64(seed)}.derive(spec.index + 1);  // by position in the whole model: stages agree
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.layers));
+  const bool is_bias = spec.name.ends_with(".bias");
+  const bool is_layernorm = spec.name.find("ln_") != std::string::npos;
+  const bool is_projection = spec.name.ends_with("c_proj.weight");
+  std::vector<float> values(static_cast<std::size_t>(count));
+#pragma omp parallel for schedule(static)
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (is_layernorm) {
+      values[i] = is_bias ? 0.0f : 1.0f;
+    } else if (is_bias) {
+      values[i] = 0.0f;
+    } else {
+      values[i] = static_cast<float>(key.normal(static_cast<std::uint64_t>(offset) + i) * (is_projection ? residual_std : 0.02));
+    }
+  }
+  return values;
+}
 
 void initialize_gpt_parameters(const GptParameters& parameters, const GptConfig& config, std::uint64_t seed) {
-  const cpu::RandomKey root{cpu::mix64(seed)};
-  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.layers));
   for (const NamedTensor& each : parameters.named()) {
     const Tensor& tensor = *each.tensor;
-    const cpu::RandomKey key = root.derive(each.index + 1);  // by position in the whole model: stages agree
     if (!tensor.device().has_storage()) continue;
-    const bool is_bias = each.name.ends_with(".bias");
-    const bool is_layernorm = each.name.find("ln_") != std::string::npos;
-    const bool is_projection = each.name.ends_with("c_proj.weight");
-    std::vector<float> values(static_cast<std::size_t>(tensor.numel()));
-#pragma omp parallel for schedule(static)
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      if (is_layernorm) {
-        values[i] = is_bias ? 0.0f : 1.0f;
-      } else if (is_bias) {
-        values[i] = 0.0f;
-      } else {
-        values[i] = static_cast<float>(key.normal(i) * (is_projection ? residual_std : 0.02));
-      }
-    }
+    const std::vector<float> values = initial_gpt_parameter_values({each.name, tensor.shape(), each.index}, config, seed, 0, tensor.numel());
     copy_from_host_f32(tensor, values.data());
   }
 }

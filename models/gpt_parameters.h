@@ -40,6 +40,17 @@ struct NamedTensor {
   std::size_t index = 0;  // position among the whole model's tensors (kWteIndex, block_index(layer), ...)
 };
 
+// A parameter by name, shape and index, whether or not a tensor holds it on this rank (ZeRO stage 3
+// keeps only a partition): what flat layouts and partitions are built from.
+struct ParameterSpec {
+  std::string name;
+  Shape shape;
+  std::size_t index = 0;  // as NamedTensor::index
+  std::int64_t numel() const { return shape_numel(shape); }
+};
+// The specs of held tensors.
+std::vector<ParameterSpec> specs_of(const std::vector<NamedTensor>& tensors);
+
 // The tensors one object holds: all of them, or a pipeline stage's share (its blocks, the embeddings on
 // the first stage, ln_f and the tied token table on the last; the table lives on both ends).
 struct GptModelPart {
@@ -72,6 +83,10 @@ struct GptParameters {
   // allocating (what a checkpoint's files list).
   static std::vector<std::pair<std::string, Shape>> whole_model_shapes(const GptConfig& config);
   std::int64_t numel() const;
+  // The tensor of whole-model index `index` (held or not: an undefined tensor where it is not).
+  Tensor& tensor_at(std::size_t index);
+  // The tensors a part of the model of `config` holds, in named() order, without allocating.
+  static std::vector<ParameterSpec> part_specs(const GptConfig& config, const GptModelPart& part = {});
   // Positions in named(): the embeddings first, then each block's kCount tensors, then ln_f.
   static constexpr std::size_t kWteIndex = 0;
   static constexpr std::size_t kWpeIndex = 1;
@@ -80,9 +95,14 @@ struct GptParameters {
 
 // Weight decay applies to 2-D weights only (embeddings and matrices), as GPT-2 training recipes do.
 bool decays(const Tensor& parameter);
+bool decays(const Shape& parameter);
 
 // GPT-2's initialization: N(0, 0.02) for embeddings and weights, N(0, 0.02/sqrt(2 layers)) for the
 // residual projections (c_proj), zero biases, LayerNorm weight 1 and bias 0. Deterministic from seed.
 void initialize_gpt_parameters(const GptParameters& parameters, const GptConfig& config, std::uint64_t seed);
+// Elements [offset, offset + count) of parameter `spec`'s initial values, as initialize_gpt_parameters
+// gives them (a ZeRO-3 rank initializes its partition without holding any whole parameter).
+std::vector<float> initial_gpt_parameter_values(const ParameterSpec& spec, const GptConfig& config, std::uint64_t seed,
+                                                std::int64_t offset, std::int64_t count);
 
 }  // namespace ferry

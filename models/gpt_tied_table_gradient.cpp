@@ -7,11 +7,13 @@
 
 #include "engine/core/op_recorder.h"
 #include "models/gpt_model.h"
+#include "models/gpt_parameter_use.h"
 #include "models/tensor_ops.h"
 
 namespace ferry {
 
 void GptModel::tied_table_backward(const DeferredTableGradient& deferred) {
+  const ParameterUse held(*this, table_indices(), false);
   const OpScope op(*device_, "backward", "lm_head.table");
   const std::int64_t C = config_.hidden, V = config_.vocab, rows = deferred.head_input.size(0);
   const std::int64_t slice = vocab_slice();

@@ -237,14 +237,19 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                     "Data-parallel size (default: the launched ranks / (tp x pp)); with --device meta and no launcher, a dry run "
                     "of every rank in this process");
   train->add_option("--zero-stage", o.zero_stage,
-                    "ZeRO stage for data parallelism: 0 (gradients all-reduced), 1 (optimizer state partitioned), 2 (and gradients); "
-                    "zero_optimization.stage");
+                    "ZeRO stage for data parallelism: 0 (gradients all-reduced), 1 (optimizer state partitioned), 2 (and gradients), "
+                    "3 (and parameters, gathered block by block); zero_optimization.stage");
   train->add_option("--allgather-bucket-size", o.allgather_bucket_size,
                     "ZeRO 1/2: updated parameters are gathered in buckets of at most this many elements (DeepSpeed's "
                     "allgather_bucket_size; default: the smaller of hidden^2 and a 128th of a rank's parameters)");
   train->add_option("--overlap-comm", o.overlap_comm,
                     "Data parallelism: reduce gradient buckets while backward goes on (true, default) or wait for each at once (false); "
                     "zero_optimization.overlap_comm")
+      ->check(kTrueOrFalse);
+  train->add_option("--reshard-after-forward", o.reshard_after_forward,
+                    "ZeRO 3: free a block's gathered parameters after its forward and gather them again for its backward (true, "
+                    "default), or keep them from forward to backward (false: less gather traffic, every block held at the peak); "
+                    "PyTorch FSDP2's reshard_after_forward")
       ->check(kTrueOrFalse);
   train->add_option("--micro-batches", o.micro_batches, "Micro-batches per step through the pipeline (default: --grad-accum)");
   train->add_option("--schedule", o.schedule, "Pipeline schedule: gpipe | 1f1b | 1f1b-deep | interleaved:V | zb-h1");

@@ -37,7 +37,7 @@ void apply_zero_optimization(const json& section, TrainOptions& options) {
   if (section.contains("stage")) {
     const auto stage = value_of<int>(section["stage"], "zero_optimization.stage");
     if (stage < 0 || stage > 3) throw std::invalid_argument("zero_optimization.stage must be 0, 1, 2 or 3, got " + std::to_string(stage));
-    options.zero_stage = stage;  // stage 3 is refused with the plan, as --zero-stage 3 is
+    options.zero_stage = stage;
   }
   if (section.contains("offload_param") && value_of<std::string>(section["offload_param"].value("device", json("none")),
                                                                  "zero_optimization.offload_param.device") != "none") {

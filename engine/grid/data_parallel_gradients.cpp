@@ -12,9 +12,9 @@
 namespace ferry {
 namespace {
 
-std::vector<std::int64_t> sizes_of(const std::vector<NamedTensor>& parameters) {
+std::vector<std::int64_t> sizes_of(const std::vector<ParameterSpec>& parameters) {
   std::vector<std::int64_t> sizes;
-  for (const NamedTensor& each : parameters) sizes.push_back(each.tensor->numel());
+  for (const ParameterSpec& each : parameters) sizes.push_back(each.numel());
   return sizes;
 }
 
@@ -24,7 +24,7 @@ Tensor f32_buffer(Device& device, std::int64_t elements, MemoryCategory category
 
 }  // namespace
 
-DataParallelGradients::DataParallelGradients(Device& device, const std::vector<NamedTensor>& parameters, Communicator& dp,
+DataParallelGradients::DataParallelGradients(Device& device, const std::vector<ParameterSpec>& parameters, Communicator& dp,
                                              int zero_stage, std::int64_t bucket_elements, bool overlap, bool partition_off_device,
                                              const BucketCuts& cuts)
     : device_(device), dp_(dp), zero_stage_(zero_stage), layout_(sizes_of(parameters), dp.size()),
@@ -35,7 +35,7 @@ DataParallelGradients::DataParallelGradients(Device& device, const std::vector<N
                                 std::to_string(zero_stage) + "'s cannot");
   }
   if (zero_stage < 0 || zero_stage > 2) {
-    throw std::invalid_argument("data parallelism runs ZeRO stages 0, 1 and 2, not " + std::to_string(zero_stage));
+    throw std::invalid_argument("gradients are reduced at ZeRO stages 0, 1 and 2 (stage 3's are stage 2's), not " + std::to_string(zero_stage));
   }
   if (bucket_elements < 0) throw std::invalid_argument("a gradient bucket of " + std::to_string(bucket_elements) + " elements");
   for (std::size_t position = 0; position < parameters.size(); ++position) {

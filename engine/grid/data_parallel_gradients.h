@@ -51,7 +51,7 @@ class DataParallelGradients final : public GradientSink {
   // starts, so none of it hides behind backward.
   // `partition_off_device` (stage 2 only): the partition's averaged gradients are not kept on the
   // device; each landed piece goes to the sink set_partition_sink() names (ZeRO-Offload's host gradients).
-  DataParallelGradients(Device& device, const std::vector<NamedTensor>& parameters, Communicator& dp, int zero_stage,
+  DataParallelGradients(Device& device, const std::vector<ParameterSpec>& parameters, Communicator& dp, int zero_stage,
                         std::int64_t bucket_elements, bool overlap = true, bool partition_off_device = false, const BucketCuts& cuts = {});
   // Where stage 2 with the partition off the device hands each landed piece: accumulate(owned index,
   // offset, piece), the owned index counting the parameters that have elements in owned() (in order)

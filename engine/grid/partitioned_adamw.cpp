@@ -20,17 +20,21 @@ Tensor state_buffer(Device& device, std::int64_t elements, const char* tag) {
 
 }  // namespace
 
-PartitionedAdamW::PartitionedAdamW(const std::vector<NamedTensor>& parameters, DataParallelGradients& gradients, Communicator& dp,
-                                   const AdamWHyperparameters& hyperparameters, std::int64_t allgather_bucket_elements)
-    : parameters_(parameters), gradients_(gradients), dp_(dp), hyperparameters_(hyperparameters),
+PartitionedAdamW::PartitionedAdamW(const std::vector<ParameterSpec>& parameters, ParameterValues values, DataParallelGradients& gradients,
+                                   Communicator& dp, const AdamWHyperparameters& hyperparameters, std::int64_t allgather_bucket_elements)
+    : parameters_(parameters), values_(std::move(values)), gradients_(gradients), dp_(dp), hyperparameters_(hyperparameters),
       allgather_bucket_elements_(allgather_bucket_elements), owned_(gradients.owned()) {
   if (parameters_.empty()) throw std::invalid_argument("a partitioned optimizer over no parameters");
   if (parameters_.size() != gradients.layout().parameter_count()) {
     throw std::logic_error("the optimizer's " + std::to_string(parameters_.size()) + " parameters do not match the gradients' " +
                            std::to_string(gradients.layout().parameter_count()));
   }
-  dtype_ = parameters_.front().tensor->dtype();
-  Device& device = parameters_.front().tensor->device();
+  if (values_.partition.defined() == !values_.whole.empty() || (!values_.whole.empty() && values_.whole.size() != parameters_.size())) {
+    throw std::logic_error("a partitioned optimizer's parameter values are the whole tensors or a partition, one of the two");
+  }
+  const Tensor& any = values_.partition.defined() ? values_.partition : *values_.whole.front().tensor;
+  dtype_ = any.dtype();
+  Device& device = any.device();
   for (std::size_t position = 0; position < parameters_.size(); ++position) {
     if (const auto piece = gradients.owned_piece(position)) segments_.push_back({position, piece->range, piece->offset});
   }
@@ -48,7 +52,14 @@ PartitionedAdamW::PartitionedAdamW(const std::vector<NamedTensor>& parameters, D
 }
 
 Tensor PartitionedAdamW::parameter_view(const Segment& segment) const {
-  return flat_view(*parameters_[segment.position].tensor, segment.offset, segment.range.size());
+  if (values_.partition.defined()) return values_.partition.narrow(0, segment.range.begin - owned_.begin, segment.range.size());
+  return flat_view(*values_.whole[segment.position].tensor, segment.offset, segment.range.size());
+}
+
+void PartitionedAdamW::gather_whole() {
+  if (gradients_.zero_stage() > 0 && !values_.partition.defined()) {
+    gather_parameters(values_.whole, gradients_.layout(), owned_, dp_, allgather_bucket_elements_);
+  }
 }
 
 double PartitionedAdamW::gradient_sum_of_squares(std::optional<std::size_t> excluded) {
@@ -79,7 +90,7 @@ void PartitionedAdamW::step(float learning_rate, float gradient_scale) {
       const std::int64_t at = segment.range.begin - owned_.begin;
       const Tensor parameter = parameter_view(segment);
       const auto piece = gradients_.owned_piece(segment.position);
-      (decays(*parameters_[segment.position].tensor) ? decayed : undecayed)
+      (decays(parameters_[segment.position].shape) ? decayed : undecayed)
           .push_back({dtype_ == DType::f32 ? parameter.data_as<float>() : master_.data_as<float>() + at,
                       dtype_ == DType::bf16 ? parameter.data_as<std::uint16_t>() : nullptr, piece->gradient.data_as<float>(),
                       first_moment_.data_as<float>() + at, second_moment_.data_as<float>() + at, segment.range.size()});
@@ -92,9 +103,7 @@ void PartitionedAdamW::step(float learning_rate, float gradient_scale) {
       }
     }
   }
-  if (gradients_.zero_stage() > 0) {
-    gather_parameters(parameters_, gradients_.layout(), owned_, dp_, allgather_bucket_elements_);
-  }
+  gather_whole();
 }
 
 void PartitionedAdamW::export_range(const FlatRange& range, std::vector<float>& master, std::vector<float>& first_moment,
@@ -113,7 +122,7 @@ void PartitionedAdamW::export_range(const FlatRange& range, std::vector<float>& 
     if (piece.empty()) continue;
     float* destination = master.data() + (piece.begin - range.begin);
     if (dtype_ == DType::f32) {
-      flat_view(*parameters_[segment.position].tensor, segment.offset + (piece.begin - segment.range.begin), piece.size()).copy_to_host(destination);
+      parameter_view(segment).narrow(0, piece.begin - segment.range.begin, piece.size()).copy_to_host(destination);
     } else {
       master_.narrow(0, piece.begin - owned_.begin, piece.size()).copy_to_host(destination);
     }
@@ -136,7 +145,7 @@ void PartitionedAdamW::import_share(const std::vector<float>& master, const std:
   for (const Segment& segment : segments_) {
     copy_from_host_f32(parameter_view(segment), master.data() + (segment.range.begin - owned_.begin));
   }
-  if (gradients_.zero_stage() > 0) gather_parameters(parameters_, gradients_.layout(), owned_, dp_, allgather_bucket_elements_);
+  gather_whole();
 }
 
 }  // namespace ferry

@@ -1,8 +1,9 @@
 // PartitionedAdamW: AdamW over one data-parallel rank's share of the flat parameter space (ZeRO stages
-// 1 and 2: its partition; stage 0: everything), with f32 master weights (16-bit parameters) and both
-// moments for that share only, then the updated parameters all-gathered over the dp group in their
-// dtype, bucket by bucket (DeepSpeed's allgather_bucket_size). The global gradient norm and the fp16
-// overflow check are reduced over the group, so every rank decides alike.
+// 1 to 3: its partition; stage 0: everything), with f32 master weights (16-bit parameters) and both
+// moments for that share only. Stages 1 and 2 then all-gather the updated parameters over the dp group
+// into the model's whole tensors, in their dtype, bucket by bucket (DeepSpeed's allgather_bucket_size);
+// stage 3 updates its partition of the parameters in place and gathers nothing. The global gradient
+// norm and the fp16 overflow check are reduced over the group, so every rank decides alike.
 #pragma once
 
 #include <cstdint>
@@ -17,17 +18,24 @@
 
 namespace ferry {
 
+// Where a rank's parameter values live: the model's whole tensors (stages 0-2), or a partition of the
+// flat space, [owned] elements in the parameters' dtype (stage 3).
+struct ParameterValues {
+  std::vector<NamedTensor> whole;  // in the layout's order
+  Tensor partition;
+};
+
 class PartitionedAdamW {
  public:
   // `parameters` in the order `gradients` was built with; `allgather_bucket_elements` 0: one bucket.
-  PartitionedAdamW(const std::vector<NamedTensor>& parameters, DataParallelGradients& gradients, Communicator& dp,
-                   const AdamWHyperparameters& hyperparameters, std::int64_t allgather_bucket_elements);
+  PartitionedAdamW(const std::vector<ParameterSpec>& parameters, ParameterValues values, DataParallelGradients& gradients,
+                   Communicator& dp, const AdamWHyperparameters& hyperparameters, std::int64_t allgather_bucket_elements);
 
   // The sum of squares of the averaged gradients over the whole model (every rank gets the same; inf or
   // NaN when any rank's share overflowed), leaving out model parameter `excluded` (NamedTensor::index: a
   // pipeline stage's duplicate of the tied table) when given. Call after gradients.finish_step().
   double gradient_sum_of_squares(std::optional<std::size_t> excluded = std::nullopt);
-  // One AdamW update of this rank's share, then the parameters gathered from every rank.
+  // One AdamW update of this rank's share, then (whole parameters) the others' gathered from every rank.
   void step(float learning_rate, float gradient_scale);
   std::int64_t steps_taken() const { return steps_; }
   void set_steps_taken(std::int64_t steps) { steps_ = steps; }
@@ -48,8 +56,10 @@ class PartitionedAdamW {
     std::int64_t offset;    // first element within the parameter
   };
   Tensor parameter_view(const Segment& segment) const;  // the parameter's elements of the segment
+  void gather_whole();  // stages 1, 2: the other ranks' shares into the whole tensors
 
-  std::vector<NamedTensor> parameters_;
+  std::vector<ParameterSpec> parameters_;
+  ParameterValues values_;
   DataParallelGradients& gradients_;
   Communicator& dp_;
   AdamWHyperparameters hyperparameters_;

@@ -1,5 +1,6 @@
 #include "engine/optim/data_parallel_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <stdexcept>
@@ -10,6 +11,7 @@
 #include "engine/grid/data_parallel_gradients.h"
 #include "engine/grid/parameter_gather.h"
 #include "engine/grid/partitioned_adamw.h"
+#include "engine/grid/partitioned_parameters.h"
 
 namespace ferry {
 namespace {
@@ -18,7 +20,7 @@ namespace {
 // embedding, into a bucket's buffer) is a bucket of its own; stages 0 and 1 add rows into the flat buffer.
 DataParallelGradients::BucketCuts cuts_for(const GptModel& model, const DataParallelSettings& settings) {
   DataParallelGradients::BucketCuts cuts = settings.cuts;
-  if (settings.zero_stage == 2 && settings.tied_table == TiedTableGradient::as_computed && model.part().embedding) {
+  if (settings.zero_stage >= 2 && settings.tied_table == TiedTableGradient::as_computed && model.part().embedding) {
     cuts.uncut.push_back(GptParameters::kWteIndex);
   }
   return cuts;
@@ -30,10 +32,13 @@ class DataParallelBase : public TrainingOptimizer {
   // `partition_off_device`: stage 2's averaged partition goes to a sink (set by the subclass), not the device.
   DataParallelBase(GptModel& model, Communicator& dp, const DataParallelSettings& settings, bool partition_off_device = false)
       : model_(model), dp_(dp), settings_(settings),
-        gradients_(model.device(), model.parameters().named(), dp, settings.zero_stage, settings.reduce_bucket_elements,
+        gradients_(model.device(), model.parameter_specs(), dp, std::min(settings.zero_stage, 2), settings.reduce_bucket_elements,
                    settings.overlap_comm, partition_off_device, cuts_for(model, settings)) {
     if (model.gradient_storage() != GradientStorage::streamed) {
       throw std::logic_error("data parallelism needs a model whose gradients stream to its sink (GradientStorage::streamed)");
+    }
+    if ((settings.zero_stage == 3) != (model.parameter_residence() == ParameterResidence::provided)) {
+      throw std::logic_error("ZeRO stage 3, and only stage 3, runs a model whose parameters are provided layer by layer");
     }
     if (settings.tied_table == TiedTableGradient::deferred && !model.part().whole()) {
       throw std::logic_error("a deferred tied-table gradient needs the whole model on the rank (the embedding and the head)");
@@ -83,8 +88,9 @@ class DataParallelBase : public TrainingOptimizer {
     const std::int64_t model_pieces = pieces.at_once * rounded(pieces.largest * static_cast<std::int64_t>(sizeof(float)));
     const std::int64_t total = gradients_.layout().total();
     const std::int64_t gather_elements = settings_.allgather_bucket_elements > 0 ? std::min(settings_.allgather_bucket_elements, total) : total;
+    const bool gathers_updates = settings_.zero_stage == 1 || settings_.zero_stage == 2;  // stage 3 steps its partition in place
     const std::int64_t gather =
-        settings_.zero_stage > 0 ? rounded(gather_elements * static_cast<std::int64_t>(dtype_size(model_.parameter_dtype()))) : 0;
+        gathers_updates ? rounded(gather_elements * static_cast<std::int64_t>(dtype_size(model_.parameter_dtype()))) : 0;
     return {{"gradients",
              {{"flat", runtime.flat}, {"partition", runtime.partition}, {"bucket", runtime.bucket}, {"buckets", runtime.buckets},
               {"whole", runtime.whole}, {"model_pieces", model_pieces}, {"total", runtime.gradients() + model_pieces}}},
@@ -113,8 +119,17 @@ class DataParallelBase : public TrainingOptimizer {
 class DataParallelAdamW final : public DataParallelBase {
  public:
   DataParallelAdamW(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters, Communicator& dp, const DataParallelSettings& settings)
-      : DataParallelBase(model, dp, settings),
-        adam_(model.parameters().named(), gradients_, dp, hyperparameters, settings.allgather_bucket_elements) {}
+      : DataParallelBase(model, dp, settings), provided_(provided_parameters(model, gradients_, dp, settings)),
+        adam_(model.parameter_specs(),
+              provided_ ? ParameterValues{{}, provided_->partition()} : ParameterValues{model.parameters().named(), Tensor()}, gradients_,
+              dp, hyperparameters, settings.allgather_bucket_elements) {
+    if (provided_) model.set_parameter_provider(provided_.get());
+  }
+  ~DataParallelAdamW() override {
+    if (provided_) model_.set_parameter_provider(nullptr);
+  }
+  DataParallelAdamW(const DataParallelAdamW&) = delete;
+  DataParallelAdamW& operator=(const DataParallelAdamW&) = delete;
 
   std::string mode() const override { return "none"; }
   void begin_step() override { gradients_.begin_step(); }
@@ -122,7 +137,10 @@ class DataParallelAdamW final : public DataParallelBase {
   double unchecked_gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
     return adam_.gradient_sum_of_squares(excluded);
   }
-  void step(float learning_rate, float gradient_scale) override { adam_.step(learning_rate, gradient_scale); }
+  void step(float learning_rate, float gradient_scale) override {
+    if (provided_) provided_->release_all();  // a prefetch left over: its values are stale after the update
+    adam_.step(learning_rate, gradient_scale);
+  }
   std::int64_t steps_taken() const override { return adam_.steps_taken(); }
   void set_steps_taken(std::int64_t steps) override { adam_.set_steps_taken(steps); }
   OptimizerSnapshot shard() override {
@@ -134,6 +152,7 @@ class DataParallelAdamW final : public DataParallelBase {
   }
   void restore(const OptimizerSnapshot& snapshot) override {
     const SnapshotValues values = values_of(snapshot, state_range());
+    if (provided_) provided_->release_all();
     adam_.import_share(values.master, values.first_moment, values.second_moment);
     adam_.set_steps_taken(snapshot.steps);
   }
@@ -141,10 +160,44 @@ class DataParallelAdamW final : public DataParallelBase {
     nlohmann::json description = DataParallelBase::describe();
     description["mode"] = "none";
     description["state"] = "device";
+    if (provided_) {
+      description["memory_bound"]["parameters"] = parameter_bound();
+      description["parameter_gathers"] = provided_->gathers();
+    }
     return description;
   }
 
  private:
+  // Stage 3: the provider of the model's parameters, over the gradients' partition.
+  static std::unique_ptr<PartitionedParameters> provided_parameters(GptModel& model, const DataParallelGradients& gradients,
+                                                                    Communicator& dp, const DataParallelSettings& settings) {
+    if (settings.zero_stage != 3) return nullptr;
+    return std::make_unique<PartitionedParameters>(model.device(), model.parameter_specs(), model.parameter_dtype(), gradients.layout(),
+                                                   gradients.owned(), dp, settings.reshard_after_forward);
+  }
+  // Stage 3's parameter bytes as a formula of the plan: the partition, plus the most gathered at once.
+  // Resharding after forward, a layer and the one prefetched: the embedding and block 0, two blocks, the
+  // last block and the token table it prefetches for the head, the final LayerNorm and the table with the
+  // last block prefetched for backward. Keeping blocks from forward to backward: every block with the
+  // head's LayerNorm and table.
+  nlohmann::json parameter_bound() const {
+    const std::int64_t layers = model_.config().layers;
+    const auto bytes = [&](const std::vector<std::size_t>& indices) { return provided_->gathered_bytes(indices); };
+    const std::vector<std::size_t> embedding{GptParameters::kWteIndex, GptParameters::kWpeIndex}, table{GptParameters::kWteIndex};
+    const std::vector<std::size_t> ln_f{GptParameters::block_index(layers), GptParameters::block_index(layers) + 1};
+    std::vector<std::size_t> block(GptBlockParameters::kCount);
+    for (std::size_t i = 0; i < block.size(); ++i) block[i] = GptParameters::block_index(0) + i;
+    const std::int64_t block_bytes = bytes(block), head = bytes(ln_f) + bytes(table);
+    const std::int64_t gathered = provided_->reshard_after_forward()
+                                      ? std::max({bytes(embedding) + block_bytes, layers > 1 ? 2 * block_bytes : 0, head + block_bytes})
+                                      : std::max(bytes(embedding) + block_bytes, layers * block_bytes + head);
+    const AllocatorConfig& config = model_.device().allocator().config();
+    const auto partition = static_cast<std::int64_t>(round_size(provided_->partition().nbytes(), config));
+    return {{"partition", partition}, {"block", block_bytes}, {"gathered", gathered}, {"total", partition + gathered},
+            {"reshard_after_forward", provided_->reshard_after_forward()}};
+  }
+
+  std::unique_ptr<PartitionedParameters> provided_;
   PartitionedAdamW adam_;
 };
 
@@ -324,6 +377,10 @@ class DryRunOffloadedDataParallel final : public DataParallelBase {
 std::unique_ptr<TrainingOptimizer> make_data_parallel_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters,
                                                                 Communicator& dp, const DataParallelSettings& settings,
                                                                 const std::optional<offload::ZeroOffloadSettings>& offload) {
+  if (offload && settings.zero_stage == 3) {
+    throw std::invalid_argument("--zero-stage 3 with --offload-optimizer is not built yet: use stage 3 alone (optimizer state partitioned "
+                                "on the device), or stage 2 with --offload-optimizer");
+  }
   if (offload && !model.device().has_storage()) return std::make_unique<DryRunOffloadedDataParallel>(model, dp, settings);
   if (offload) return std::make_unique<OffloadedDataParallelAdamW>(model, hyperparameters, dp, settings, *offload);
   return std::make_unique<DataParallelAdamW>(model, hyperparameters, dp, settings);

@@ -28,10 +28,15 @@ struct DataParallelSettings {
   // How the model hands over the tied table's gradient (deferred: slice by slice, each complete, cut
   // into buckets like any parameter; as computed: in parts, the table one bucket of its own).
   TiedTableGradient tied_table = TiedTableGradient::as_computed;
+  // Stage 3 (FSDP2's reshard_after_forward): a block's gathered parameters are freed after its forward
+  // and gathered again for its backward; false keeps them from forward to backward (stage 2's gather
+  // traffic, every block's parameters held at the backward's start).
+  bool reshard_after_forward = true;
 };
 
 // Over a model built with GradientStorage::streamed (it becomes the model's gradient sink). With
 // `offload`, the rank's share of the optimizer state lives where it says (its nvme_path is the rank's own).
+// Stage 3: over a model built with ParameterResidence::provided, whose provider it becomes.
 std::unique_ptr<TrainingOptimizer> make_data_parallel_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters,
                                                                 Communicator& dp, const DataParallelSettings& settings,
                                                                 const std::optional<offload::ZeroOffloadSettings>& offload = std::nullopt);

@@ -44,11 +44,11 @@ double TrainingOptimizer::gradient_sum_of_squares(std::optional<std::size_t> exc
 OptimizerSnapshot shard_layout(const GptModel& model, std::int64_t begin, std::int64_t count) {
   OptimizerSnapshot snapshot;
   std::int64_t offset = 0;
-  for (const NamedTensor& each : model.parameters().named()) {
+  for (const ParameterSpec& each : model.parameter_specs()) {  // held or not (ZeRO stage 3 holds a partition)
     snapshot.names.push_back(each.name);
-    snapshot.shapes.push_back(each.tensor->shape());
+    snapshot.shapes.push_back(each.shape);
     snapshot.offsets.push_back(offset);
-    offset += each.tensor->numel();
+    offset += each.numel();
   }
   if (begin < 0 || count < 0 || begin + count > offset) {
     throw std::invalid_argument("an optimizer shard [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
@@ -61,7 +61,31 @@ OptimizerSnapshot shard_layout(const GptModel& model, std::int64_t begin, std::i
   return snapshot;
 }
 
-OptimizerSnapshot snapshot_layout(const GptModel& model) { return shard_layout(model, 0, model.parameters().numel()); }
+OptimizerSnapshot snapshot_layout(const GptModel& model) {
+  std::int64_t elements = 0;
+  for (const ParameterSpec& each : model.parameter_specs()) elements += each.numel();
+  return shard_layout(model, 0, elements);
+}
+
+OptimizerSnapshot initial_shard(const GptModel& model, const FlatRange& share, std::uint64_t seed) {
+  OptimizerSnapshot snapshot = shard_layout(model, share.begin, share.size());
+  const std::vector<ParameterSpec> specs = model.parameter_specs();
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const FlatRange tensor{snapshot.offsets[i], snapshot.offsets[i] + specs[i].numel()};
+    const FlatRange piece = tensor.intersect(share);
+    if (piece.empty()) continue;
+    std::vector<float> values = initial_gpt_parameter_values(specs[i], model.config(), seed, piece.begin - tensor.begin, piece.size());
+    // 16-bit parameters start as the values rounded to their dtype, and so does their master copy (as a
+    // model that holds its parameters whole starts).
+    if (model.parameter_dtype() != DType::f32) {
+      std::vector<std::uint16_t> rounded(values.size());
+      convert_from_f32(values.data(), rounded.data(), model.parameter_dtype(), values.size());
+      convert_to_f32(rounded.data(), values.data(), model.parameter_dtype(), values.size());
+    }
+    std::copy(values.begin(), values.end(), snapshot.master.begin() + (piece.begin - share.begin));
+  }
+  return snapshot;
+}
 
 SnapshotValues values_of(const OptimizerSnapshot& snapshot, const FlatRange& range) {
   const auto size = static_cast<std::int64_t>(snapshot.master.size());
@@ -77,8 +101,10 @@ SnapshotValues values_of(const OptimizerSnapshot& snapshot, const FlatRange& ran
 }
 
 void require_matching_snapshot(const OptimizerSnapshot& snapshot, const GptModel& model) {
-  const std::vector<NamedTensor> parameters = model.parameters().named();
-  if (snapshot.names.size() != parameters.size() || snapshot.master.size() != static_cast<std::size_t>(model.parameters().numel())) {
+  const std::vector<ParameterSpec> parameters = model.parameter_specs();
+  std::int64_t elements = 0;
+  for (const ParameterSpec& each : parameters) elements += each.numel();
+  if (snapshot.names.size() != parameters.size() || snapshot.master.size() != static_cast<std::size_t>(elements)) {
     throw std::invalid_argument("optimizer state for " + std::to_string(snapshot.names.size()) + " tensors does not match the model's " +
                                 std::to_string(parameters.size()));
   }

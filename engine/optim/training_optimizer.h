@@ -36,6 +36,10 @@ struct OptimizerSnapshot {
 OptimizerSnapshot snapshot_layout(const GptModel& model);
 // The same for a shard of `count` flat elements from `begin`.
 OptimizerSnapshot shard_layout(const GptModel& model, std::int64_t begin, std::int64_t count);
+// GPT-2's initialization (initialize_gpt_parameters from `seed`) of flat elements `share` as master
+// weights with zero moments at step 0, made piece by piece without holding any whole tensor: what a rank
+// that holds only a partition of the parameters (ZeRO stage 3) restores its optimizer from to start.
+OptimizerSnapshot initial_shard(const GptModel& model, const FlatRange& share, std::uint64_t seed);
 // Throws std::invalid_argument unless the snapshot holds the model's tensors.
 void require_matching_snapshot(const OptimizerSnapshot& snapshot, const GptModel& model);
 

@@ -26,13 +26,15 @@ nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, 
   // share is ceil(Ψ/dp), before alignment and the buckets in flight).
   const std::int64_t share = (psi + dp - 1) / dp;
   nlohmann::json formula = {
-      {"parameters", parameter_bytes * psi},
+      {"parameters", parameter_bytes * (zero_stage >= 3 ? share : psi)},
       {"gradients", offloaded ? 0 : gradient_bytes * (zero_stage >= 2 ? share : psi)},
       {"optimizer_states", offloaded ? 0 : state_bytes * (zero_stage >= 1 ? share : psi)},
       {"host", offloaded ? nlohmann::json{{"optimizer_states", state_bytes * psi}, {"gradients", 4 * psi}} : nlohmann::json::object()},
       {"name", offloaded         ? "ZeRO-Offload (stage 2, one rank): " + std::string(dtype_name(parameter_dtype)) + " parameters on the device"
                : zero_stage > 0 ? "ZeRO stage " + std::to_string(zero_stage) + " over " + std::to_string(dp) + " ranks (" + per_parameter +
-                                      (zero_stage == 1 ? ", the optimizer's / dp)" : ", gradients and the optimizer's / dp)")
+                                      (zero_stage == 1   ? ", the optimizer's / dp)"
+                                       : zero_stage == 2 ? ", gradients and the optimizer's / dp)"
+                                                         : ", parameters, gradients and the optimizer's / dp)")
                                 : "no partitioning (" + per_parameter + ")"},
       {"bytes_per_parameter", offloaded ? parameter_bytes : parameter_bytes + gradient_bytes + state_bytes},
   };
@@ -41,7 +43,10 @@ nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, 
                              {{"parameters", at_peak(MemoryCategory::parameters)},
                               {"gradients", at_peak(MemoryCategory::gradients)},
                               {"optimizer_states", at_peak(MemoryCategory::optimizer_states)}}},
-                            {"device_max", {{"gradients", largest(MemoryCategory::gradients)}, {"communication", largest(MemoryCategory::communication)}}},
+                            {"device_max",
+                             {{"parameters", largest(MemoryCategory::parameters)},
+                              {"gradients", largest(MemoryCategory::gradients)},
+                              {"communication", largest(MemoryCategory::communication)}}},
                             {"formula", formula}};
   if (memory_bound.is_object()) report["bound"] = memory_bound;
   return report;
@@ -73,6 +78,13 @@ std::string describe_model_state_report(const nlohmann::json& report) {
     text += "\n    communication, most at once " + bytes(report["device_max"]["communication"]) + " | bound " + bytes(communication["total"]) + " = " +
             communication["received_pieces"].dump() + " received pieces of " + bytes(communication["received_piece"]) +
             ", or the all-gather's bucket " + bytes(communication["allgather_bucket"]);
+    if (report["bound"].contains("parameters")) {  // ZeRO 3
+      const nlohmann::json& parameters = report["bound"]["parameters"];
+      text += "\n    parameters, most at once " + bytes(report["device_max"]["parameters"]) + " | bound " + bytes(parameters["total"]) +
+              " = partition " + bytes(parameters["partition"]) + " + gathered " + bytes(parameters["gathered"]) + " (blocks of " +
+              bytes(parameters["block"]) + (parameters["reshard_after_forward"].get<bool>() ? ": the layer running and the next one's prefetch)"
+                                                                                          : ": every block kept from forward to backward, and the head's)");
+    }
   }
   if (report["formula"]["host"].contains("optimizer_states")) {
     text += "\n    (the gradients on the device are one bucket at a time, at most " +

@@ -85,6 +85,7 @@ std::vector<JobSetting> job_settings(const TrainingPlan& plan) {
       {"--reduce-bucket-size", text(plan.reduce_bucket_elements)},
       {"--allgather-bucket-size", text(plan.allgather_bucket_elements)},
       {"--overlap-comm", text(plan.overlap_comm)},
+      {"--reshard-after-forward", text(plan.reshard_after_forward)},
       {"--offload-optimizer", offloaded ? offload::offload_device_name(*plan.offload_optimizer) : "none"},
   };
   if (offloaded) {

@@ -125,7 +125,7 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
                             offloaded, plan.kernels,
                             plan.reduce_bucket_elements, plan.weight_copy_elements,
                             {grid.dp().rank(), grid.dp().size(), plan.zero_stage, plan.allgather_bucket_elements, plan.overlap_comm,
-                             plan.tied_table_gradient()}};
+                             plan.tied_table_gradient(), plan.reshard_after_forward}};
   if (speaks) {
     for (const std::string& note : plan.notes) std::printf("  note: %s\n", note.c_str());
     if (const auto note = schedule_horizon_note(hyper.schedule, saved ? saved->step : 0, plan.steps, saved.has_value())) {
@@ -184,16 +184,19 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
   std::int64_t current_step = 0;  // 0 while the model is built
   std::int64_t held_parameters = config.parameter_count();  // a pipeline rank holds its stages' share
   try {
+    // ZeRO 3: the model holds no parameter whole; its blocks' are gathered from the ranks' partitions.
+    const bool partitioned_parameters = plan.data_parallel() && plan.zero_stage == 3;
     GptModel model(*device, config, dtype, dropout, offloaded || plan.data_parallel() ? GradientStorage::streamed : GradientStorage::whole,
-                   pipelined ? pipeline_rank_part(schedule->schedule, grid.pp().rank(), chosen->layout.stage_blocks, config.layers) : GptModelPart{});
-    held_parameters = 0;
-    for (const NamedTensor& parameter : model.parameters().named()) held_parameters += parameter.tensor->numel();
+                   pipelined ? pipeline_rank_part(schedule->schedule, grid.pp().rank(), chosen->layout.stage_blocks, config.layers) : GptModelPart{},
+                   partitioned_parameters ? ParameterResidence::provided : ParameterResidence::whole);
+    held_parameters = 0;  // the parameters of the rank's part, held whole or (ZeRO 3) partitioned
+    for (const ParameterSpec& parameter : model.parameter_specs()) held_parameters += parameter.numel();
     model.set_loss_chunk(plan.loss_chunk);
     model.set_gradient_bucket_elements(dry_run_setup.gradient_bucket_elements);
     model.set_weight_copy_elements(dry_run_setup.weight_copy_elements);
     if (!plan.io.init_from.empty() && plan.io.resume.empty()) {
       if (device->has_storage()) load_gpt_parameters(SafetensorsFile(plan.io.init_from), model.parameters());  // meta: the shape only
-    } else {
+    } else if (!partitioned_parameters) {
       initialize_gpt_parameters(model.parameters(), config, plan.seed);
     }
     const DataParallelGradients::BucketCuts buckets =
@@ -201,11 +204,16 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
     const std::unique_ptr<TrainingOptimizer> optimizer =
         plan.data_parallel()       ? make_data_parallel_optimizer(model, hyper.adamw(), grid.dp(),
                                                                   {plan.zero_stage, plan.reduce_bucket_elements, plan.allgather_bucket_elements,
-                                                                   plan.overlap_comm, buckets, plan.tied_table_gradient()},
+                                                                   plan.overlap_comm, buckets, plan.tied_table_gradient(),
+                                                                   plan.reshard_after_forward},
                                                                   offloaded ? std::optional(rank_offload_settings(plan, grid)) : std::nullopt)
         : !offloaded               ? make_device_optimizer(model, hyper.adamw())
         : device->has_storage()    ? make_offload_optimizer(model, hyper.adamw(), rank_offload_settings(plan, grid))
                                    : make_discarding_optimizer(model);
+    if (partitioned_parameters) {
+      // The rank's partition starts as the seed's initialization (a resume then replaces it): meta has no values.
+      if (device->has_storage()) optimizer->restore(initial_shard(model, optimizer->state_range(), plan.seed));
+    }
     std::optional<PipelineStage> stage;
     if (pipelined) stage.emplace(model, grid.pp(), *schedule, chosen->layout.stage_blocks, settings, keeps);
 

@@ -75,6 +75,7 @@ struct TrainOptions {
   std::optional<std::int64_t> allgather_bucket_size;
   std::optional<std::int64_t> train_batch_size;
   std::optional<bool> overlap_comm;  // default true
+  std::optional<bool> reshard_after_forward;  // ZeRO 3 only; default true
   std::optional<std::int64_t> micro_batches;
   std::string schedule = "1f1b";
   bool quiet = false;  // no progress or banner lines (benchmarks run many trainings)

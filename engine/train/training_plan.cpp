@@ -101,6 +101,7 @@ nlohmann::json TrainingPlan::to_json() const {
           {"reduce_bucket_elements", reduce_bucket_elements},
           {"allgather_bucket_elements", allgather_bucket_elements},
           {"overlap_comm", overlap_comm},
+          {"reshard_after_forward", reshard_after_forward},
           {"allocator", allocator.to_string()},
           {"dry_run", dry_run}};
 }
@@ -161,6 +162,7 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   plan.precision = parse_precision(o.precision);
   plan.zero_stage = o.zero_stage;
   plan.overlap_comm = o.overlap_comm.value_or(true);
+  plan.reshard_after_forward = o.reshard_after_forward.value_or(true);
   if (o.offload_optimizer != "none") plan.offload_optimizer = offload::parse_offload_device(o.offload_optimizer);
   plan.offload = offload_settings(o, plan.offload_optimizer.value_or(offload::OffloadDevice::cpu));
   plan.device = parse_device_kind(o.device);
@@ -242,9 +244,20 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
                                 "in one process; drop mpirun and give the grid (--dp, --pp)");
   }
   if (o.zero_stage < 0 || o.zero_stage > 3) throw std::invalid_argument("--zero-stage must be 0, 1, 2 or 3, got " + number(o.zero_stage));
+  if (o.reshard_after_forward && o.zero_stage != 3) {
+    throw std::invalid_argument("--reshard-after-forward is ZeRO stage 3's (only stage 3 gathers parameters per block); add --zero-stage 3 or drop it");
+  }
   if (o.zero_stage == 3) {
-    throw std::invalid_argument("--zero-stage 3 (partitioned parameters) is not built yet: use stage 2, which partitions optimizer state and "
-                                "gradients, with --offload-optimizer cpu to move the optimizer state off the device");
+    // What stage 3 does not run yet is refused by name, never accepted and ignored.
+    const auto not_yet = [](const std::string& what, const std::string& instead) {
+      throw std::invalid_argument("--zero-stage 3 with " + what + " is not built yet: " + instead);
+    };
+    if (plan.grid.pp > 1) not_yet("--pp " + number(plan.grid.pp), "use stage 2 on a pipeline, or stage 3 with --pp 1");
+    if (o.offload_optimizer != "none") {
+      not_yet("--offload-optimizer " + o.offload_optimizer, "use stage 3 alone (the optimizer state partitioned on the device), or stage 2 "
+                                                             "with --offload-optimizer");
+    }
+    if (!o.init_from.empty()) not_yet("--init-from", "start at stage 2 from the file, save a checkpoint and --resume it at stage 3");
   }
   if (o.zero_stage > 0 && plan.grid.dp == 1) {
     plan.notes.push_back("--zero-stage " + number(o.zero_stage) + " (zero_optimization.stage) partitions nothing on one data-parallel rank: " +
@@ -275,7 +288,7 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
 }
 
 TiedTableGradient TrainingPlan::tied_table_gradient() const {
-  const bool deferred = data_parallel() && zero_stage == 2 && grid.pp == 1 && model.vocab > micro_batch * sequence;
+  const bool deferred = data_parallel() && zero_stage >= 2 && grid.pp == 1 && model.vocab > micro_batch * sequence;
   return deferred ? TiedTableGradient::deferred : TiedTableGradient::as_computed;
 }
 

@@ -106,13 +106,14 @@ DryRun dry_run_step(const DryRunSetup& setup) {
   {
     const DryRunSetup::DataParallel& dp = setup.data_parallel;
     GptModel model(*device, setup.config, setup.dtype, setup.dropout,
-                   setup.offload_optimizer || dp.active() ? GradientStorage::streamed : GradientStorage::whole);
+                   setup.offload_optimizer || dp.active() ? GradientStorage::streamed : GradientStorage::whole, {},
+                   dp.active() && dp.zero_stage == 3 ? ParameterResidence::provided : ParameterResidence::whole);
     model.set_loss_chunk(setup.loss_chunk);
     model.set_gradient_bucket_elements(setup.gradient_bucket_elements);
     model.set_weight_copy_elements(setup.weight_copy_elements);
     const std::unique_ptr<Communicator> group = make_dry_run_communicator(dp.rank, dp.size);
     const DataParallelSettings settings_dp{dp.zero_stage, setup.gradient_bucket_elements, dp.allgather_bucket_elements, dp.overlap, {},
-                                           dp.tied_table};
+                                           dp.tied_table, dp.reshard_after_forward};
     const std::unique_ptr<TrainingOptimizer> optimizer =
         dp.active()               ? make_data_parallel_optimizer(model, {}, *group, settings_dp,
                                                                  setup.offload_optimizer ? std::optional(offload::ZeroOffloadSettings{}) : std::nullopt)

@@ -87,6 +87,7 @@ struct DryRunSetup {
     std::int64_t allgather_bucket_elements = 0;
     bool overlap = true;
     TiedTableGradient tied_table = TiedTableGradient::as_computed;
+    bool reshard_after_forward = true;  // ZeRO 3
     bool active() const { return size > 1; }
   };
   DataParallel data_parallel{};

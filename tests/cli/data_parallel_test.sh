@@ -210,7 +210,8 @@ grep -q "note: allgather_bucket_size has no effect on one data-parallel rank" "$
 # Bad grids: each error names the settings and the fix.
 expect_error "needs 2 ranks, one process each: launch with \`mpirun -np 2" "$ferry" train "${model[@]}" --dp 2
 expect_error "tensor parallelism is not built yet" "$ferry" train "${model[@]}" --tp 2
-expect_error "zero-stage 3 (partitioned parameters) is not built yet" "$ferry" train "${model[@]}" --zero-stage 3
+"$ferry" train "${model[@]}" --steps 1 --zero-stage 3 > "$work/one_rank.txt"  # ZeRO 3 itself: tests/cli/zero3_test.sh
+grep -q "note: --zero-stage 3 (zero_optimization.stage) partitions nothing on one data-parallel rank" "$work/one_rank.txt"
 # --device cuda on ranks without a GPU: a CPU-only build says it has no NCCL, a CUDA build that no GPU
 # is visible (scripts/cuda_emulation.sh trains it on the emulated CUDA and NCCL).
 if launch 2 train "${model[@]}" --device cuda > "$work/out.txt" 2> "$work/err.txt"; then echo "trained --device cuda on 2 ranks without a GPU"; exit 1; fi

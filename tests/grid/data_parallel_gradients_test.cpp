@@ -27,7 +27,7 @@ TEST(DataParallelGradients, AStage2PipelineStepLandsEveryMicroBatchOnceWhateverT
   const Tensor a = Tensor::zeros(*device, {6}, DType::f32, MemoryCategory::parameters, "a");
   const Tensor b = Tensor::zeros(*device, {5}, DType::f32, MemoryCategory::parameters, "b");
   const std::vector<NamedTensor> parameters = {{"wte", &table, 0}, {"a", &a, 1}, {"b", &b, 2}};
-  DataParallelGradients gradients(*device, parameters, *dp, 2, /*bucket_elements=*/0, true, false, {0, {1}, {}});
+  DataParallelGradients gradients(*device, specs_of(parameters), *dp, 2, /*bucket_elements=*/0, true, false, {0, {1}, {}});
   gradients.begin_step();
   gradients.accumulate_whole_step();
   // Micro-batch 1: every parameter completes (the bucket of a and b is reduced).
@@ -71,7 +71,7 @@ TEST(DataParallelGradients, AStage2StepReducesBucketsAsTheirElementsCompleteWith
   const Tensor b = Tensor::zeros(*device, {10000}, DType::f32, MemoryCategory::parameters, "b");
   const Tensor c = Tensor::zeros(*device, {3000}, DType::f32, MemoryCategory::parameters, "c");
   const std::vector<NamedTensor> parameters = {{"a", &a, 0}, {"b", &b, 1}, {"c", &c, 2}};
-  DataParallelGradients gradients(*device, parameters, *dp, 2, /*bucket_elements=*/2500);
+  DataParallelGradients gradients(*device, specs_of(parameters), *dp, 2, /*bucket_elements=*/2500);
   EXPECT_EQ(gradients.buckets().size(), 7u);  // 17000 = 2000 + 6 x 2500
   const auto gradient_peak = [&] { return device->allocator().statistics().category_allocated_bytes[category_index(MemoryCategory::gradients)].peak; };
   const std::int64_t partition = gradient_peak();

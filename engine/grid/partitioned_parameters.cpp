@@ -1,0 +1,152 @@
+#include "engine/grid/partitioned_parameters.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "allocator/size_rounding.h"
+#include "engine/core/op_recorder.h"
+
+namespace ferry {
+namespace {
+
+CommDataType comm_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return CommDataType::f32;
+    case DType::bf16: return CommDataType::bf16;
+    case DType::f16: return CommDataType::f16;
+    default: throw std::invalid_argument("parameters of dtype " + std::string(dtype_name(dtype)) + " cannot be gathered");
+  }
+}
+
+bool same(std::span<const std::size_t> a, const std::vector<std::size_t>& b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); }
+
+}  // namespace
+
+PartitionedParameters::PartitionedParameters(Device& device, std::vector<ParameterSpec> parameters, DType dtype, const FlatLayout& layout,
+                                             FlatRange owned, Communicator& dp, bool reshard_after_forward)
+    : device_(device), parameters_(std::move(parameters)), dtype_(dtype), layout_(layout), owned_(owned), dp_(dp),
+      reshard_after_forward_(reshard_after_forward) {
+  if (parameters_.size() != layout.parameter_count()) {
+    throw std::logic_error("a partition of " + std::to_string(parameters_.size()) + " parameters over a layout of " +
+                           std::to_string(layout.parameter_count()));
+  }
+  for (std::size_t position = 0; position < parameters_.size(); ++position) {
+    const std::size_t index = parameters_[position].index;
+    if (positions_.size() <= index) positions_.resize(index + 1, parameters_.size());
+    positions_[index] = position;
+  }
+  partition_ = Tensor::zeros(device, {std::max<std::int64_t>(owned.size(), 1)}, dtype, MemoryCategory::parameters, "parameters.partition");
+}
+
+PartitionedParameters::~PartitionedParameters() {
+  try {
+    release_all();
+  } catch (const std::exception& error) {  // destructors never throw
+    std::fprintf(stderr, "ferry: waiting for a parameter gather failed: %s\n", error.what());
+  }
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> PartitionedParameters::runs(std::span<const std::size_t> indices) const {
+  std::vector<std::pair<std::size_t, std::size_t>> result;  // [first, last] positions
+  for (const std::size_t index : indices) {
+    if (index >= positions_.size() || positions_[index] == parameters_.size()) {
+      throw std::out_of_range("parameter " + std::to_string(index) + " is not among this rank's partitioned parameters");
+    }
+    const std::size_t position = positions_[index];
+    if (!result.empty() && position == result.back().second + 1) {
+      result.back().second = position;
+    } else {
+      if (!result.empty() && position <= result.back().second) throw std::logic_error("parameters to gather must come in increasing order");
+      result.emplace_back(position, position);
+    }
+  }
+  return result;
+}
+
+PartitionedParameters::Gathered PartitionedParameters::start_gather(std::span<const std::size_t> indices) {
+  const OpScope op(device_, "gather", parameters_[positions_.at(indices.front())].name);
+  Gathered gathered;
+  gathered.indices.assign(indices.begin(), indices.end());
+  for (const auto& [first, last] : runs(indices)) {
+    const FlatRange run{layout_.parameter(first).begin, layout_.parameter(last).end};
+    Tensor buffer = Tensor::empty(device_, {run.size()}, dtype_, MemoryCategory::parameters, "gathered." + parameters_[first].name);
+    // This rank's block of the run from its partition; then every block from its owner, in place.
+    const FlatRange mine = run.intersect(owned_);
+    if (!mine.empty()) buffer.narrow(0, mine.begin - run.begin, mine.size()).copy_from(partition_.narrow(0, mine.begin - owned_.begin, mine.size()));
+    const std::int64_t mine_at = mine.empty() ? 0 : mine.begin - run.begin;
+    const void* input = static_cast<const std::byte*>(buffer.data()) + static_cast<std::size_t>(mine_at) * dtype_size(dtype_);
+    gathered.requests.push_back(dp_.all_gather_async(input, buffer.data(), layout_.owned_counts(run), comm_type(dtype_)));
+    for (std::size_t position = first; position <= last; ++position) {
+      const FlatRange parameter = layout_.parameter(position);
+      gathered.views.push_back(buffer.narrow(0, parameter.begin - run.begin, parameter.size()).reshape(parameters_[position].shape));
+    }
+    gathered.buffers.push_back(std::move(buffer));
+    ++gathers_;
+  }
+  return gathered;
+}
+
+PartitionedParameters::Gathered* PartitionedParameters::find(std::span<const std::size_t> indices) {
+  for (Gathered& each : gathered_) {
+    if (same(indices, each.indices)) return &each;
+  }
+  return nullptr;
+}
+
+void PartitionedParameters::erase(std::span<const std::size_t> indices) {
+  std::erase_if(gathered_, [&](const Gathered& each) { return same(indices, each.indices); });
+}
+
+std::vector<Tensor> PartitionedParameters::acquire(std::span<const std::size_t> indices) {
+  Gathered* gathered = find(indices);
+  if (gathered == nullptr) {
+    gathered_.push_back(start_gather(indices));
+    gathered = &gathered_.back();
+  }
+  for (const std::unique_ptr<CommRequest>& request : gathered->requests) request->wait();
+  gathered->requests.clear();
+  gathered->state = Gathered::State::acquired;
+  return gathered->views;
+}
+
+void PartitionedParameters::prefetch(std::span<const std::size_t> indices) {
+  if (find(indices) != nullptr) return;  // gathered already (kept from the forward, or prefetched)
+  // One prefetch at most: a second while the first waits to be acquired is not started.
+  if (std::any_of(gathered_.begin(), gathered_.end(), [](const Gathered& each) { return each.state == Gathered::State::prefetched; })) return;
+  gathered_.push_back(start_gather(indices));
+}
+
+void PartitionedParameters::release(std::span<const std::size_t> indices, bool again) {
+  Gathered* gathered = find(indices);
+  if (gathered == nullptr || gathered->state != Gathered::State::acquired) {
+    throw std::logic_error("parameters released that were not acquired (first index " + std::to_string(indices.empty() ? 0 : indices.front()) + ")");
+  }
+  if (again && !reshard_after_forward_) {
+    gathered->state = Gathered::State::kept;  // for the backward, which acquires it again
+    return;
+  }
+  erase(indices);
+}
+
+void PartitionedParameters::release_all() {
+  for (Gathered& each : gathered_) {
+    for (const std::unique_ptr<CommRequest>& request : each.requests) request->wait();
+  }
+  gathered_.clear();
+}
+
+std::int64_t PartitionedParameters::gathered_bytes(std::span<const std::size_t> indices) const {
+  const AllocatorConfig& config = device_.allocator().config();
+  std::int64_t bytes = 0;
+  for (const auto& [first, last] : runs(indices)) {
+    const FlatRange run{layout_.parameter(first).begin, layout_.parameter(last).end};
+    bytes += static_cast<std::int64_t>(round_size(static_cast<std::size_t>(run.size()) * dtype_size(dtype_), config));
+  }
+  return bytes;
+}
+
+}  // namespace ferry

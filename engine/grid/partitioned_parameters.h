@@ -1,0 +1,76 @@
+// PartitionedParameters: ZeRO stage 3's parameter provider. Each data-parallel rank keeps only its
+// partition of the flat parameter space (the elements its gradients and optimizer state cover) in the
+// parameters' dtype; a layer's parameters are all-gathered from every rank into buffers of their own
+// (category parameters) before it runs and freed when it releases them. The next layer's gather starts
+// while this one computes (one prefetch at most), so what is gathered at once is a formula of the plan,
+// whatever the timing: the layer running, the one prefetched, and (reshard_after_forward off, FSDP2's
+// option) every block kept gathered from its forward to its backward.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+#include "engine/core/parameter_provider.h"
+#include "engine/core/tensor.h"
+#include "engine/grid/flat_layout.h"
+#include "models/gpt_parameters.h"
+
+namespace ferry {
+
+class PartitionedParameters final : public ParameterProvider {
+ public:
+  // `parameters` in the layout's order; `owned` this rank's partition of `layout` (cut to the parameters).
+  PartitionedParameters(Device& device, std::vector<ParameterSpec> parameters, DType dtype, const FlatLayout& layout, FlatRange owned,
+                        Communicator& dp, bool reshard_after_forward);
+  ~PartitionedParameters() override;
+  PartitionedParameters(const PartitionedParameters&) = delete;
+  PartitionedParameters& operator=(const PartitionedParameters&) = delete;
+
+  // This rank's values, [owned.size()] in the parameters' dtype (what the optimizer updates in place).
+  const Tensor& partition() const { return partition_; }
+  bool reshard_after_forward() const { return reshard_after_forward_; }
+
+  std::vector<Tensor> acquire(std::span<const std::size_t> indices) override;
+  void prefetch(std::span<const std::size_t> indices) override;
+  void release(std::span<const std::size_t> indices, bool again) override;
+  // Frees everything gathered (the values are stale once the optimizer has stepped the partition).
+  void release_all();
+
+  // The bytes a gather of `indices` allocates (its buffers, each rounded as the allocator rounds it).
+  std::int64_t gathered_bytes(std::span<const std::size_t> indices) const;
+  // How many gathers started, and their elements, since construction (every rank the same).
+  std::int64_t gathers() const { return gathers_; }
+
+ private:
+  struct Gathered {
+    std::vector<std::size_t> indices;
+    std::vector<Tensor> buffers;  // one per run of consecutive parameters
+    std::vector<Tensor> views;    // one per index, shaped
+    std::vector<std::unique_ptr<CommRequest>> requests;
+    // Prefetched (started, not yet asked for), acquired by a layer, or kept between a block's forward
+    // and its backward (reshard_after_forward off).
+    enum class State : std::uint8_t { prefetched, acquired, kept } state = State::prefetched;
+  };
+  // Runs of consecutive layout positions among `indices`.
+  std::vector<std::pair<std::size_t, std::size_t>> runs(std::span<const std::size_t> indices) const;
+  Gathered start_gather(std::span<const std::size_t> indices);
+  Gathered* find(std::span<const std::size_t> indices);
+  void erase(std::span<const std::size_t> indices);
+
+  Device& device_;
+  std::vector<ParameterSpec> parameters_;
+  std::vector<std::size_t> positions_;  // [model index] -> layout position
+  DType dtype_;
+  const FlatLayout& layout_;
+  FlatRange owned_;
+  Communicator& dp_;
+  bool reshard_after_forward_;
+  Tensor partition_;
+  std::vector<Gathered> gathered_;
+  std::int64_t gathers_ = 0;
+};
+
+}  // namespace ferry
