@@ -1,5 +1,6 @@
 #include "engine/report/model_state_report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -29,8 +30,10 @@ nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, 
       {"parameters", parameter_bytes * (zero_stage >= 3 ? share : psi)},
       {"gradients", offloaded ? 0 : gradient_bytes * (zero_stage >= 2 ? share : psi)},
       {"optimizer_states", offloaded ? 0 : state_bytes * (zero_stage >= 1 ? share : psi)},
-      {"host", offloaded ? nlohmann::json{{"optimizer_states", state_bytes * psi}, {"gradients", 4 * psi}} : nlohmann::json::object()},
-      {"name", offloaded         ? "ZeRO-Offload (stage 2, one rank): " + std::string(dtype_name(parameter_dtype)) + " parameters on the device"
+      {"host", offloaded ? nlohmann::json{{"optimizer_states", state_bytes * (zero_stage >= 1 ? share : psi)}, {"gradients", 4 * (zero_stage >= 1 ? share : psi)}}
+                         : nlohmann::json::object()},
+      {"name", offloaded ? "ZeRO-Offload (stage " + std::to_string(std::max(zero_stage, 2)) + (dp > 1 ? " over " + std::to_string(dp) + " ranks" : ", one rank") +
+                               "): " + std::string(dtype_name(parameter_dtype)) + (zero_stage >= 3 ? " parameters / dp" : " parameters") + " on the device"
                : zero_stage > 0 ? "ZeRO stage " + std::to_string(zero_stage) + " over " + std::to_string(dp) + " ranks (" + per_parameter +
                                       (zero_stage == 1   ? ", the optimizer's / dp)"
                                        : zero_stage == 2 ? ", gradients and the optimizer's / dp)"
@@ -49,6 +52,13 @@ nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, 
                               {"communication", largest(MemoryCategory::communication)}}},
                             {"formula", formula}};
   if (memory_bound.is_object()) report["bound"] = memory_bound;
+  if (zero_stage == 3 && memory_bound.is_object() && memory_bound.contains("parameters")) {
+    // DeepSpeed's stage-3 estimator (estimate_zero3_model_states_mem_needs), model states only: 4 bytes
+    // per element of the largest layer, plus 18 bytes per parameter over the ranks (2 with the optimizer
+    // offloaded).
+    const std::int64_t largest_layer = memory_bound["parameters"]["largest_parameter_elements"].get<std::int64_t>();
+    report["deepspeed_estimate"] = 4 * largest_layer + (offloaded ? 2 : 18) * psi / dp;
+  }
   return report;
 }
 
@@ -77,6 +87,7 @@ std::string describe_model_state_report(const nlohmann::json& report) {
     text += "\n    gradients, most at once " + bytes(report["device_max"]["gradients"]) + " | bound " + bytes(gradients["total"]) + " = " + terms;
     text += "\n    communication, most at once " + bytes(report["device_max"]["communication"]) + " | bound " + bytes(communication["total"]) + " = " +
             communication["received_pieces"].dump() + " received pieces of " + bytes(communication["received_piece"]) +
+            (communication.value("held_by_sink", 0) > 0 ? " (+ " + communication["held_by_sink"].dump() + " the host's staging slots hold)" : std::string()) +
             ", or the all-gather's bucket " + bytes(communication["allgather_bucket"]);
     if (report["bound"].contains("parameters")) {  // ZeRO 3
       const nlohmann::json& parameters = report["bound"]["parameters"];
@@ -84,6 +95,11 @@ std::string describe_model_state_report(const nlohmann::json& report) {
               " = partition " + bytes(parameters["partition"]) + " + gathered " + bytes(parameters["gathered"]) + " (blocks of " +
               bytes(parameters["block"]) + (parameters["reshard_after_forward"].get<bool>() ? ": the layer running and the next one's prefetch)"
                                                                                           : ": every block kept from forward to backward, and the head's)");
+      const auto states = report["device_at_peak"]["parameters"].get<std::int64_t>() + report["device_at_peak"]["gradients"].get<std::int64_t>() +
+                          report["device_at_peak"]["optimizer_states"].get<std::int64_t>();
+      text += "\n    model states at the peak " + format_bytes(static_cast<std::size_t>(states)) + " | DeepSpeed's stage-3 estimator " +
+              bytes(report["deepspeed_estimate"]) + " (4 x the largest layer + " + (report["formula"]["host"].contains("optimizer_states") ? "2" : "18") +
+              " x parameters / dp)";
     }
   }
   if (report["formula"]["host"].contains("optimizer_states")) {

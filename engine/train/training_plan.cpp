@@ -253,10 +253,6 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
       throw std::invalid_argument("--zero-stage 3 with " + what + " is not built yet: " + instead);
     };
     if (plan.grid.pp > 1) not_yet("--pp " + number(plan.grid.pp), "use stage 2 on a pipeline, or stage 3 with --pp 1");
-    if (o.offload_optimizer != "none") {
-      not_yet("--offload-optimizer " + o.offload_optimizer, "use stage 3 alone (the optimizer state partitioned on the device), or stage 2 "
-                                                             "with --offload-optimizer");
-    }
     if (!o.init_from.empty()) not_yet("--init-from", "start at stage 2 from the file, save a checkpoint and --resume it at stage 3");
   }
   if (o.zero_stage > 0 && plan.grid.dp == 1) {

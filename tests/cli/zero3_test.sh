@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ZeRO stage 3 under mpirun (more ranks than cores): each rank keeps a partition of the parameters and
 # gathers a block's before it runs. dp 2 and 4 give one rank's losses with the same global batch (1e-6
-# relative in fp32, bf16 within its rounding), with --reshard-after-forward true and false and with every
-# recompute policy; each rank's parameter bytes at most at once equal the stated partition + gathered
+# relative in fp32, bf16 within its rounding), with --reshard-after-forward true and false, with every
+# recompute policy and with ZeRO-Offload (cpu, nvme); each rank's parameter bytes at most at once equal the stated partition + gathered
 # working set, exactly, and the dry run of every rank predicts each rank's peaks byte for byte; stage 3
 # peaks below stage 2; a stage-3 checkpoint is byte for byte stage 2's and resumes across stages and grids;
 # what stage 3 does not run yet is refused by name.
@@ -31,6 +31,9 @@ run dp4 4 --grad-accum 1 --zero-stage 3 --reduce-bucket-size 100000
 run full 2 --grad-accum 2 --zero-stage 3 --checkpointing full
 run selective 2 --grad-accum 2 --zero-stage 3 --checkpointing selective
 run bf16 2 --grad-accum 2 --zero-stage 3 --precision bf16
+run offload 2 --grad-accum 2 --zero-stage 3 --offload-optimizer cpu
+launch 2 train "${model[@]}" --grad-accum 2 --zero-stage 3 --offload-optimizer nvme --nvme-path "$work/nvme" --summary "$work/nvme.json" \
+  > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
 
 /usr/bin/python3 - "$work" <<'PY'
 import json, sys
@@ -43,10 +46,15 @@ def losses_match(name, reference, tolerance):
     for e, a in zip(expected, actual):
         assert abs(a - e) <= tolerance * abs(e), f"{name}: losses {actual}, one rank {expected}"
 round512 = lambda n: (n + 511) // 512 * 512
-for name in ("reshard", "kept", "dp4", "full", "selective"):
+for name in ("reshard", "kept", "dp4", "full", "selective", "offload", "nvme"):
     losses_match(name, "one", 1e-6)
 losses_match("bf16", "one_bf16", 1e-4)
-for name in ("reshard", "kept", "dp4", "full", "selective", "bf16"):
+# ZeRO-Offload at stage 3: the optimizer state off the device, none of it on the device.
+for name in ("offload", "nvme"):
+    assert load(name)["optimizer"]["state"] == ("host" if name == "offload" else "nvme"), load(name)["optimizer"]
+    for rank in load(name)["ranks"]:
+        assert rank["max_by_category"]["optimizer_states"] == 0, (name, rank["max_by_category"])
+for name in ("reshard", "kept", "dp4", "full", "selective", "bf16", "offload"):
     run = load(name)
     assert run["grid"]["zero_stage"] == 3, run["grid"]
     element = 2 if name == "bf16" else 4
@@ -57,6 +65,9 @@ for name in ("reshard", "kept", "dp4", "full", "selective", "bf16"):
         assert bound["partition"] == round512(element * partition), (name, rank["rank"], bound, partition)
         assert rank["max_by_category"]["parameters"] == bound["total"] == bound["partition"] + bound["gathered"], (name, rank["rank"], bound)
         assert rank["optimizer"]["parameter_gathers"] > 0, rank["optimizer"]
+        for category in ("gradients", "communication"):  # within their stated bounds, the offload's staging slots included
+            measured, stated = rank["max_by_category"].get(category, 0), rank["optimizer"]["memory_bound"][category]
+            assert measured <= stated["total"], (name, rank["rank"], category, measured, stated)
     # The dry run of every rank in one process predicts every rank's memory and traffic byte for byte.
     for predicted, measured in zip(load(name + ".meta")["ranks"], run["ranks"]):
         for key in ("peak_allocated", "peak_reserved", "max_by_category", "at_peak", "bytes_sent"):
@@ -92,7 +103,5 @@ PY
 
 # What stage 3 does not run yet is refused by name; the reshard switch is stage 3's alone.
 expect_error "zero-stage 3 with --pp 2 is not built yet" "$ferry" train "${model[@]}" --zero-stage 3 --device meta --dp 2 --pp 2
-expect_error "zero-stage 3 with --offload-optimizer cpu is not built yet" "$ferry" train "${model[@]}" --zero-stage 3 --device meta --dp 2 \
-  --offload-optimizer cpu
 expect_error "reshard-after-forward is ZeRO stage 3's" "$ferry" train "${model[@]}" --zero-stage 2 --reshard-after-forward false
 echo "ZeRO 3: one rank's losses at dp 2 and 4, parameter bytes as stated, dry runs exact, checkpoints stage 2's"

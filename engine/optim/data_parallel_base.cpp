@@ -1,0 +1,160 @@
+#include "engine/optim/data_parallel_base.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "allocator/size_rounding.h"
+#include "engine/grid/parameter_gather.h"
+
+namespace ferry {
+namespace {
+
+// The cuts of `settings` for `model`: at stage 2, a tied table handed over as computed (rows from the
+// embedding, into a bucket's buffer) is a bucket of its own; stages 0 and 1 add rows into the flat buffer.
+DataParallelGradients::BucketCuts cuts_for(const GptModel& model, const DataParallelSettings& settings) {
+  DataParallelGradients::BucketCuts cuts = settings.cuts;
+  if (settings.zero_stage >= 2 && settings.tied_table == TiedTableGradient::as_computed && model.part().embedding) {
+    cuts.uncut.push_back(GptParameters::kWteIndex);
+  }
+  return cuts;
+}
+
+// Stage 3: the provider of the model's parameters, over the gradients' partition.
+std::unique_ptr<PartitionedParameters> provided_parameters(GptModel& model, const DataParallelGradients& gradients, Communicator& dp,
+                                                           const DataParallelSettings& settings) {
+  if (settings.zero_stage != 3) return nullptr;
+  return std::make_unique<PartitionedParameters>(model.device(), model.parameter_specs(), model.parameter_dtype(), gradients.layout(),
+                                                 gradients.owned(), dp, settings.reshard_after_forward);
+}
+
+}  // namespace
+
+DataParallelBase::DataParallelBase(GptModel& model, Communicator& dp, const DataParallelSettings& settings, bool partition_off_device)
+    : model_(model), dp_(dp), settings_(settings),
+      gradients_(model.device(), model.parameter_specs(), dp, std::min(settings.zero_stage, 2), settings.reduce_bucket_elements,
+                 settings.overlap_comm, partition_off_device, cuts_for(model, settings)),
+      provided_(provided_parameters(model, gradients_, dp, settings)) {
+  if (model.gradient_storage() != GradientStorage::streamed) {
+    throw std::logic_error("data parallelism needs a model whose gradients stream to its sink (GradientStorage::streamed)");
+  }
+  if ((settings.zero_stage == 3) != (model.parameter_residence() == ParameterResidence::provided)) {
+    throw std::logic_error("ZeRO stage 3, and only stage 3, runs a model whose parameters are provided layer by layer");
+  }
+  if (settings.tied_table == TiedTableGradient::deferred && !model.part().whole()) {
+    throw std::logic_error("a deferred tied-table gradient needs the whole model on the rank (the embedding and the head)");
+  }
+  model_.set_gradient_sink(&gradients_);
+  model_.set_tied_table_gradient(settings.tied_table);
+  if (provided_) model_.set_parameter_provider(provided_.get());
+}
+
+DataParallelBase::~DataParallelBase() {
+  model_.set_gradient_sink(nullptr);
+  if (provided_) model_.set_parameter_provider(nullptr);
+}
+
+void DataParallelBase::read_gradient(std::size_t index, std::size_t start, std::span<float> values) {
+  read_tensor_elements(accumulated_gradient(index), start, values);
+}
+
+void DataParallelBase::write_gradient(std::size_t index, std::size_t start, std::span<const float> values) {
+  write_tensor_elements(accumulated_gradient(index), start, values);
+}
+
+Tensor DataParallelBase::accumulated_gradient(std::size_t index) {
+  if (!whole_step_) throw std::logic_error("a data-parallel rank's gradient is addressable only while a pipeline step accumulates");
+  return gradients_.accumulated_gradient(index);
+}
+
+nlohmann::json DataParallelBase::describe() const {
+  nlohmann::json description = {{"zero_stage", settings_.zero_stage}, {"dp", dp_.size()},
+                                {"partition_elements", gradients_.layout().partition_size()}, {"owned_elements", gradients_.owned().size()},
+                                {"reduce_buckets", gradients_.buckets().size()}, {"memory_bound", memory_bound()}};
+  description["last_step_seconds"]["gradient_reduction_wait"] = gradients_.wait_seconds();
+  if (provided_) description["parameter_gathers"] = provided_->gathers();
+  return description;
+}
+
+nlohmann::json DataParallelBase::memory_bound() const {
+  const AllocatorConfig& config = model_.device().allocator().config();
+  const auto rounded = [&](std::int64_t bytes) {
+    return bytes > 0 ? static_cast<std::int64_t>(round_size(static_cast<std::size_t>(bytes), config)) : std::int64_t{0};
+  };
+  const DataParallelGradients::MemoryBound runtime = gradients_.memory_bound();
+  const GptModel::StreamedPieces pieces = model_.streamed_pieces();
+  const std::int64_t model_pieces = pieces.at_once * rounded(pieces.largest * static_cast<std::int64_t>(sizeof(float)));
+  const std::int64_t total = gradients_.layout().total();
+  const std::int64_t gather_elements = settings_.allgather_bucket_elements > 0 ? std::min(settings_.allgather_bucket_elements, total) : total;
+  const bool gathers_updates = settings_.zero_stage == 1 || settings_.zero_stage == 2;  // stage 3 steps its partition in place
+  const std::int64_t gather = gathers_updates ? rounded(gather_elements * static_cast<std::int64_t>(dtype_size(model_.parameter_dtype()))) : 0;
+  nlohmann::json bound = {{"gradients",
+                           {{"flat", runtime.flat}, {"partition", runtime.partition}, {"bucket", runtime.bucket}, {"buckets", runtime.buckets},
+                            {"whole", runtime.whole}, {"model_pieces", model_pieces}, {"total", runtime.gradients() + model_pieces}}},
+                          {"communication",
+                           {{"received_piece", runtime.received_piece}, {"received_pieces", runtime.received_pieces},
+                            {"held_by_sink", sink_held_pieces_}, {"allgather_bucket", gather},
+                            {"total", std::max(runtime.communication() + sink_held_pieces_ * runtime.received_piece, gather)}}}};
+  if (provided_) bound["parameters"] = parameter_bound();
+  return bound;
+}
+
+// Stage 3's parameter bytes: the partition, plus the most gathered at once. Resharding after forward, a
+// layer and the one prefetched: the embedding and block 0, two blocks, the last block and the token table
+// it prefetches for the head, the final LayerNorm and the table with the last block prefetched for
+// backward. Keeping blocks from forward to backward: every block with the head's LayerNorm and table.
+nlohmann::json DataParallelBase::parameter_bound() const {
+  const std::int64_t layers = model_.config().layers;
+  const auto bytes = [&](const std::vector<std::size_t>& indices) { return provided_->gathered_bytes(indices); };
+  const std::vector<std::size_t> embedding{GptParameters::kWteIndex, GptParameters::kWpeIndex}, table{GptParameters::kWteIndex};
+  const std::vector<std::size_t> ln_f{GptParameters::block_index(layers), GptParameters::block_index(layers) + 1};
+  std::vector<std::size_t> block(GptBlockParameters::kCount);
+  for (std::size_t i = 0; i < block.size(); ++i) block[i] = GptParameters::block_index(0) + i;
+  const std::int64_t block_bytes = bytes(block), head = bytes(ln_f) + bytes(table);
+  const std::int64_t gathered = provided_->reshard_after_forward()
+                                    ? std::max({bytes(embedding) + block_bytes, layers > 1 ? 2 * block_bytes : 0, head + block_bytes})
+                                    : std::max(bytes(embedding) + block_bytes, layers * block_bytes + head);
+  const AllocatorConfig& config = model_.device().allocator().config();
+  const auto partition = static_cast<std::int64_t>(round_size(provided_->partition().nbytes(), config));
+  std::int64_t largest = 0;  // DeepSpeed's estimator's "largest layer": the tied token table here
+  for (const ParameterSpec& each : model_.parameter_specs()) largest = std::max(largest, each.numel());
+  return {{"partition", partition}, {"block", block_bytes}, {"gathered", gathered}, {"total", partition + gathered},
+          {"reshard_after_forward", provided_->reshard_after_forward()}, {"largest_parameter_elements", largest}};
+}
+
+void DataParallelBase::finish_reductions() {
+  if (whole_step_) gradients_.reduce_accumulated();
+  whole_step_ = false;
+  gradients_.finish_step();
+}
+
+std::vector<Tensor> DataParallelBase::owned_parameter_views() const {
+  const std::vector<NamedTensor> whole = model_.parameters().named();
+  std::vector<Tensor> views;
+  for (std::size_t position = 0; position < gradients_.layout().parameter_count(); ++position) {
+    const auto piece = gradients_.owned_piece(position);
+    if (!piece) continue;
+    views.push_back(provided_ ? provided_->partition().narrow(0, piece->range.begin - gradients_.owned().begin, piece->range.size())
+                              : flat_view(*whole[position].tensor, piece->offset, piece->range.size()));
+  }
+  return views;
+}
+
+void DataParallelBase::drop_gathered() {
+  if (provided_) provided_->release_all();
+}
+
+void DataParallelBase::gather_updated_parameters() {
+  if (settings_.zero_stage == 1 || settings_.zero_stage == 2) {
+    gather_parameters(model_.parameters().named(), gradients_.layout(), gradients_.owned(), dp_, settings_.allgather_bucket_elements);
+  }
+}
+
+void hand_owned_pieces(const DataParallelGradients& gradients, GradientSink& host) {
+  std::size_t index = 0;
+  for (std::size_t position = 0; position < gradients.layout().parameter_count(); ++position) {
+    if (const auto piece = gradients.owned_piece(position)) host.accumulate(index++, 0, piece->gradient);
+  }
+}
+
+}  // namespace ferry
