@@ -128,10 +128,11 @@ GptConfig infer_gpt_config(const SafetensorsFile& file, std::int64_t heads) {
   return config;
 }
 
-void load_gpt_parameters(const SafetensorsFile& file, const GptParameters& parameters) {
-  // A pipeline stage's part loads its own tensors from the whole model's file.
-  std::set<std::string> expected;
-  for (std::string& name : parameters.whole_model_names()) expected.insert(std::move(name));
+namespace {
+
+// Every tensor of the file must belong to the model of `names` (those it ignores aside).
+void require_only_model_tensors(const SafetensorsFile& file, const std::vector<std::string>& names) {
+  const std::set<std::string> expected(names.begin(), names.end());
   for (const SafetensorsEntry& entry : file.entries()) {
     const std::string name = strip_prefix(entry.name);
     if (!expected.contains(name) && !is_ignored_buffer(name)) {
@@ -139,19 +140,49 @@ void load_gpt_parameters(const SafetensorsFile& file, const GptParameters& param
                              "' that this model does not have (check --layers or the file's config.json)");
     }
   }
-  for (const NamedTensor& each : parameters.named()) {
-    const SafetensorsEntry* entry = file.find(each.name);
-    if (entry == nullptr) entry = file.find(std::string(kPrefix) + each.name);
-    if (entry == nullptr) throw SafetensorsError("'" + file.path() + "' has no tensor '" + each.name + "'");
-    const Tensor& tensor = *each.tensor;
-    if (entry->shape != tensor.shape()) {
-      throw SafetensorsError("'" + file.path() + "' tensor '" + entry->name + "' has shape " + shape_to_string(entry->shape) +
-                             " but the model expects " + shape_to_string(tensor.shape()) +
-                             " (the model's shape comes from config.json beside the file, --model or the shape flags)");
-    }
-    if (!tensor.device().has_storage()) continue;
-    copy_from_host_f32(tensor, file.read_f32(*entry).data());
+}
+
+// The file's entry for parameter `name` of `shape`, with or without the prefix.
+const SafetensorsEntry& model_entry(const SafetensorsFile& file, const std::string& name, const Shape& shape) {
+  const SafetensorsEntry* entry = file.find(name);
+  if (entry == nullptr) entry = file.find(std::string(kPrefix) + name);
+  if (entry == nullptr) throw SafetensorsError("'" + file.path() + "' has no tensor '" + name + "'");
+  if (entry->shape != shape) {
+    throw SafetensorsError("'" + file.path() + "' tensor '" + entry->name + "' has shape " + shape_to_string(entry->shape) +
+                           " but the model expects " + shape_to_string(shape) +
+                           " (the model's shape comes from config.json beside the file, --model or the shape flags)");
   }
+  return *entry;
+}
+
+}  // namespace
+
+void load_gpt_parameters(const SafetensorsFile& file, const GptParameters& parameters) {
+  // A pipeline stage's part loads its own tensors from the whole model's file.
+  require_only_model_tensors(file, parameters.whole_model_names());
+  for (const NamedTensor& each : parameters.named()) {
+    const SafetensorsEntry& entry = model_entry(file, each.name, each.tensor->shape());
+    if (!each.tensor->device().has_storage()) continue;
+    copy_from_host_f32(*each.tensor, file.read_f32(entry).data());
+  }
+}
+
+GptParameterReader::GptParameterReader(const SafetensorsFile& file, const GptConfig& config) : file_(file) {
+  std::vector<std::string> names;
+  for (const ParameterSpec& each : GptParameters::part_specs(config)) {
+    model_entry(file, each.name, each.shape);  // every tensor present, in its shape
+    names.push_back(each.name);
+  }
+  require_only_model_tensors(file, names);
+}
+
+std::vector<float> GptParameterReader::elements(const ParameterSpec& spec, std::int64_t offset, std::int64_t count) const {
+  const SafetensorsEntry& entry = model_entry(file_, spec.name, spec.shape);
+  std::vector<std::byte> raw(static_cast<std::size_t>(count) * dtype_size(entry.dtype));
+  file_.read_elements(entry, offset, count, raw.data());
+  std::vector<float> values(static_cast<std::size_t>(count));
+  convert_to_f32(raw.data(), values.data(), entry.dtype, values.size());
+  return values;
 }
 
 void save_gpt_parameters(const std::string& path, const GptParameters& parameters) {

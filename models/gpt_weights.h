@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/core/safetensors.h"
 #include "models/gpt_config.h"
@@ -27,6 +28,18 @@ GptConfig infer_gpt_config(const SafetensorsFile& file, std::int64_t heads);
 // takes its own from the whole model's file). Missing tensors, tensors the whole model does not have
 // and shapes that disagree are SafetensorsErrors naming the tensor.
 void load_gpt_parameters(const SafetensorsFile& file, const GptParameters& parameters);
+
+// The same file read piece by piece, for a rank that holds only a partition of the parameters (ZeRO
+// stage 3): the constructor checks the file against the whole model of `config` (the same errors);
+// elements(spec, offset, count) reads elements [offset, offset + count) of one tensor as f32.
+class GptParameterReader {
+ public:
+  GptParameterReader(const SafetensorsFile& file, const GptConfig& config);
+  std::vector<float> elements(const ParameterSpec& spec, std::int64_t offset, std::int64_t count) const;
+
+ private:
+  const SafetensorsFile& file_;
+};
 
 // Writes the parameters with HF names as F32 (bf16 parameters are widened) to `path`, atomically.
 void save_gpt_parameters(const std::string& path, const GptParameters& parameters);

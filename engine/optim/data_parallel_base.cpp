@@ -99,27 +99,47 @@ nlohmann::json DataParallelBase::memory_bound() const {
   return bound;
 }
 
-// Stage 3's parameter bytes: the partition, plus the most gathered at once. Resharding after forward, a
-// layer and the one prefetched: the embedding and block 0, two blocks, the last block and the token table
-// it prefetches for the head, the final LayerNorm and the table with the last block prefetched for
-// backward. Keeping blocks from forward to backward: every block with the head's LayerNorm and table.
+// Stage 3's parameter bytes: the partition, plus the most gathered at once. A whole model (no pipeline)
+// gathers in one order, so the most is exact. Resharding after forward, a layer and the one prefetched:
+// the embedding and block 0, two blocks, the last block and the token table it prefetches for the head,
+// the final LayerNorm and the table with the last block prefetched for backward. Keeping blocks from
+// forward to backward: every block with the head's LayerNorm and table. A pipeline rank runs its layers
+// in its schedule's order, so its most is bounded: the largest layer's parameters (the head's LayerNorm
+// and table together) and the largest prefetch (a block or the table), and without resharding every
+// block it holds beside them.
 nlohmann::json DataParallelBase::parameter_bound() const {
   const std::int64_t layers = model_.config().layers;
+  const GptModelPart& part = model_.part();
   const auto bytes = [&](const std::vector<std::size_t>& indices) { return provided_->gathered_bytes(indices); };
   const std::vector<std::size_t> embedding{GptParameters::kWteIndex, GptParameters::kWpeIndex}, table{GptParameters::kWteIndex};
   const std::vector<std::size_t> ln_f{GptParameters::block_index(layers), GptParameters::block_index(layers) + 1};
-  std::vector<std::size_t> block(GptBlockParameters::kCount);
-  for (std::size_t i = 0; i < block.size(); ++i) block[i] = GptParameters::block_index(0) + i;
-  const std::int64_t block_bytes = bytes(block), head = bytes(ln_f) + bytes(table);
-  const std::int64_t gathered = provided_->reshard_after_forward()
-                                    ? std::max({bytes(embedding) + block_bytes, layers > 1 ? 2 * block_bytes : 0, head + block_bytes})
-                                    : std::max(bytes(embedding) + block_bytes, layers * block_bytes + head);
+  std::int64_t block_bytes = 0, blocks = 0;  // every block has the same shapes
+  for (std::int64_t layer = 0; layer < layers; ++layer) {
+    if (!part.has_block(layer)) continue;
+    std::vector<std::size_t> block(GptBlockParameters::kCount);
+    for (std::size_t i = 0; i < block.size(); ++i) block[i] = GptParameters::block_index(layer) + i;
+    block_bytes = bytes(block);
+    ++blocks;
+  }
+  const std::int64_t embedding_bytes = part.embedding ? bytes(embedding) : 0;
+  const std::int64_t table_bytes = part.has_token_table() ? bytes(table) : 0;
+  const std::int64_t head = part.head ? bytes(ln_f) + table_bytes : 0;
+  const bool reshard = provided_->reshard_after_forward();
+  std::int64_t gathered = 0;
+  if (part.whole() && !settings_.cuts.pipeline) {
+    gathered = reshard ? std::max({embedding_bytes + block_bytes, blocks > 1 ? 2 * block_bytes : 0, head + block_bytes})
+                       : std::max(embedding_bytes + block_bytes, blocks * block_bytes + head);
+  } else {
+    const std::int64_t layer = std::max({embedding_bytes, block_bytes, head});
+    const std::int64_t prefetch = std::max(block_bytes, part.head ? table_bytes : 0);
+    gathered = (reshard ? 0 : blocks * block_bytes) + layer + prefetch;
+  }
   const AllocatorConfig& config = model_.device().allocator().config();
   const auto partition = static_cast<std::int64_t>(round_size(provided_->partition().nbytes(), config));
   std::int64_t largest = 0;  // DeepSpeed's estimator's "largest layer": the tied token table here
   for (const ParameterSpec& each : model_.parameter_specs()) largest = std::max(largest, each.numel());
   return {{"partition", partition}, {"block", block_bytes}, {"gathered", gathered}, {"total", partition + gathered},
-          {"reshard_after_forward", provided_->reshard_after_forward()}, {"largest_parameter_elements", largest}};
+          {"exact", part.whole() && !settings_.cuts.pipeline}, {"reshard_after_forward", reshard}, {"largest_parameter_elements", largest}};
 }
 
 void DataParallelBase::finish_reductions() {

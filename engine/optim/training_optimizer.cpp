@@ -67,14 +67,14 @@ OptimizerSnapshot snapshot_layout(const GptModel& model) {
   return shard_layout(model, 0, elements);
 }
 
-OptimizerSnapshot initial_shard(const GptModel& model, const FlatRange& share, std::uint64_t seed) {
+OptimizerSnapshot initial_shard(const GptModel& model, const FlatRange& share, const ParameterValuesSource& source) {
   OptimizerSnapshot snapshot = shard_layout(model, share.begin, share.size());
   const std::vector<ParameterSpec> specs = model.parameter_specs();
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const FlatRange tensor{snapshot.offsets[i], snapshot.offsets[i] + specs[i].numel()};
     const FlatRange piece = tensor.intersect(share);
     if (piece.empty()) continue;
-    std::vector<float> values = initial_gpt_parameter_values(specs[i], model.config(), seed, piece.begin - tensor.begin, piece.size());
+    std::vector<float> values = source(specs[i], piece.begin - tensor.begin, piece.size());
     // 16-bit parameters start as the values rounded to their dtype, and so does their master copy (as a
     // model that holds its parameters whole starts).
     if (model.parameter_dtype() != DType::f32) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -36,10 +37,13 @@ struct OptimizerSnapshot {
 OptimizerSnapshot snapshot_layout(const GptModel& model);
 // The same for a shard of `count` flat elements from `begin`.
 OptimizerSnapshot shard_layout(const GptModel& model, std::int64_t begin, std::int64_t count);
-// GPT-2's initialization (initialize_gpt_parameters from `seed`) of flat elements `share` as master
-// weights with zero moments at step 0, made piece by piece without holding any whole tensor: what a rank
-// that holds only a partition of the parameters (ZeRO stage 3) restores its optimizer from to start.
-OptimizerSnapshot initial_shard(const GptModel& model, const FlatRange& share, std::uint64_t seed);
+// Flat elements `share` of the parameters' starting values as master weights with zero moments at step 0,
+// made piece by piece without holding any whole tensor (`values(spec, offset, count)`: GPT-2's
+// initialization from a seed, or an --init-from file's elements), each rounded to the parameters' dtype as
+// a model holding them whole starts: what a rank that holds only a partition of the parameters (ZeRO
+// stage 3) restores its optimizer from to start.
+using ParameterValuesSource = std::function<std::vector<float>(const ParameterSpec& spec, std::int64_t offset, std::int64_t count)>;
+OptimizerSnapshot initial_shard(const GptModel& model, const FlatRange& share, const ParameterValuesSource& values);
 // Throws std::invalid_argument unless the snapshot holds the model's tensors.
 void require_matching_snapshot(const OptimizerSnapshot& snapshot, const GptModel& model);
 

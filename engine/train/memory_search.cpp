@@ -151,12 +151,11 @@ std::vector<SearchAxis> memory_search_axes(const TrainingPlan& plan, const StepC
   }
 
   // A higher ZeRO stage on several dp ranks: the same traffic without a pipeline; with one, stage 2
-  // reduces every micro-batch's gradients. Stage 3 (without a pipeline or --init-from, which it does not
-  // run yet) gathers the parameters twice a micro-batch instead of once a step.
-  const int highest = plan.grid.pp == 1 && plan.io.init_from.empty() ? 3 : 2;
-  if (plan.data_parallel() && plan.zero_stage < highest) {
+  // reduces every micro-batch's gradients. Stage 3 gathers the parameters twice a micro-batch instead of
+  // once a step.
+  if (plan.data_parallel() && plan.zero_stage < 3) {
     SearchAxis zero{"zero", {{"", 0, nullptr}}};
-    for (int stage = plan.zero_stage + 1; stage <= highest; ++stage) {
+    for (int stage = plan.zero_stage + 1; stage <= 3; ++stage) {
       const double traffic = stage == 3                       ? static_cast<double>(2 * plan.micro_batches - 1) * parameter_bytes * psi / rates.host_link_bytes
                              : stage == 2 && plan.grid.pp > 1 ? static_cast<double>(plan.micro_batches - 1) * 4 * psi / rates.host_link_bytes
                                                               : 0;

@@ -109,14 +109,14 @@ PipelineLayoutChoice choose_pipeline_layout(const TrainingPlan& plan, const Pipe
   return {{policy.policy, choice.split}, describe(choice, candidates.front(), limit, prints)};
 }
 
-DataParallelGradients::BucketCuts pipeline_buckets(const std::vector<NamedTensor>& parameters, const std::vector<StageBlocks>& stage_blocks,
+DataParallelGradients::BucketCuts pipeline_buckets(const std::vector<ParameterSpec>& parameters, const std::vector<StageBlocks>& stage_blocks,
                                                         std::int64_t layers) {
   const auto last_stage = static_cast<std::int64_t>(stage_blocks.size()) - 1;
   const std::size_t first_block = GptParameters::block_index(0), past_blocks = GptParameters::block_index(layers);
   DataParallelGradients::BucketCuts buckets;
   buckets.pipeline = true;
   std::optional<std::int64_t> previous;
-  for (const NamedTensor& each : parameters) {
+  for (const ParameterSpec& each : parameters) {
     std::int64_t stage = 0;  // the embeddings': the first stage's
     if (each.index >= past_blocks) {
       stage = last_stage;  // ln_f

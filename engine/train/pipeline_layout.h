@@ -49,7 +49,7 @@ PipelineLayoutChoice choose_pipeline_layout(const TrainingPlan& plan, const Pipe
 // How a pipeline rank's data-parallel gradient buckets are cut (ZeRO 2): the tied token table alone,
 // held for the stages' sum, and no bucket across two of the rank's stages (an interleaved schedule's
 // rank holds several), so each stage's backward completes its own buckets. `parameters`: the rank's.
-DataParallelGradients::BucketCuts pipeline_buckets(const std::vector<NamedTensor>& parameters, const std::vector<StageBlocks>& stage_blocks,
+DataParallelGradients::BucketCuts pipeline_buckets(const std::vector<ParameterSpec>& parameters, const std::vector<StageBlocks>& stage_blocks,
                                                         std::int64_t layers);
 
 }  // namespace ferry

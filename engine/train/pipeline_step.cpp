@@ -42,7 +42,8 @@ void sum_tied_gradient(PipelineRankExecutor& executor, TrainingOptimizer& optimi
   const std::int32_t rank = executor.setup().rank;
   if (first == last || (rank != first && rank != last)) return;
   const bool values = has_values(executor);
-  const auto elements = static_cast<std::size_t>(executor.model().parameters().wte.numel());
+  const GptConfig& config = executor.model().config();  // the table's shape, held whole or (ZeRO 3) partitioned
+  const auto elements = static_cast<std::size_t>(config.vocab * config.hidden);
   const std::size_t slice = kTiedGradientSliceBytes / sizeof(float);
   // Host memory, beside the MPI library's own: this rank's slice, and the last stage's received one.
   std::vector<float> own(values ? std::min(slice, elements) : 0), received(rank == last && values ? std::min(slice, elements) : 0);

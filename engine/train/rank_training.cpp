@@ -194,13 +194,15 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
     model.set_loss_chunk(plan.loss_chunk);
     model.set_gradient_bucket_elements(dry_run_setup.gradient_bucket_elements);
     model.set_weight_copy_elements(dry_run_setup.weight_copy_elements);
-    if (!plan.io.init_from.empty() && plan.io.resume.empty()) {
+    if (partitioned_parameters) {
+      // ZeRO 3: the partition is set once the optimizer holds it (below).
+    } else if (!plan.io.init_from.empty() && plan.io.resume.empty()) {
       if (device->has_storage()) load_gpt_parameters(SafetensorsFile(plan.io.init_from), model.parameters());  // meta: the shape only
-    } else if (!partitioned_parameters) {
+    } else {
       initialize_gpt_parameters(model.parameters(), config, plan.seed);
     }
     const DataParallelGradients::BucketCuts buckets =
-        pipelined ? pipeline_buckets(model.parameters().named(), chosen->layout.stage_blocks, config.layers) : DataParallelGradients::BucketCuts{};
+        pipelined ? pipeline_buckets(model.parameter_specs(), chosen->layout.stage_blocks, config.layers) : DataParallelGradients::BucketCuts{};
     const std::unique_ptr<TrainingOptimizer> optimizer =
         plan.data_parallel()       ? make_data_parallel_optimizer(model, hyper.adamw(), grid.dp(),
                                                                   {plan.zero_stage, plan.reduce_bucket_elements, plan.allgather_bucket_elements,
@@ -210,9 +212,15 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
         : !offloaded               ? make_device_optimizer(model, hyper.adamw())
         : device->has_storage()    ? make_offload_optimizer(model, hyper.adamw(), rank_offload_settings(plan, grid))
                                    : make_discarding_optimizer(model);
-    if (partitioned_parameters) {
-      // The rank's partition starts as the seed's initialization (a resume then replaces it): meta has no values.
-      if (device->has_storage()) optimizer->restore(initial_shard(model, optimizer->state_range(), plan.seed));
+    if (partitioned_parameters && device->has_storage()) {  // meta has no values
+      // The rank's partition starts as the seed's initialization or the --init-from file's elements (a
+      // resume then replaces it), read piece by piece.
+      std::optional<SafetensorsFile> file;
+      std::optional<GptParameterReader> reader;
+      if (!plan.io.init_from.empty() && plan.io.resume.empty()) reader.emplace(file.emplace(plan.io.init_from), config);
+      optimizer->restore(initial_shard(model, optimizer->state_range(), [&](const ParameterSpec& spec, std::int64_t offset, std::int64_t count) {
+        return reader ? reader->elements(spec, offset, count) : initial_gpt_parameter_values(spec, config, plan.seed, offset, count);
+      }));
     }
     std::optional<PipelineStage> stage;
     if (pipelined) stage.emplace(model, grid.pp(), *schedule, chosen->layout.stage_blocks, settings, keeps);

@@ -247,14 +247,6 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   if (o.reshard_after_forward && o.zero_stage != 3) {
     throw std::invalid_argument("--reshard-after-forward is ZeRO stage 3's (only stage 3 gathers parameters per block); add --zero-stage 3 or drop it");
   }
-  if (o.zero_stage == 3) {
-    // What stage 3 does not run yet is refused by name, never accepted and ignored.
-    const auto not_yet = [](const std::string& what, const std::string& instead) {
-      throw std::invalid_argument("--zero-stage 3 with " + what + " is not built yet: " + instead);
-    };
-    if (plan.grid.pp > 1) not_yet("--pp " + number(plan.grid.pp), "use stage 2 on a pipeline, or stage 3 with --pp 1");
-    if (!o.init_from.empty()) not_yet("--init-from", "start at stage 2 from the file, save a checkpoint and --resume it at stage 3");
-  }
   if (o.zero_stage > 0 && plan.grid.dp == 1) {
     plan.notes.push_back("--zero-stage " + number(o.zero_stage) + " (zero_optimization.stage) partitions nothing on one data-parallel rank: " +
                          (o.offload_optimizer != "none" ? std::string("ZeRO-Offload streams the gradients to the host as on one rank")

@@ -43,26 +43,25 @@ nlohmann::json pipeline_run(TrainOptions o, std::int32_t stages, std::int64_t mi
 // each of the rank's stages starts (interleaved:2 on 2 ranks: rank 0 holds stages 0 and 2, rank 1
 // stages 1 and 3), so no bucket waits on two stages' backwards.
 TEST(PipelineBuckets, HoldTheTiedTableAndCutAtEachOfTheRanksStages) {
-  auto device = create_device(DeviceOptions{DeviceKind::meta});
   const GptConfig config{"tiny", 4, 8, 2, 11, 4};
   const std::vector<StageBlocks> stages = {{0, 1, 0}, {1, 2, 0}, {2, 3, 0}, {3, 4, 0}};
-  auto named = [&](std::vector<bool> blocks, bool embedding, bool head) {
+  auto specs = [&](std::vector<bool> blocks, bool embedding, bool head) {
     GptModelPart part;
     part.blocks = std::move(blocks);
     part.embedding = embedding;
     part.head = head;
-    return GptParameters::allocate(*device, config, DType::f32, MemoryCategory::parameters, "", part).named();
+    return GptParameters::part_specs(config, part);
   };
-  const auto first = pipeline_buckets(named({true, false, true, false}, true, false), stages, config.layers);
+  const auto first = pipeline_buckets(specs({true, false, true, false}, true, false), stages, config.layers);
   EXPECT_EQ(first.held, std::optional<std::size_t>(GptParameters::kWteIndex));
   EXPECT_EQ(first.stage_starts, std::vector<std::size_t>{GptParameters::block_index(2)});
-  const auto second = pipeline_buckets(named({false, true, false, true}, false, true), stages, config.layers);
+  const auto second = pipeline_buckets(specs({false, true, false, true}, false, true), stages, config.layers);
   EXPECT_EQ(second.held, std::optional<std::size_t>(GptParameters::kWteIndex));
   EXPECT_EQ(second.stage_starts, std::vector<std::size_t>{GptParameters::block_index(3)});
   // 1f1b: one stage per rank, no cut.
   const std::vector<StageBlocks> halves = {{0, 2, 0}, {2, 4, 0}};
-  EXPECT_TRUE(pipeline_buckets(named({true, true, false, false}, true, false), halves, config.layers).stage_starts.empty());
-  EXPECT_TRUE(pipeline_buckets(named({false, false, true, true}, false, true), halves, config.layers).stage_starts.empty());
+  EXPECT_TRUE(pipeline_buckets(specs({true, true, false, false}, true, false), halves, config.layers).stage_starts.empty());
+  EXPECT_TRUE(pipeline_buckets(specs({false, false, true, true}, false, true), halves, config.layers).stage_starts.empty());
 }
 
 TEST(PipelineTags, AreCheckedAgainstTheCommunicatorsLargestTag) {
