@@ -33,7 +33,9 @@ void apply_offload_optimizer(const json& section, TrainOptions& options) {
 void apply_zero_optimization(const json& section, TrainOptions& options) {
   reject_unknown(section, "zero_optimization",
                  {"stage", "offload_optimizer", "offload_param", "sub_group_size", "contiguous_gradients", "overlap_comm",
-                  "reduce_bucket_size", "allgather_bucket_size", "reduce_scatter", "allgather_partitions"});
+                  "reduce_bucket_size", "allgather_bucket_size", "reduce_scatter", "allgather_partitions", "stage3_prefetch_bucket_size",
+                  "stage3_param_persistence_threshold", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+                  "stage3_gather_16bit_weights_on_model_save"});
   if (section.contains("stage")) {
     const auto stage = value_of<int>(section["stage"], "zero_optimization.stage");
     if (stage < 0 || stage > 3) throw std::invalid_argument("zero_optimization.stage must be 0, 1, 2 or 3, got " + std::to_string(stage));
@@ -63,6 +65,19 @@ void apply_zero_optimization(const json& section, TrainOptions& options) {
                               " = false has no effect: ferry's data parallelism always keeps flat gradients, reduce-scatters from "
                               "stage 1 and gathers parameters by partition");
     }
+  }
+  // Stage 3's tuning keys (Hugging Face writes them "auto"): ferry's gathers are fixed by the plan, so each
+  // is said to have no effect, with what ferry does instead.
+  const std::pair<const char*, const char*> stage3_keys[] = {
+      {"stage3_prefetch_bucket_size", "ferry prefetches the next layer's parameters, one layer ahead"},
+      {"stage3_param_persistence_threshold", "ferry gathers a layer's parameters in one collective, its small tensors with it"},
+      {"stage3_max_live_parameters", "ferry holds at most the running layer's and the next one's parameters (all blocks' with "
+                                     "--reshard-after-forward false)"},
+      {"stage3_max_reuse_distance", "ferry frees a block's gathered parameters after its forward (--reshard-after-forward true) or "
+                                    "keeps them to its backward (false)"},
+      {"stage3_gather_16bit_weights_on_model_save", "ferry's checkpoints are always consolidated, each rank writing its partition"}};
+  for (const auto& [key, instead] : stage3_keys) {
+    if (section.contains(key)) options.notes.push_back(std::string("zero_optimization.") + key + " has no effect: " + instead);
   }
 }
 

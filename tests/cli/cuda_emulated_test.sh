@@ -46,8 +46,9 @@ PY
 "$ferry" train "${model[@]}" --device cpu --summary "$work/cpu.json" > /dev/null
 same_losses 1e-5 "$work/cuda.json" "$work/cpu.json"
 
-# dp 2 at each ZeRO stage: the cpu device's losses; the dry run's peaks on every rank.
-for stage in 0 1 2; do
+# dp 2 at each ZeRO stage (3: parameters gathered by NCCL from the ranks' partitions): the cpu device's losses;
+# the dry run's peaks on every rank.
+for stage in 0 1 2 3; do
   launch 2 train "${model[@]}" --device cuda --zero-stage "$stage" --summary "$work/cuda_$stage.json" > /dev/null
   launch 2 train "${model[@]}" --device cpu --zero-stage "$stage" --summary "$work/cpu_$stage.json" > /dev/null
   same_losses 1e-5 "$work/cuda_$stage.json" "$work/cpu_$stage.json"

@@ -134,6 +134,26 @@ assert two == three, (two, three)
 PY
 done
 
+# Ranks that would gather differently (another recompute policy or loss chunk: DeepSpeed's stage-3 hangs)
+# stop before step 1, every rank naming the setting.
+for flags in "--checkpointing full" "--loss-chunk 16"; do
+  # shellcheck disable=SC2086  # a word list
+  if FERRY_COMM_TIMEOUT_SECONDS=20 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe -np 1 "$ferry" train "${model[@]}" --zero-stage 3 \
+       : -np 1 "$ferry" train "${model[@]}" --zero-stage 3 $flags > "$work/out.txt" 2> "$work/err.txt"; then
+    echo "ranks with and without '$flags' trained at stage 3"; exit 1
+  fi
+  for rank in 0 1; do
+    grep -q -- "rank $rank of 2: the ranks were launched with different settings: ${flags%% *}" "$work/err.txt" ||
+      { echo "rank $rank does not name '${flags%% *}':"; cat "$work/err.txt"; exit 1; }
+  done
+done
+
+# DeepSpeed's stage-3 tuning keys are said to have no effect, with what ferry does instead.
+echo '{"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": "auto", "stage3_max_live_parameters": 1e9}}' > "$work/stage3.json"
+"$ferry" train --config "$work/stage3.json" "${model[@]}" --steps 1 --device meta --dp 2 > "$work/out.txt"
+grep -q "note: zero_optimization.stage3_prefetch_bucket_size has no effect: ferry prefetches the next layer's" "$work/out.txt"
+grep -q "note: zero_optimization.stage3_max_live_parameters has no effect" "$work/out.txt"
+
 # The reshard switch is stage 3's alone.
 expect_error "reshard-after-forward is ZeRO stage 3's" "$ferry" train "${model[@]}" --zero-stage 2 --reshard-after-forward false
 echo "ZeRO 3: one rank's losses at dp 2 and 4, parameter bytes as stated, dry runs exact, checkpoints stage 2's"
