@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Data parallelism beside PyTorch's, on this machine's cpu ranks (issue 28): ferry's ZeRO stages 0, 1 and
-# 2 against PyTorch's real peers, one rank per process, 1 thread per rank, the same GPT, the same micro-batch
+# Data parallelism beside PyTorch's, on this machine's cpu ranks (issues 28, 30): ferry's ZeRO stages 0-3
+# against PyTorch's real peers, one rank per process, 1 thread per rank, the same GPT, the same micro-batch
 # per rank and so the same global batch (world x 4 sequences, no accumulation):
 #   ZeRO 0  ferry --zero-stage 0   PyTorch DistributedDataParallel
 #   ZeRO 1  ferry --zero-stage 1   PyTorch DDP + ZeroRedundancyOptimizer(AdamW)
 #   ZeRO 2  ferry --zero-stage 2   PyTorch FSDP2 fully_shard(reshard_after_forward=False)
-#   ZeRO 3  (ferry has none: "—")  PyTorch FSDP2 fully_shard(reshard_after_forward=True)
+#   ZeRO 3  ferry --zero-stage 3   PyTorch FSDP2 fully_shard(reshard_after_forward=True)
 # at world sizes 1 (one process, no launcher; PyTorch unwrapped), 2 and 4 (ferry under mpirun, PyTorch
 # under torchrun with gloo; 4 ranks on fewer cores are oversubscribed, and the table says so).
 #
@@ -96,11 +96,9 @@ positions=
 for world in $worlds; do
   if (( world == 1 )); then stages=(0); else stages=(0 1 2 3); fi
   for stage in "${stages[@]}"; do
-    if (( stage < 3 )); then
-      ferry_run "base_${world}_$stage" "$world" "$stage" --layers 1 --hidden 8 --heads 1 --vocab "$vocab" --seq 8 --batch 1 --steps 1
-      ferry_run "ferry_${world}_$stage" "$world" "$stage" --layers "$layers" --hidden "$hidden" --heads "$heads" \
-        --vocab "$vocab" --seq "$seq" --batch "$batch" --steps "$steps"
-    fi
+    ferry_run "base_${world}_$stage" "$world" "$stage" --layers 1 --hidden 8 --heads 1 --vocab "$vocab" --seq 8 --batch 1 --steps 1
+    ferry_run "ferry_${world}_$stage" "$world" "$stage" --layers "$layers" --hidden "$hidden" --heads "$heads" \
+      --vocab "$vocab" --seq "$seq" --batch "$batch" --steps "$steps"
     if [[ -z $positions ]]; then  # the peer's position table as large as ferry's (the gpt2 preset's 1024 rows)
       positions=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"]["max_sequence"])' "$work/ferry_1_0.json")
     fi

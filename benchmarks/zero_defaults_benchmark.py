@@ -9,16 +9,10 @@ import subprocess
 import sys
 import tempfile
 
+from zero_shapes import shapes
+
 ferry = sys.argv[1] if len(sys.argv) > 1 else "build/ferry"
 extra = sys.argv[2:]
-shapes = {
-    "gpt2-tiny": ["--model", "gpt2-tiny"],
-    "17M": ["--layers", "4", "--hidden", "512", "--heads", "8", "--vocab", "8192"],
-    "gpt2": ["--model", "gpt2"],
-    "gpt2-medium": ["--model", "gpt2-medium"],
-    "gpt2-large": ["--model", "gpt2-large"],
-    "gpt2-xl": ["--model", "gpt2-xl"],
-}
 MiB = 2**20
 with tempfile.TemporaryDirectory() as work:
     summary = f"{work}/summary.json"

@@ -6,9 +6,8 @@
 #include "engine/core/op_recorder.h"
 
 namespace ferry {
-namespace {
 
-CommDataType comm_type(DType dtype) {
+CommDataType comm_data_type(DType dtype) {
   switch (dtype) {
     case DType::f32: return CommDataType::f32;
     case DType::bf16: return CommDataType::bf16;
@@ -16,8 +15,6 @@ CommDataType comm_type(DType dtype) {
     default: throw std::invalid_argument("parameters of dtype " + std::string(dtype_name(dtype)) + " cannot be gathered");
   }
 }
-
-}  // namespace
 
 Tensor flat_view(const Tensor& parameter, std::int64_t offset, std::int64_t count) {
   return parameter.reshape({parameter.numel()}).narrow(0, offset, count);
@@ -41,7 +38,7 @@ void gather_parameters(const std::vector<NamedTensor>& parameters, const FlatLay
     }
     const std::int64_t mine_at = mine.empty() ? 0 : mine.begin - chunk.begin;
     const void* input = static_cast<const std::byte*>(buffer.data()) + static_cast<std::size_t>(mine_at) * dtype_size(dtype);
-    dp.all_gather_async(input, buffer.data(), layout.owned_counts(chunk), comm_type(dtype))->wait();
+    dp.all_gather_async(input, buffer.data(), layout.owned_counts(chunk), comm_data_type(dtype))->wait();
     // Every piece back into its parameter (this rank's own block returns as it went: a parameter may
     // straddle partitions, so pieces are not split by owner).
     for (std::size_t position = 0; position < parameters.size(); ++position) {

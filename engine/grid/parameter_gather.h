@@ -17,6 +17,9 @@ namespace ferry {
 void gather_parameters(const std::vector<NamedTensor>& parameters, const FlatLayout& layout, FlatRange owned, Communicator& dp,
                        std::int64_t bucket_elements);
 
+// The communicator's element type for parameters of `dtype` (f32, bf16, f16; others are refused).
+CommDataType comm_data_type(DType dtype);
+
 // Elements [offset, offset + count) of a parameter as a flat view of its storage.
 Tensor flat_view(const Tensor& parameter, std::int64_t offset, std::int64_t count);
 

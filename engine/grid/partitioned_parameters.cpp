@@ -9,18 +9,10 @@
 
 #include "allocator/size_rounding.h"
 #include "engine/core/op_recorder.h"
+#include "engine/grid/parameter_gather.h"
 
 namespace ferry {
 namespace {
-
-CommDataType comm_type(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return CommDataType::f32;
-    case DType::bf16: return CommDataType::bf16;
-    case DType::f16: return CommDataType::f16;
-    default: throw std::invalid_argument("parameters of dtype " + std::string(dtype_name(dtype)) + " cannot be gathered");
-  }
-}
 
 bool same(std::span<const std::size_t> a, const std::vector<std::size_t>& b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); }
 
@@ -79,7 +71,7 @@ PartitionedParameters::Gathered PartitionedParameters::start_gather(std::span<co
     if (!mine.empty()) buffer.narrow(0, mine.begin - run.begin, mine.size()).copy_from(partition_.narrow(0, mine.begin - owned_.begin, mine.size()));
     const std::int64_t mine_at = mine.empty() ? 0 : mine.begin - run.begin;
     const void* input = static_cast<const std::byte*>(buffer.data()) + static_cast<std::size_t>(mine_at) * dtype_size(dtype_);
-    gathered.requests.push_back(dp_.all_gather_async(input, buffer.data(), layout_.owned_counts(run), comm_type(dtype_)));
+    gathered.requests.push_back(dp_.all_gather_async(input, buffer.data(), layout_.owned_counts(run), comm_data_type(dtype_)));
     for (std::size_t position = first; position <= last; ++position) {
       const FlatRange parameter = layout_.parameter(position);
       gathered.views.push_back(buffer.narrow(0, parameter.begin - run.begin, parameter.size()).reshape(parameters_[position].shape));

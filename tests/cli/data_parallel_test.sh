@@ -27,17 +27,12 @@ done
 launch 2 train "${model[@]}" --grad-accum 2 --zero-stage 2 --precision bf16 --summary "$work/dp2_bf16.json" > "$work/out.txt" 2>&1 ||
   { cat "$work/out.txt"; exit 1; }
 
-/usr/bin/python3 - "$work" <<'PY'
-import json, sys
-work = sys.argv[1]
-load = lambda name: json.load(open(f"{work}/{name}.json"))
-def losses_match(name, reference, tolerance):
-    expected = [s["loss"] for s in load(reference)["steps"]]
-    actual = [s["loss"] for s in load(name)["steps"]]
-    assert len(actual) == len(expected) == 3, (name, actual)
-    for e, a in zip(expected, actual):
-        assert abs(a - e) <= tolerance * abs(e), f"{name}: losses {actual}, one rank {expected}"
-round512 = lambda n: (n + 511) // 512 * 512
+/usr/bin/python3 - "$work" "$(dirname "$0")" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+from summaries import Summaries, round512
+summaries = Summaries(sys.argv[1])
+load, losses_match = summaries.load, summaries.losses_match
 for stage in (0, 1, 2):
     for dp in (2, 4):
         name = f"dp{dp}_{stage}"

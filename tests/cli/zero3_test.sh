@@ -35,17 +35,12 @@ run offload 2 --grad-accum 2 --zero-stage 3 --offload-optimizer cpu
 launch 2 train "${model[@]}" --grad-accum 2 --zero-stage 3 --offload-optimizer nvme --nvme-path "$work/nvme" --summary "$work/nvme.json" \
   > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
 
-/usr/bin/python3 - "$work" <<'PY'
-import json, sys
-work = sys.argv[1]
-load = lambda name: json.load(open(f"{work}/{name}.json"))
-def losses_match(name, reference, tolerance):
-    expected = [s["loss"] for s in load(reference)["steps"]]
-    actual = [s["loss"] for s in load(name)["steps"]]
-    assert len(actual) == len(expected) == 3, (name, actual)
-    for e, a in zip(expected, actual):
-        assert abs(a - e) <= tolerance * abs(e), f"{name}: losses {actual}, one rank {expected}"
-round512 = lambda n: (n + 511) // 512 * 512
+/usr/bin/python3 - "$work" "$(dirname "$0")" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+from summaries import Summaries, round512
+summaries = Summaries(sys.argv[1])
+load, losses_match = summaries.load, summaries.losses_match
 for name in ("reshard", "kept", "dp4", "full", "selective", "offload", "nvme"):
     losses_match(name, "one", 1e-6)
 losses_match("bf16", "one_bf16", 1e-4)

@@ -16,34 +16,11 @@
 #include "engine/core/gradient_sink.h"
 #include "engine/core/parameter_provider.h"
 #include "models/gpt_model.h"
+#include "tests/models/host_gradient_sink.h"
 #include "tests/models/random_tokens.h"
 
 namespace ferry {
 namespace {
-
-// Adds every streamed piece into host copies of the whole gradients.
-class HostSink final : public GradientSink {
- public:
-  explicit HostSink(const std::vector<ParameterSpec>& parameters) {
-    for (const ParameterSpec& each : parameters) gradients[each.index].assign(static_cast<std::size_t>(each.numel()), 0.0f);
-  }
-  void accumulate(std::size_t index, std::int64_t offset, const Tensor& gradient) override {
-    std::vector<float> piece(static_cast<std::size_t>(gradient.numel()));
-    gradient.copy_to_host(piece.data());
-    for (std::size_t i = 0; i < piece.size(); ++i) gradients[index][static_cast<std::size_t>(offset) + i] += piece[i];
-  }
-  void accumulate_rows(std::size_t index, const Tensor& ids, const Tensor& rows) override {
-    std::vector<std::int32_t> tokens(static_cast<std::size_t>(ids.numel()));
-    ids.copy_to_host(tokens.data());
-    std::vector<float> values(static_cast<std::size_t>(rows.numel()));
-    rows.copy_to_host(values.data());
-    const std::size_t width = values.size() / tokens.size();
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
-      for (std::size_t c = 0; c < width; ++c) gradients[index][static_cast<std::size_t>(tokens[i]) * width + c] += values[i * width + c];
-    }
-  }
-  std::map<std::size_t, std::vector<float>> gradients;
-};
 
 // Hands out fresh copies of a whole model's tensors and records what was asked, when.
 class CopyingProvider final : public ParameterProvider {
@@ -100,7 +77,7 @@ ProvidedRun run(DType dtype, ParameterResidence residence, ActivationKeep keep, 
   EXPECT_TRUE(provided.parameters().named().empty());
   model.set_loss_chunk(10);
   model.set_tied_table_gradient(table);
-  HostSink sink(model.parameter_specs());
+  testing::HostGradientSink sink(model.parameter_specs());
   model.set_gradient_sink(&sink);
   const Tensor tokens = testing::random_tokens(*device, 3, 2, 16, kConfig.vocab);
   const Tensor targets = testing::random_tokens(*device, 4, 2, 16, kConfig.vocab);

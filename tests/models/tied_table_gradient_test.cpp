@@ -13,44 +13,29 @@
 #include "engine/core/gradient_sink.h"
 #include "models/gpt_model.h"
 #include "models/tensor_ops.h"
+#include "tests/models/host_gradient_sink.h"
 #include "tests/models/random_tokens.h"
 
 namespace ferry {
 namespace {
 
-// Adds every streamed piece into host copies of the whole gradients, in the order handed over, and
-// records what completes when.
-class HostSink final : public GradientSink {
+// Host copies of the whole gradients, and what of the table completes when.
+class HostSink final : public testing::HostGradientSink {
  public:
-  explicit HostSink(const GptParameters& parameters) {
-    for (const NamedTensor& each : parameters.named()) gradients[each.index].assign(static_cast<std::size_t>(each.tensor->numel()), 0.0f);
-  }
-  void accumulate(std::size_t index, std::int64_t offset, const Tensor& gradient) override {
-    std::vector<float> piece(static_cast<std::size_t>(gradient.numel()));
-    gradient.copy_to_host(piece.data());
-    for (std::size_t i = 0; i < piece.size(); ++i) gradients[index][static_cast<std::size_t>(offset) + i] += piece[i];
-    if (index == GptParameters::kWteIndex) {
-      ++table_pieces;
-      table_piece_elements = std::max(table_piece_elements, gradient.numel());
-      if (!embedding_done) ++table_pieces_before_embedding;
-    }
-    if (index == GptParameters::kWpeIndex) embedding_done = true;
-  }
-  void accumulate_rows(std::size_t index, const Tensor& ids, const Tensor& rows) override {
-    std::vector<std::int32_t> tokens(static_cast<std::size_t>(ids.numel()));
-    ids.copy_to_host(tokens.data());
-    std::vector<float> values(static_cast<std::size_t>(rows.numel()));
-    rows.copy_to_host(values.data());
-    const std::size_t width = values.size() / tokens.size();
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
-      for (std::size_t c = 0; c < width; ++c) gradients[index][static_cast<std::size_t>(tokens[i]) * width + c] += values[i * width + c];
-    }
+  explicit HostSink(const GptParameters& parameters) : HostGradientSink(specs_of(parameters.named())) {
+    on_accumulate = [this](std::size_t index, const Tensor& gradient) {
+      if (index == GptParameters::kWteIndex) {
+        ++table_pieces;
+        table_piece_elements = std::max(table_piece_elements, gradient.numel());
+        if (!embedding_done) ++table_pieces_before_embedding;
+      }
+      if (index == GptParameters::kWpeIndex) embedding_done = true;
+    };
   }
   void piece_complete(std::size_t index, std::int64_t offset, std::int64_t count) override {
     if (index == GptParameters::kWteIndex) completed_table.emplace_back(offset, count);
   }
 
-  std::map<std::size_t, std::vector<float>> gradients;
   std::vector<std::pair<std::int64_t, std::int64_t>> completed_table;
   int table_pieces = 0;
   int table_pieces_before_embedding = 0;
