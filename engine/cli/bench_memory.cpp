@@ -96,7 +96,7 @@ void add_bench_command(CLI::App& app, BenchMemoryOptions& o) {
   memory->add_option("--baseline", o.baseline,
                      "Compare the no-recompute row with this run (a profile directory, a PyTorch snapshot or a --summary JSON)");
   memory->add_option("--dp", o.dp, "Data-parallel ranks: with --zero-stage, every rank's peak per ZeRO stage instead");
-  memory->add_option("--zero-stage", o.zero_stages, "ZeRO stages for --dp, e.g. 0,1,2")->delimiter(',');
+  memory->add_option("--zero-stage", o.zero_stages, "ZeRO stages for --dp, e.g. 0,1,2,3")->delimiter(',');
   memory->add_option("--checkpointing", o.run.checkpointing, "Recompute policy of the --dp table (default none)");
   memory->add_option("--offload-optimizer", o.run.offload_optimizer, "The --dp table with ZeRO-Offload per rank: none | cpu");
   memory->add_option("--reduce-bucket-size", o.run.reduce_bucket_size, "Gradient buckets of the --dp table, in elements (default: the training default)");

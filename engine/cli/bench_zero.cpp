@@ -23,19 +23,22 @@ namespace {
 struct ModelStateFormulas {
   double zero_paper;     // ZeRO (Rajbhandari et al.): fp16 parameters and gradients, K = 12
   double ferry_layout;   // ferry's: parameters in their dtype, f32 gradients, f32 master (16-bit only), m, v
-  double deepspeed;      // DeepSpeed's estimate_zero2_model_states_mem_needs (stages 1 and 2), or NaN
+  double deepspeed;      // DeepSpeed's estimate_zero2 (stages 1, 2) or estimate_zero3_model_states_mem_needs, or NaN
 };
 
-ModelStateFormulas formulas(int stage, double psi, double n, double parameter_bytes) {
+// `largest_layer`: the parameters of the largest layer, which DeepSpeed's stage-3 estimator counts
+// gathered (the tied token table here).
+ModelStateFormulas formulas(int stage, double psi, double n, double parameter_bytes, double largest_layer) {
   const double master = parameter_bytes == 4 ? 0 : 4;  // f32 parameters are their own master weights
   const double optimizer = master + 8;
   ModelStateFormulas f{};
   switch (stage) {
     case 0: f.zero_paper = 16 * psi; f.ferry_layout = (parameter_bytes + 4 + optimizer) * psi; break;
     case 1: f.zero_paper = 4 * psi + 12 * psi / n; f.ferry_layout = (parameter_bytes + 4) * psi + optimizer * psi / n; break;
-    default: f.zero_paper = 2 * psi + 14 * psi / n; f.ferry_layout = parameter_bytes * psi + (4 + optimizer) * psi / n; break;
+    case 2: f.zero_paper = 2 * psi + 14 * psi / n; f.ferry_layout = parameter_bytes * psi + (4 + optimizer) * psi / n; break;
+    default: f.zero_paper = 16 * psi / n; f.ferry_layout = (parameter_bytes + 4 + optimizer) * psi / n; break;
   }
-  f.deepspeed = stage == 0 ? std::nan("") : 2 * psi + 18 * psi / n;
+  f.deepspeed = stage == 0 ? std::nan("") : stage == 3 ? 4 * largest_layer + 18 * psi / n : 2 * psi + 18 * psi / n;
   return f;
 }
 
@@ -55,7 +58,7 @@ json bench_zero(const BenchMemoryOptions& options) {
   const std::int64_t allgather_buckets = o.allgather_bucket_size.value_or(model_buckets);
   json rows = json::array();
   for (const int stage : options.zero_stages) {
-    if (stage < 0 || stage > 2) throw std::invalid_argument("--zero-stage takes 0, 1 and 2, not " + std::to_string(stage));
+    if (stage < 0 || stage > 3) throw std::invalid_argument("--zero-stage takes 0, 1, 2 and 3, not " + std::to_string(stage));
     DryRunSetup setup{config, dtype, {}, &data, StepSettings{o.batch, sequence, o.grad_accum, 0, 1.0}, RecomputePolicy::parse(o.checkpointing),
                       o.loss_chunk, AllocatorConfig::from_environment()};
     setup.kernels = parse_device_kind(o.device);
@@ -82,12 +85,15 @@ json bench_zero(const BenchMemoryOptions& options) {
     const json& peaks = fullest["max_by_category"];
     const std::int64_t model_states = peaks["parameters"].get<std::int64_t>() + peaks["gradients"].get<std::int64_t>() +
                                       peaks["optimizer_states"].get<std::int64_t>();
-    ModelStateFormulas f = formulas(stage, psi, options.dp, static_cast<double>(dtype_size(dtype)));
+    const auto largest_layer = static_cast<double>(config.vocab * config.hidden);
+    ModelStateFormulas f = formulas(stage, psi, options.dp, static_cast<double>(dtype_size(dtype)), largest_layer);
     if (setup.offload_optimizer) {
       // Offload: the optimizer state leaves the device; stage 1 keeps whole f32 gradients there, stage 2
-      // streams the rank's reduced partition to the host (only the buckets in flight stay).
+      // streams the rank's reduced partition to the host (only the buckets in flight stay), stage 3 keeps
+      // its partition of the parameters.
       const double parameter_bytes = static_cast<double>(dtype_size(dtype));
-      f = {std::nan(""), parameter_bytes * psi + (stage >= 2 ? 0.0 : 4 * psi), 2 * psi};
+      f = {std::nan(""), parameter_bytes * psi / (stage == 3 ? options.dp : 1) + (stage >= 2 ? 0.0 : 4 * psi),
+           stage == 3 ? 4 * largest_layer + 2 * psi / options.dp : 2 * psi};
     }
     rows.push_back({{"zero_stage", stage}, {"fullest_rank", fullest["rank"]}, {"peak_allocated", fullest["peak_allocated"]},
                     {"peak_reserved", fullest["peak_reserved"]}, {"max_by_category", peaks}, {"model_states_measured", model_states},
@@ -130,8 +136,10 @@ std::string bench_zero_table(const json& result) {
   }
   out += "\n  The fullest rank's peaks; params/grads/optimizer/activ./comm.: each category's own peak on that rank. model st.: params +\n"
          "  grads + optimizer measured; ferry form.: the same from ferry's layout (f32 gradients; f32 master for 16-bit parameters);\n"
-         "  ZeRO paper: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N (fp16 gradients); DeepSpeed: estimate_zero2_model_states_mem_needs, 2Ψ + 18Ψ/N.\n"
-         "  The formulas count model states only; the peak adds activations, gradient buckets and the all-gather's buffers.\n";
+         "  ZeRO paper: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N (fp16 gradients); DeepSpeed: estimate_zero2_model_states_mem_needs,\n"
+         "  2Ψ + 18Ψ/N, and estimate_zero3_model_states_mem_needs, 4 x the largest layer (the gathered table) + 18Ψ/N.\n"
+         "  The formulas count model states only; the peak adds activations, gradient buckets, the all-gather's buffers and (stage\n"
+         "  3) the gathered layers beyond the largest.\n";
   return out;
 }
 

@@ -1,4 +1,4 @@
-// `ferry bench memory --dp N --zero-stage 0,1,2`: every data-parallel rank's whole training step per
+// `ferry bench memory --dp N --zero-stage 0,1,2,3`: every data-parallel rank's whole training step per
 // ZeRO stage, by dry runs on meta (exact allocator peaks), beside ZeRO's model-state formulas, ferry's
 // own layout's formula and DeepSpeed's estimator (which count model states only).
 #pragma once

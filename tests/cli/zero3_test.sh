@@ -149,6 +149,17 @@ echo '{"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": "auto", 
 grep -q "note: zero_optimization.stage3_prefetch_bucket_size has no effect: ferry prefetches the next layer's" "$work/out.txt"
 grep -q "note: zero_optimization.stage3_max_live_parameters has no effect" "$work/out.txt"
 
+# ferry bench memory dry-runs stage 3 beside stage 2 with both formulas: ZeRO's 16 psi / dp and
+# DeepSpeed's stage-3 estimator (4 x the largest layer, the token table, + 18 psi / dp).
+"$ferry" bench memory --model gpt2-tiny --batch 2 --seq 32 --dp 2 --zero-stage 2,3 --output "$work/bench" > /dev/null
+/usr/bin/python3 - "$work/bench/zero.json" <<'PY'
+import json, sys
+two, three = json.load(open(sys.argv[1]))["rows"]
+psi = 842496  # gpt2-tiny
+assert three["zero_stage"] == 3 and three["model_states_measured"] < two["model_states_measured"], (two, three)
+assert three["zero_paper_model_states"] == 16 * psi / 2 and three["deepspeed_estimate_model_states"] == 4 * 256 * 128 + 18 * psi / 2, three
+PY
+
 # The reshard switch is stage 3's alone.
 expect_error "reshard-after-forward is ZeRO stage 3's" "$ferry" train "${model[@]}" --zero-stage 2 --reshard-after-forward false
 echo "ZeRO 3: one rank's losses at dp 2 and 4, parameter bytes as stated, dry runs exact, checkpoints stage 2's"
