@@ -1,6 +1,7 @@
 #include "engine/grid/partitioned_parameters.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <stdexcept>
@@ -99,7 +100,9 @@ std::vector<Tensor> PartitionedParameters::acquire(std::span<const std::size_t> 
     gathered_.push_back(start_gather(indices));
     gathered = &gathered_.back();
   }
+  const auto start = std::chrono::steady_clock::now();
   for (const std::unique_ptr<CommRequest>& request : gathered->requests) request->wait();
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   gathered->requests.clear();
   gathered->state = Gathered::State::acquired;
   return gathered->views;

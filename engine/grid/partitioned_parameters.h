@@ -41,8 +41,12 @@ class PartitionedParameters final : public ParameterProvider {
 
   // The bytes a gather of `indices` allocates (its buffers, each rounded as the allocator rounds it).
   std::int64_t gathered_bytes(std::span<const std::size_t> indices) const;
-  // How many gathers started, and their elements, since construction (every rank the same).
+  // How many gathers started since construction (every rank the same).
   std::int64_t gathers() const { return gathers_; }
+  // Seconds blocked in acquire() waiting for gathers (the part of the traffic compute did not hide),
+  // since begin_step().
+  double wait_seconds() const { return wait_seconds_; }
+  void begin_step() { wait_seconds_ = 0; }
 
  private:
   struct Gathered {
@@ -71,6 +75,7 @@ class PartitionedParameters final : public ParameterProvider {
   Tensor partition_;
   std::vector<Gathered> gathered_;
   std::int64_t gathers_ = 0;
+  double wait_seconds_ = 0;
 };
 
 }  // namespace ferry

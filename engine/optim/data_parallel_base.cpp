@@ -72,7 +72,10 @@ nlohmann::json DataParallelBase::describe() const {
                                 {"partition_elements", gradients_.layout().partition_size()}, {"owned_elements", gradients_.owned().size()},
                                 {"reduce_buckets", gradients_.buckets().size()}, {"memory_bound", memory_bound()}};
   description["last_step_seconds"]["gradient_reduction_wait"] = gradients_.wait_seconds();
-  if (provided_) description["parameter_gathers"] = provided_->gathers();
+  if (provided_) {
+    description["parameter_gathers"] = provided_->gathers();
+    description["last_step_seconds"]["parameter_gather_wait"] = provided_->wait_seconds();
+  }
   return description;
 }
 
@@ -140,6 +143,11 @@ nlohmann::json DataParallelBase::parameter_bound() const {
   for (const ParameterSpec& each : model_.parameter_specs()) largest = std::max(largest, each.numel());
   return {{"partition", partition}, {"block", block_bytes}, {"gathered", gathered}, {"total", partition + gathered},
           {"exact", part.whole() && !settings_.cuts.pipeline}, {"reshard_after_forward", reshard}, {"largest_parameter_elements", largest}};
+}
+
+void DataParallelBase::begin_runtime_step() {
+  gradients_.begin_step();
+  if (provided_) provided_->begin_step();
 }
 
 void DataParallelBase::finish_reductions() {

@@ -50,6 +50,8 @@ class DataParallelBase : public TrainingOptimizer {
   FlatRange state_range() const override { return gradients_.owned(); }
   // The flat elements this rank writes of a checkpoint: its partition (ZeRO 0: the one it would own).
   FlatRange shard_range() const { return settings_.zero_stage > 0 ? gradients_.owned() : gradients_.layout().partition(dp_.rank()); }
+  // Before a step's first micro-batch: the gradients zeroed, the step's waits counted from here.
+  void begin_runtime_step();
   // The step's reductions: those a pipeline step held back start now; then every one is waited for.
   void finish_reductions();
   // The rank's share of each parameter (in layout order, those it owns a piece of) as flat views of the

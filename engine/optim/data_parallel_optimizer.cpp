@@ -25,7 +25,7 @@ class DataParallelAdamW final : public DataParallelBase {
               dp, hyperparameters, settings.allgather_bucket_elements) {}
 
   std::string mode() const override { return "none"; }
-  void begin_step() override { gradients_.begin_step(); }
+  void begin_step() override { begin_runtime_step(); }
   void end_backward() override { finish_reductions(); }
   double unchecked_gradient_sum_of_squares(std::optional<std::size_t> excluded) override {
     return adam_.gradient_sum_of_squares(excluded);
@@ -86,7 +86,7 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
     return index;
   }
   void begin_step() override {
-    gradients_.begin_step();
+    begin_runtime_step();
     optimizer_.begin_step();
   }
   void end_backward() override {
@@ -175,7 +175,7 @@ class DryRunOffloadedDataParallel final : public DataParallelBase {
   }
   std::string mode() const override { return "dry run"; }
   void begin_step() override {
-    gradients_.begin_step();
+    begin_runtime_step();
     host_.zero();
   }
   void end_backward() override {

@@ -59,7 +59,7 @@ for name in ("reshard", "kept", "dp4", "full", "selective", "bf16", "offload"):
         # The partition in the parameters' dtype, and at most the stated working set beside it, exactly.
         assert bound["partition"] == round512(element * partition), (name, rank["rank"], bound, partition)
         assert bound["exact"] and rank["max_by_category"]["parameters"] == bound["total"] == bound["partition"] + bound["gathered"], (name, rank["rank"], bound)
-        assert rank["optimizer"]["parameter_gathers"] > 0, rank["optimizer"]
+        assert rank["optimizer"]["parameter_gathers"] > 0 and rank["optimizer"]["last_step_seconds"]["parameter_gather_wait"] >= 0, rank["optimizer"]
         for category in ("gradients", "communication"):  # within their stated bounds, the offload's staging slots included
             measured, stated = rank["max_by_category"].get(category, 0), rank["optimizer"]["memory_bound"][category]
             assert measured <= stated["total"], (name, rank["rank"], category, measured, stated)
