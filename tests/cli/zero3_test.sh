@@ -31,6 +31,10 @@ run dp4 4 --grad-accum 1 --zero-stage 3 --reduce-bucket-size 100000
 run full 2 --grad-accum 2 --zero-stage 3 --checkpointing full
 run selective 2 --grad-accum 2 --zero-stage 3 --checkpointing selective
 run bf16 2 --grad-accum 2 --zero-stage 3 --precision bf16
+for stage in 2 3; do  # fp16: one loss scale over the ranks, stage 3's as stage 2's
+  launch 2 train "${model[@]}" --grad-accum 2 --zero-stage "$stage" --precision fp16 --summary "$work/fp16_$stage.json" > "$work/out.txt" 2>&1 ||
+    { cat "$work/out.txt"; exit 1; }
+done
 run offload 2 --grad-accum 2 --zero-stage 3 --offload-optimizer cpu
 launch 2 train "${model[@]}" --grad-accum 2 --zero-stage 3 --offload-optimizer nvme --nvme-path "$work/nvme" --summary "$work/nvme.json" \
   > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
@@ -44,6 +48,7 @@ load, losses_match = summaries.load, summaries.losses_match
 for name in ("reshard", "kept", "dp4", "full", "selective", "offload", "nvme"):
     losses_match(name, "one", 1e-6)
 losses_match("bf16", "one_bf16", 1e-4)
+losses_match("fp16_3", "fp16_2", 0)
 # ZeRO-Offload at stage 3: the optimizer state off the device, none of it on the device.
 for name in ("offload", "nvme"):
     assert load(name)["optimizer"]["state"] == ("host" if name == "offload" else "nvme"), load(name)["optimizer"]
