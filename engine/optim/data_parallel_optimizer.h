@@ -1,7 +1,8 @@
-// The optimizers of data-parallel ranks (ZeRO stages 0-2 over engine/grid's runtime): AdamW on the
+// The optimizers of data-parallel ranks (ZeRO stages 0-3 over engine/grid's runtime): AdamW on the
 // device over the rank's share, or ZeRO-Offload proper, the rank's share stepped by CpuAdam with its
 // fp32 state in pinned host memory or on NVMe (a directory per rank). Either way the model streams its
-// gradients into DataParallelGradients and the updated parameters are gathered from every rank.
+// gradients into DataParallelGradients; stages 1 and 2 gather the updated parameters from every rank,
+// stage 3 updates its partition, from which the model's layers gather theirs.
 #pragma once
 
 #include <cstdint>

@@ -110,7 +110,7 @@ std::int64_t default_bucket_elements(const GptConfig& model, const GridShape& gr
 
 // The plan of `options` for a job of `environment`'s world size. Throws std::invalid_argument naming
 // the settings that contradict each other (world size against --tp x --pp x --dp, train_batch_size
-// against its factors, ZeRO stage 3, the parts not built yet) and how to fix it.
+// against its factors, the parts not built yet) and how to fix it.
 // The flags' own checks (ranges, flags that need each other) come first.
 TrainingPlan make_training_plan(const TrainOptions& options, const RankEnvironment& environment);
 
