@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "allocator/byte_size.h"
+#include "engine/report/model_state_report.h"
 #include "engine/report/summary_file.h"
 #include "engine/train/model_config.h"
 #include "engine/data/token_data.h"
@@ -38,7 +39,7 @@ ModelStateFormulas formulas(int stage, double psi, double n, double parameter_by
     case 2: f.zero_paper = 2 * psi + 14 * psi / n; f.ferry_layout = parameter_bytes * psi + (4 + optimizer) * psi / n; break;
     default: f.zero_paper = 16 * psi / n; f.ferry_layout = (parameter_bytes + 4 + optimizer) * psi / n; break;
   }
-  f.deepspeed = stage == 0 ? std::nan("") : stage == 3 ? 4 * largest_layer + 18 * psi / n : 2 * psi + 18 * psi / n;
+  f.deepspeed = stage == 0 ? std::nan("") : stage == 3 ? deepspeed_zero3_estimate(psi, largest_layer, n, false) : 2 * psi + 18 * psi / n;
   return f;
 }
 
@@ -93,7 +94,7 @@ json bench_zero(const BenchMemoryOptions& options) {
       // its partition of the parameters.
       const double parameter_bytes = static_cast<double>(dtype_size(dtype));
       f = {std::nan(""), parameter_bytes * psi / (stage == 3 ? options.dp : 1) + (stage >= 2 ? 0.0 : 4 * psi),
-           stage == 3 ? 4 * largest_layer + 2 * psi / options.dp : 2 * psi};
+           stage == 3 ? deepspeed_zero3_estimate(psi, largest_layer, options.dp, true) : 2 * psi};
     }
     rows.push_back({{"zero_stage", stage}, {"fullest_rank", fullest["rank"]}, {"peak_allocated", fullest["peak_allocated"]},
                     {"peak_reserved", fullest["peak_reserved"]}, {"max_by_category", peaks}, {"model_states_measured", model_states},

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "engine/core/op_recorder.h"
-#include "engine/grid/parameter_gather.h"
 #include "models/adamw_optimizer.h"
 #include "models/kernel_backend.h"
 #include "models/tensor_ops.h"
@@ -20,24 +19,21 @@ Tensor state_buffer(Device& device, std::int64_t elements, const char* tag) {
 
 }  // namespace
 
-PartitionedAdamW::PartitionedAdamW(const std::vector<ParameterSpec>& parameters, ParameterValues values, DataParallelGradients& gradients,
-                                   Communicator& dp, const AdamWHyperparameters& hyperparameters, std::int64_t allgather_bucket_elements)
-    : parameters_(parameters), values_(std::move(values)), gradients_(gradients), dp_(dp), hyperparameters_(hyperparameters),
-      allgather_bucket_elements_(allgather_bucket_elements), owned_(gradients.owned()) {
+PartitionedAdamW::PartitionedAdamW(Device& device, const std::vector<ParameterSpec>& parameters, DType dtype, std::vector<Tensor> owned_views,
+                                   DataParallelGradients& gradients, Communicator& dp, const AdamWHyperparameters& hyperparameters)
+    : parameters_(parameters), gradients_(gradients), dp_(dp), hyperparameters_(hyperparameters), dtype_(dtype), owned_(gradients.owned()) {
   if (parameters_.empty()) throw std::invalid_argument("a partitioned optimizer over no parameters");
   if (parameters_.size() != gradients.layout().parameter_count()) {
     throw std::logic_error("the optimizer's " + std::to_string(parameters_.size()) + " parameters do not match the gradients' " +
                            std::to_string(gradients.layout().parameter_count()));
   }
-  if (values_.partition.defined() == !values_.whole.empty() || (!values_.whole.empty() && values_.whole.size() != parameters_.size())) {
-    throw std::logic_error("a partitioned optimizer's parameter values are the whole tensors or a partition, one of the two");
-  }
-  const Tensor& any = values_.partition.defined() ? values_.partition : *values_.whole.front().tensor;
-  dtype_ = any.dtype();
-  Device& device = any.device();
   for (std::size_t position = 0; position < parameters_.size(); ++position) {
-    if (const auto piece = gradients.owned_piece(position)) segments_.push_back({position, piece->range, piece->offset});
+    if (const auto piece = gradients.owned_piece(position)) {
+      if (segments_.size() >= owned_views.size()) throw std::logic_error("fewer parameter views than the rank owns pieces");
+      segments_.push_back({position, piece->range, piece->offset, std::move(owned_views[segments_.size()])});
+    }
   }
+  if (segments_.size() != owned_views.size()) throw std::logic_error("more parameter views than the rank owns pieces");
   first_moment_ = state_buffer(device, owned_.size(), "exp_avg.partition");
   second_moment_ = state_buffer(device, owned_.size(), "exp_avg_sq.partition");
   if (dtype_ != DType::f32) {
@@ -45,20 +41,9 @@ PartitionedAdamW::PartitionedAdamW(const std::vector<ParameterSpec>& parameters,
     for (const Segment& segment : segments_) {
       const Tensor master = master_.narrow(0, segment.range.begin - owned_.begin, segment.range.size());
       if (device.has_storage()) {
-        ops::kernel_backend(device).convert_to_f32(parameter_view(segment).data(), dtype_, master.data_as<float>(), segment.range.size());
+        ops::kernel_backend(device).convert_to_f32(segment.view.data(), dtype_, master.data_as<float>(), segment.range.size());
       }
     }
-  }
-}
-
-Tensor PartitionedAdamW::parameter_view(const Segment& segment) const {
-  if (values_.partition.defined()) return values_.partition.narrow(0, segment.range.begin - owned_.begin, segment.range.size());
-  return flat_view(*values_.whole[segment.position].tensor, segment.offset, segment.range.size());
-}
-
-void PartitionedAdamW::gather_whole() {
-  if (gradients_.zero_stage() > 0 && !values_.partition.defined()) {
-    gather_parameters(values_.whole, gradients_.layout(), owned_, dp_, allgather_bucket_elements_);
   }
 }
 
@@ -88,7 +73,7 @@ void PartitionedAdamW::step(float learning_rate, float gradient_scale) {
     std::vector<AdamWTensor> decayed, undecayed;
     for (const Segment& segment : segments_) {
       const std::int64_t at = segment.range.begin - owned_.begin;
-      const Tensor parameter = parameter_view(segment);
+      const Tensor parameter = segment.view;
       const auto piece = gradients_.owned_piece(segment.position);
       (decays(parameters_[segment.position].shape) ? decayed : undecayed)
           .push_back({dtype_ == DType::f32 ? parameter.data_as<float>() : master_.data_as<float>() + at,
@@ -98,12 +83,11 @@ void PartitionedAdamW::step(float learning_rate, float gradient_scale) {
     adamw_update_lists(device, decayed, undecayed, hyperparameters_, learning_rate, steps_, gradient_scale);
     if (dtype_ == DType::f16) {
       for (const Segment& segment : segments_) {
-        ops::kernel_backend(device).convert_from_f32(master_.data_as<float>() + (segment.range.begin - owned_.begin), parameter_view(segment).data(), dtype_,
+        ops::kernel_backend(device).convert_from_f32(master_.data_as<float>() + (segment.range.begin - owned_.begin), segment.view.data(), dtype_,
                                  segment.range.size());
       }
     }
   }
-  gather_whole();
 }
 
 void PartitionedAdamW::export_range(const FlatRange& range, std::vector<float>& master, std::vector<float>& first_moment,
@@ -122,7 +106,7 @@ void PartitionedAdamW::export_range(const FlatRange& range, std::vector<float>& 
     if (piece.empty()) continue;
     float* destination = master.data() + (piece.begin - range.begin);
     if (dtype_ == DType::f32) {
-      parameter_view(segment).narrow(0, piece.begin - segment.range.begin, piece.size()).copy_to_host(destination);
+      segment.view.narrow(0, piece.begin - segment.range.begin, piece.size()).copy_to_host(destination);
     } else {
       master_.narrow(0, piece.begin - owned_.begin, piece.size()).copy_to_host(destination);
     }
@@ -143,9 +127,8 @@ void PartitionedAdamW::import_share(const std::vector<float>& master, const std:
     if (master_.defined()) master_.narrow(0, 0, owned_.size()).copy_from_host(master.data());
   }
   for (const Segment& segment : segments_) {
-    copy_from_host_f32(parameter_view(segment), master.data() + (segment.range.begin - owned_.begin));
+    copy_from_host_f32(segment.view, master.data() + (segment.range.begin - owned_.begin));
   }
-  gather_whole();
 }
 
 }  // namespace ferry

@@ -20,9 +20,7 @@ class DataParallelAdamW final : public DataParallelBase {
  public:
   DataParallelAdamW(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters, Communicator& dp, const DataParallelSettings& settings)
       : DataParallelBase(model, dp, settings),
-        adam_(model.parameter_specs(),
-              provided_ ? ParameterValues{{}, provided_->partition()} : ParameterValues{model.parameters().named(), Tensor()}, gradients_,
-              dp, hyperparameters, settings.allgather_bucket_elements) {}
+        adam_(model.device(), model.parameter_specs(), model.parameter_dtype(), owned_parameter_views(), gradients_, dp, hyperparameters) {}
 
   std::string mode() const override { return "none"; }
   void begin_step() override { begin_runtime_step(); }
@@ -33,6 +31,7 @@ class DataParallelAdamW final : public DataParallelBase {
   void step(float learning_rate, float gradient_scale) override {
     drop_gathered();
     adam_.step(learning_rate, gradient_scale);
+    gather_updated_parameters();
   }
   std::int64_t steps_taken() const override { return adam_.steps_taken(); }
   void set_steps_taken(std::int64_t steps) override { adam_.set_steps_taken(steps); }
@@ -47,6 +46,7 @@ class DataParallelAdamW final : public DataParallelBase {
     const SnapshotValues values = values_of(snapshot, state_range());
     drop_gathered();
     adam_.import_share(values.master, values.first_moment, values.second_moment);
+    gather_updated_parameters();
     adam_.set_steps_taken(snapshot.steps);
   }
   nlohmann::json describe() const override {

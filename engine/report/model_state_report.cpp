@@ -53,13 +53,15 @@ nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, 
                             {"formula", formula}};
   if (memory_bound.is_object()) report["bound"] = memory_bound;
   if (zero_stage == 3 && memory_bound.is_object() && memory_bound.contains("parameters")) {
-    // DeepSpeed's stage-3 estimator (estimate_zero3_model_states_mem_needs), model states only: 4 bytes
-    // per element of the largest layer, plus 18 bytes per parameter over the ranks (2 with the optimizer
-    // offloaded).
     const std::int64_t largest_layer = memory_bound["parameters"]["largest_parameter_elements"].get<std::int64_t>();
-    report["deepspeed_estimate"] = 4 * largest_layer + (offloaded ? 2 : 18) * psi / dp;
+    report["deepspeed_estimate"] = static_cast<std::int64_t>(
+        deepspeed_zero3_estimate(static_cast<double>(psi), static_cast<double>(largest_layer), dp, offloaded));
   }
   return report;
+}
+
+double deepspeed_zero3_estimate(double parameters, double largest_layer, double ranks, bool optimizer_offloaded) {
+  return 4 * largest_layer + (optimizer_offloaded ? 2 : 18) * parameters / ranks;
 }
 
 std::string describe_model_state_report(const nlohmann::json& report) {
