@@ -61,7 +61,7 @@ std::int64_t choose_group_elements(const ZeroOffloadSettings& offload, std::int6
 
 std::vector<std::int64_t> numels_of(const std::vector<OffloadedParameter>& parameters) {
   std::vector<std::int64_t> numels;
-  for (const OffloadedParameter& each : parameters) numels.push_back(each.parameter->numel());
+  for (const OffloadedParameter& each : parameters) numels.push_back(each.parameter != nullptr ? each.parameter->numel() : each.elements);
   return numels;
 }
 
@@ -74,13 +74,16 @@ OffloadDevice parse_offload_device(const std::string& name) {
 }
 
 ZeroOffloadOptimizer::ZeroOffloadOptimizer(Device& device, std::vector<OffloadedParameter> parameters, AdamWSettings settings,
-                                           ZeroOffloadSettings offload)
-    : device_(device), parameters_(std::move(parameters)), settings_(settings), copy_stream_(device.create_stream()) {
+                                           ZeroOffloadSettings offload, ParameterHome* home)
+    : device_(device), parameters_(std::move(parameters)), settings_(settings), home_(home), copy_stream_(device.create_stream()) {
   if (parameters_.empty()) throw std::invalid_argument("ZeroOffloadOptimizer: no parameters");
   if (!device.has_storage()) throw std::invalid_argument("ZeroOffloadOptimizer needs a device with storage (not meta)");
-  parameter_dtype_ = parameters_.front().parameter->dtype();
+  parameter_dtype_ = home_ != nullptr ? home_->dtype() : parameters_.front().parameter->dtype();
   for (const OffloadedParameter& each : parameters_) {
-    if (each.parameter->dtype() != parameter_dtype_ || !each.parameter->is_contiguous()) {
+    if ((each.parameter == nullptr) != (home_ != nullptr)) {
+      throw std::invalid_argument("offloaded parameter '" + each.name + "' must live on the device or in the parameter home, not both");
+    }
+    if (each.parameter != nullptr && (each.parameter->dtype() != parameter_dtype_ || !each.parameter->is_contiguous())) {
       throw std::invalid_argument("offloaded parameters must share one dtype and be contiguous ('" + each.name + "' is not)");
     }
   }
@@ -100,7 +103,12 @@ ZeroOffloadOptimizer::ZeroOffloadOptimizer(Device& device, std::vector<Offloaded
     tier_ = make_host_state_tier(total, group_elements, pinned_.get());
   }
   adam_ = std::make_unique<CpuAdam>(offload.adam);
-  staging_ = HostBuffer(pinned_.get(), static_cast<std::size_t>(total) * dtype_size(parameter_dtype_), MemoryCategory::staging);
+  if (home_ != nullptr && home_->elements() != total) {
+    throw std::invalid_argument("a parameter home of " + std::to_string(home_->elements()) + " elements for " + std::to_string(total) + " parameters");
+  }
+  const std::int64_t staged_elements = home_ != nullptr ? group_elements : total;
+  staging_ = HostBuffer(pinned_.get(), static_cast<std::size_t>(staged_elements) * dtype_size(parameter_dtype_), MemoryCategory::staging);
+  if (home_ != nullptr) return;  // no device parameters: import_state() sets the state
 
   // Master weights from the device parameters.
   auto* staging = static_cast<std::byte*>(staging_.data());
@@ -155,7 +163,7 @@ std::vector<AdamWSpan> ZeroOffloadOptimizer::spans_of(const StateGroup& state) c
     span.first_moment = state.first_moment + in_group;
     span.second_moment = state.second_moment + in_group;
     span.gradient = gradients_->all().data() + first;
-    span.parameter_out = static_cast<std::byte*>(staging_.data()) + first * element;
+    span.parameter_out = staged(state, element) + (first - state.begin) * element;
     span.parameter_dtype = parameter_dtype_;
     span.count = last - first;
     span.decay = parameters_[i].decay;
@@ -170,8 +178,16 @@ void ZeroOffloadOptimizer::copy_after_compute() {
   device_.release_event(computed);
 }
 
+std::byte* ZeroOffloadOptimizer::staged(const StateGroup& state, std::int64_t element) const {
+  return static_cast<std::byte*>(staging_.data()) + (home_ != nullptr ? 0 : state.begin * element);
+}
+
 void ZeroOffloadOptimizer::return_parameters(const StateGroup& state) {
   const auto element = static_cast<std::int64_t>(dtype_size(parameter_dtype_));
+  if (home_ != nullptr) {
+    home_->store({state.begin, state.count}, staged(state, element));
+    return;
+  }
   const auto* staging = static_cast<const std::byte*>(staging_.data());
   for_each_segment(state, [&](std::size_t i, std::int64_t first, std::int64_t last) {
     auto* destination = static_cast<std::byte*>(parameters_[i].parameter->data()) + (first - gradients_->offset_of(i)) * element;
@@ -202,13 +218,20 @@ std::int64_t ZeroOffloadOptimizer::step(float learning_rate, float gradient_scal
     mark = Clock::now();
     adam_->step(spans_of(state), settings, step_number, gradient_scale);
     times_.adam += seconds_since(mark);
+    // A home's staging is one sub-group: stored before the next group's update overwrites it (a step
+    // that fails part-way then leaves the home partly updated, as the NVMe state is).
+    if (home_ != nullptr) return_parameters(state);
     tier_->release(group, true);  // written back while the next group updates
   }
   Clock::time_point mark = Clock::now();
   tier_->flush();
   times_.write_wait += seconds_since(mark);
   mark = Clock::now();
-  for (std::int64_t group = 0; group < groups; ++group) return_parameters(tier_->bounds_of(group));
+  if (home_ != nullptr) {
+    home_->flush();
+  } else {
+    for (std::int64_t group = 0; group < groups; ++group) return_parameters(tier_->bounds_of(group));
+  }
   device_.synchronize(copy_stream_);
   times_.copy_back = seconds_since(mark);
   steps_ = step_number;
@@ -243,12 +266,13 @@ void ZeroOffloadOptimizer::import_state(const std::vector<float>& master, const 
     std::copy_n(master.begin() + state.begin, state.count, state.master);
     std::copy_n(first_moment.begin() + state.begin, state.count, state.first_moment);
     std::copy_n(second_moment.begin() + state.begin, state.count, state.second_moment);
-    convert_from_f32(state.master, static_cast<std::byte*>(staging_.data()) + state.begin * element, parameter_dtype_,
+    convert_from_f32(state.master, staged(state, element), parameter_dtype_,
                      static_cast<std::size_t>(state.count));
     tier_->release(group, true);
     return_parameters(state);
   }
   tier_->flush();
+  if (home_ != nullptr) home_->flush();
   device_.synchronize(copy_stream_);
 }
 

@@ -3,6 +3,8 @@
 // step walks the state's sub-groups as a pipeline (read group i+1 while CpuAdam updates group i while
 // group i-1 is written back) and returns the updated parameters to the device once every group is
 // written, so a step that fails part-way leaves the device parameters and the step count as they were.
+// With a ParameterHome (ZeRO-Infinity's parameter offload) the parameters live off the device: each
+// sub-group's updated parameters are stored to the home as it finishes, through one sub-group of staging.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include "offload/host_gradients.h"
 #include "offload/nvme_store.h"
 #include "offload/optimizer_state_tier.h"
+#include "offload/parameter_home.h"
 
 namespace ferry::offload {
 
@@ -37,8 +40,9 @@ struct ZeroOffloadSettings {
 
 struct OffloadedParameter {
   std::string name;
-  const Tensor* parameter = nullptr;  // on the device: f32, bf16 or f16
+  const Tensor* parameter = nullptr;  // on the device: f32, bf16 or f16; null where a ParameterHome holds it
   bool decay = true;
+  std::int64_t elements = 0;          // without `parameter`: its element count
 };
 
 // The element count of each parameter: the shape of the optimizer's HostGradients (a dry run's too).
@@ -55,9 +59,11 @@ struct OffloadStepTimes {
 
 class ZeroOffloadOptimizer {
  public:
-  // Master weights start as the device parameters converted to f32; moments start at zero.
+  // Master weights start as the device parameters converted to f32; moments start at zero. With `home`
+  // (parameters end to end, in its dtype) there are no device parameters: the state starts at zero and
+  // import_state() sets it and the home.
   ZeroOffloadOptimizer(Device& device, std::vector<OffloadedParameter> parameters, AdamWSettings settings,
-                       ZeroOffloadSettings offload);
+                       ZeroOffloadSettings offload, ParameterHome* home = nullptr);
   ~ZeroOffloadOptimizer();
 
   HostGradients& gradients() { return *gradients_; }
@@ -89,8 +95,11 @@ class ZeroOffloadOptimizer {
   void set_nvme_fault_injector(FaultInjector injector);
 
  private:
-  // Copies group `state`'s updated parameters from the staging buffer to the device.
+  // Group `state`'s updated parameters from staging to where the parameters live: the device, or the home.
   void return_parameters(const StateGroup& state);
+  // Where group `state`'s parameters are staged: the whole staging buffer is laid out as the parameters
+  // are, a home's is one sub-group.
+  std::byte* staged(const StateGroup& state, std::int64_t element) const;
   // The copy stream waits for the work queued so far on the compute stream (kernels still reading the
   // parameters the copies overwrite).
   void copy_after_compute();
@@ -108,7 +117,8 @@ class ZeroOffloadOptimizer {
   std::unique_ptr<NvmeStore> store_;
   std::unique_ptr<OptimizerStateTier> tier_;
   std::unique_ptr<CpuAdam> adam_;
-  HostBuffer staging_;  // updated parameters in the device dtype, flat
+  ParameterHome* home_ = nullptr;
+  HostBuffer staging_;  // updated parameters in the device dtype: flat, or one sub-group with a home
   Stream copy_stream_;
   std::int64_t steps_ = 0;
   OffloadStepTimes times_;

@@ -270,6 +270,13 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                     "(bounds that workspace; 0: whole weights)");
   train->add_option("--offload-pin-memory", o.offload_pin_memory, "Page-locked host buffers for offloaded state (default true)");
   train->add_option("--offload-queue-depth", o.offload_queue_depth, "NVMe I/Os in flight (default 32)");
+  train->add_option("--offload-param", o.offload_param,
+                    "ZeRO-Infinity, with --zero-stage 3 and --offload-optimizer: none | cpu (each rank's parameter partition in "
+                    "pinned host memory) | nvme (in a file on --nvme-path); the device holds only the gathered layers");
+  train->add_option("--offload-param-buffer-count", o.offload_param_buffer_count,
+                    "Host buffers the NVMe parameter partition is read and written through (default 5)");
+  train->add_option("--offload-param-buffer-size", o.offload_param_buffer_size,
+                    "Bytes of each of those buffers (default 16MiB; pinned: count x size is all the host memory it holds)");
   return train;
 }
 

@@ -28,6 +28,26 @@ void apply_offload_optimizer(const json& section, TrainOptions& options) {
   }
 }
 
+void apply_offload_param(const json& section, TrainOptions& options) {
+  reject_unknown(section, "zero_optimization.offload_param", {"device", "nvme_path", "pin_memory", "buffer_count", "buffer_size", "max_in_cpu"});
+  const std::string where = "zero_optimization.offload_param.";
+  if (section.contains("device")) options.offload_param = value_of<std::string>(section["device"], where + "device");
+  if (section.contains("nvme_path")) {
+    const auto path = value_of<std::string>(section["nvme_path"], where + "nvme_path");
+    if (!options.nvme_path.empty() && options.nvme_path != path) {
+      throw std::invalid_argument(where + "nvme_path '" + path + "' differs from offload_optimizer.nvme_path '" + options.nvme_path +
+                                  "': ferry keeps a rank's parameters and optimizer state in one directory; give the same path");
+    }
+    options.nvme_path = path;
+  }
+  if (section.contains("pin_memory")) options.offload_pin_memory = value_of<bool>(section["pin_memory"], where + "pin_memory");
+  if (section.contains("buffer_count")) options.offload_param_buffer_count = value_of<int>(section["buffer_count"], where + "buffer_count");
+  if (section.contains("buffer_size")) options.offload_param_buffer_elements = value_of<std::int64_t>(section["buffer_size"], where + "buffer_size");
+  if (section.contains("max_in_cpu")) {
+    options.notes.push_back(where + "max_in_cpu has no effect: with nvme, ferry keeps no parameters in host memory beyond its buffers");
+  }
+}
+
 }  // namespace
 
 void apply_zero_optimization(const json& section, TrainOptions& options) {
@@ -41,12 +61,8 @@ void apply_zero_optimization(const json& section, TrainOptions& options) {
     if (stage < 0 || stage > 3) throw std::invalid_argument("zero_optimization.stage must be 0, 1, 2 or 3, got " + std::to_string(stage));
     options.zero_stage = stage;
   }
-  if (section.contains("offload_param") && value_of<std::string>(section["offload_param"].value("device", json("none")),
-                                                                 "zero_optimization.offload_param.device") != "none") {
-    throw std::invalid_argument("zero_optimization.offload_param (parameters off the device, stage 3) is not supported yet; "
-                                "remove it (offload_optimizer is)");
-  }
   if (section.contains("offload_optimizer")) apply_offload_optimizer(section["offload_optimizer"], options);
+  if (section.contains("offload_param")) apply_offload_param(section["offload_param"], options);
   if (section.contains("sub_group_size")) {
     options.offload_sub_group = value_of<std::int64_t>(section["sub_group_size"], "zero_optimization.sub_group_size");
   }

@@ -20,9 +20,9 @@ bool same(std::span<const std::size_t> a, const std::vector<std::size_t>& b) { r
 }  // namespace
 
 PartitionedParameters::PartitionedParameters(Device& device, std::vector<ParameterSpec> parameters, DType dtype, const FlatLayout& layout,
-                                             FlatRange owned, Communicator& dp, bool reshard_after_forward)
+                                             FlatRange owned, Communicator& dp, bool reshard_after_forward, offload::ParameterHome* home)
     : device_(device), parameters_(std::move(parameters)), dtype_(dtype), layout_(layout), owned_(owned), dp_(dp),
-      reshard_after_forward_(reshard_after_forward) {
+      reshard_after_forward_(reshard_after_forward), home_(home) {
   if (parameters_.size() != layout.parameter_count()) {
     throw std::logic_error("a partition of " + std::to_string(parameters_.size()) + " parameters over a layout of " +
                            std::to_string(layout.parameter_count()));
@@ -32,7 +32,32 @@ PartitionedParameters::PartitionedParameters(Device& device, std::vector<Paramet
     if (positions_.size() <= index) positions_.resize(index + 1, parameters_.size());
     positions_[index] = position;
   }
+  if (home_ != nullptr) {
+    if (home_->elements() != owned.size() || home_->dtype() != dtype) {
+      throw std::logic_error("a parameter home of " + std::to_string(home_->elements()) + " elements for a partition of " + std::to_string(owned.size()));
+    }
+    return;
+  }
   partition_ = Tensor::zeros(device, {std::max<std::int64_t>(owned.size(), 1)}, dtype, MemoryCategory::parameters, "parameters.partition");
+}
+
+const Tensor& PartitionedParameters::partition() const {
+  if (home_ != nullptr) throw std::logic_error("the parameter partition lives in its " + home_->name() + " home, not on the device");
+  return partition_;
+}
+
+std::int64_t PartitionedParameters::partition_bytes() const {
+  if (home_ != nullptr) return 0;
+  return static_cast<std::int64_t>(round_size(partition_.nbytes(), device_.allocator().config()));
+}
+
+std::vector<offload::ElementRange> PartitionedParameters::owned_ranges(std::span<const std::size_t> indices) const {
+  std::vector<offload::ElementRange> ranges;
+  for (const auto& [first, last] : runs(indices)) {
+    const FlatRange mine = FlatRange{layout_.parameter(first).begin, layout_.parameter(last).end}.intersect(owned_);
+    if (!mine.empty()) ranges.push_back({mine.begin - owned_.begin, mine.size()});
+  }
+  return ranges;
 }
 
 PartitionedParameters::~PartitionedParameters() {
@@ -69,7 +94,14 @@ PartitionedParameters::Gathered PartitionedParameters::start_gather(std::span<co
     Tensor buffer = Tensor::empty(device_, {run.size()}, dtype_, MemoryCategory::parameters, "gathered." + parameters_[first].name);
     // This rank's block of the run from its partition; then every block from its owner, in place.
     const FlatRange mine = run.intersect(owned_);
-    if (!mine.empty()) buffer.narrow(0, mine.begin - run.begin, mine.size()).copy_from(partition_.narrow(0, mine.begin - owned_.begin, mine.size()));
+    if (!mine.empty()) {
+      Tensor slice = buffer.narrow(0, mine.begin - run.begin, mine.size());
+      if (home_ != nullptr) {
+        home_->fetch({mine.begin - owned_.begin, mine.size()}, slice.data());
+      } else {
+        slice.copy_from(partition_.narrow(0, mine.begin - owned_.begin, mine.size()));
+      }
+    }
     const std::int64_t mine_at = mine.empty() ? 0 : mine.begin - run.begin;
     const void* input = static_cast<const std::byte*>(buffer.data()) + static_cast<std::size_t>(mine_at) * dtype_size(dtype_);
     gathered.requests.push_back(dp_.all_gather_async(input, buffer.data(), layout_.owned_counts(run), comm_data_type(dtype_)));
@@ -105,14 +137,19 @@ std::vector<Tensor> PartitionedParameters::acquire(std::span<const std::size_t> 
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   gathered->requests.clear();
   gathered->state = Gathered::State::acquired;
+  last_acquired_.assign(indices.begin(), indices.end());
   return gathered->views;
 }
 
 void PartitionedParameters::prefetch(std::span<const std::size_t> indices) {
+  if (!last_acquired_.empty()) successor_[last_acquired_].assign(indices.begin(), indices.end());
   if (find(indices) != nullptr) return;  // gathered already (kept from the forward, or prefetched)
   // One prefetch at most: a second while the first waits to be acquired is not started.
   if (std::any_of(gathered_.begin(), gathered_.end(), [](const Gathered& each) { return each.state == Gathered::State::prefetched; })) return;
   gathered_.push_back(start_gather(indices));
+  // The home reads the layer after this one while this one's gather and the running layer proceed.
+  const std::vector<std::size_t> key(indices.begin(), indices.end());
+  if (const auto next = successor_.find(key); home_ != nullptr && next != successor_.end()) home_->read_ahead(owned_ranges(next->second));
 }
 
 void PartitionedParameters::release(std::span<const std::size_t> indices, bool again) {

@@ -4,10 +4,14 @@
 // (category parameters) before it runs and freed when it releases them. The next layer's gather starts
 // while this one computes (one prefetch at most), so what is gathered at once is a formula of the plan,
 // whatever the timing: the layer running, the one prefetched, and (reshard_after_forward off, FSDP2's
-// option) every block kept gathered from its forward to its backward.
+// option) every block kept gathered from its forward to its backward. With a ParameterHome (parameter
+// offload) the partition is not on the device: the rank's slice of a layer is fetched from the home into
+// the gather buffer, and the home reads ahead the layer that followed the prefetched one last time (the
+// plan runs the same layers in the same order every micro-batch).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -17,20 +21,25 @@
 #include "engine/core/tensor.h"
 #include "engine/grid/flat_layout.h"
 #include "models/gpt_parameters.h"
+#include "offload/parameter_home.h"
 
 namespace ferry {
 
 class PartitionedParameters final : public ParameterProvider {
  public:
   // `parameters` in the layout's order; `owned` this rank's partition of `layout` (cut to the parameters).
+  // `home`: where the partition lives when it is offloaded (null: on the device).
   PartitionedParameters(Device& device, std::vector<ParameterSpec> parameters, DType dtype, const FlatLayout& layout, FlatRange owned,
-                        Communicator& dp, bool reshard_after_forward);
+                        Communicator& dp, bool reshard_after_forward, offload::ParameterHome* home = nullptr);
   ~PartitionedParameters() override;
   PartitionedParameters(const PartitionedParameters&) = delete;
   PartitionedParameters& operator=(const PartitionedParameters&) = delete;
 
-  // This rank's values, [owned.size()] in the parameters' dtype (what the optimizer updates in place).
-  const Tensor& partition() const { return partition_; }
+  // This rank's values on the device, [owned.size()] in the parameters' dtype (what the optimizer updates
+  // in place). Throws where the partition lives in a home.
+  const Tensor& partition() const;
+  // The device bytes the partition holds (0 where it lives in a home).
+  std::int64_t partition_bytes() const;
   bool reshard_after_forward() const { return reshard_after_forward_; }
 
   std::vector<Tensor> acquire(std::span<const std::size_t> indices) override;
@@ -63,6 +72,8 @@ class PartitionedParameters final : public ParameterProvider {
   Gathered start_gather(std::span<const std::size_t> indices);
   Gathered* find(std::span<const std::size_t> indices);
   void erase(std::span<const std::size_t> indices);
+  // The home's ranges of this rank's slices of `indices`.
+  std::vector<offload::ElementRange> owned_ranges(std::span<const std::size_t> indices) const;
 
   Device& device_;
   std::vector<ParameterSpec> parameters_;
@@ -72,8 +83,12 @@ class PartitionedParameters final : public ParameterProvider {
   FlatRange owned_;
   Communicator& dp_;
   bool reshard_after_forward_;
+  offload::ParameterHome* home_;
   Tensor partition_;
   std::vector<Gathered> gathered_;
+  std::vector<std::size_t> last_acquired_;
+  // What was prefetched while each layer ran: the layer a home reads ahead once that one is prefetched.
+  std::map<std::vector<std::size_t>, std::vector<std::size_t>> successor_;
   std::int64_t gathers_ = 0;
   double wait_seconds_ = 0;
 };

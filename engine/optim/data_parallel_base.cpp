@@ -20,12 +20,21 @@ DataParallelGradients::BucketCuts cuts_for(const GptModel& model, const DataPara
   return cuts;
 }
 
+// Stage 3 with parameter offload: the partition's home.
+std::unique_ptr<offload::ParameterOffload> offloaded_partition(GptModel& model, const DataParallelGradients& gradients,
+                                                               const DataParallelSettings& settings) {
+  if (!settings.offload_param) return nullptr;
+  if (settings.zero_stage != 3) throw std::logic_error("parameter offload needs ZeRO stage 3 (a partition of the parameters to offload)");
+  return std::make_unique<offload::ParameterOffload>(model.device(), gradients.owned().size(), model.parameter_dtype(), *settings.offload_param);
+}
+
 // Stage 3: the provider of the model's parameters, over the gradients' partition.
 std::unique_ptr<PartitionedParameters> provided_parameters(GptModel& model, const DataParallelGradients& gradients, Communicator& dp,
-                                                           const DataParallelSettings& settings) {
+                                                           const DataParallelSettings& settings, offload::ParameterOffload* offloaded) {
   if (settings.zero_stage != 3) return nullptr;
   return std::make_unique<PartitionedParameters>(model.device(), model.parameter_specs(), model.parameter_dtype(), gradients.layout(),
-                                                 gradients.owned(), dp, settings.reshard_after_forward);
+                                                 gradients.owned(), dp, settings.reshard_after_forward,
+                                                 offloaded != nullptr ? &offloaded->home() : nullptr);
 }
 
 }  // namespace
@@ -34,7 +43,8 @@ DataParallelBase::DataParallelBase(GptModel& model, Communicator& dp, const Data
     : model_(model), dp_(dp), settings_(settings),
       gradients_(model.device(), model.parameter_specs(), dp, std::min(settings.zero_stage, 2), settings.reduce_bucket_elements,
                  settings.overlap_comm, partition_off_device, cuts_for(model, settings)),
-      provided_(provided_parameters(model, gradients_, dp, settings)) {
+      parameter_offload_(offloaded_partition(model, gradients_, settings)),
+      provided_(provided_parameters(model, gradients_, dp, settings, parameter_offload_.get())) {
   if (model.gradient_storage() != GradientStorage::streamed) {
     throw std::logic_error("data parallelism needs a model whose gradients stream to its sink (GradientStorage::streamed)");
   }
@@ -72,6 +82,12 @@ nlohmann::json DataParallelBase::describe() const {
                                 {"partition_elements", gradients_.layout().partition_size()}, {"owned_elements", gradients_.owned().size()},
                                 {"reduce_buckets", gradients_.buckets().size()}, {"memory_bound", memory_bound()}};
   description["last_step_seconds"]["gradient_reduction_wait"] = gradients_.wait_seconds();
+  if (parameter_offload_) {
+    const offload::ParameterHome& home = parameter_offload_->home();
+    description["parameter_offload"] = {{"device", home.name()}, {"partition_bytes", home.elements() * static_cast<std::int64_t>(dtype_size(home.dtype()))},
+                                        {"host_bytes", home.host_bytes()}, {"host_pinned_peak", parameter_offload_->host_pinned_peak()},
+                                        {"nvme_bytes", home.nvme_bytes()}};
+  }
   if (provided_) {
     description["parameter_gathers"] = provided_->gathers();
     description["last_step_seconds"]["parameter_gather_wait"] = provided_->wait_seconds();
@@ -137,12 +153,12 @@ nlohmann::json DataParallelBase::parameter_bound() const {
     const std::int64_t prefetch = std::max(block_bytes, part.head ? table_bytes : 0);
     gathered = (reshard ? 0 : blocks * block_bytes) + layer + prefetch;
   }
-  const AllocatorConfig& config = model_.device().allocator().config();
-  const auto partition = static_cast<std::int64_t>(round_size(provided_->partition().nbytes(), config));
+  const std::int64_t partition = provided_->partition_bytes();  // 0 where it lives off the device
   std::int64_t largest = 0;  // DeepSpeed's estimator's "largest layer": the tied token table here
   for (const ParameterSpec& each : model_.parameter_specs()) largest = std::max(largest, each.numel());
   return {{"partition", partition}, {"block", block_bytes}, {"gathered", gathered}, {"total", partition + gathered},
-          {"exact", part.whole() && !settings_.cuts.pipeline}, {"reshard_after_forward", reshard}, {"largest_parameter_elements", largest}};
+          {"exact", part.whole() && !settings_.cuts.pipeline}, {"reshard_after_forward", reshard}, {"largest_parameter_elements", largest},
+          {"offloaded", parameter_offload_ ? (parameter_offload_->settings().nvme ? "nvme" : "cpu") : "none"}};
 }
 
 void DataParallelBase::begin_runtime_step() {
@@ -157,6 +173,7 @@ void DataParallelBase::finish_reductions() {
 }
 
 std::vector<Tensor> DataParallelBase::owned_parameter_views() const {
+  if (parameter_offload_) return {};
   const std::vector<NamedTensor> whole = model_.parameters().named();
   std::vector<Tensor> views;
   for (std::size_t position = 0; position < gradients_.layout().parameter_count(); ++position) {
@@ -166,6 +183,14 @@ std::vector<Tensor> DataParallelBase::owned_parameter_views() const {
                               : flat_view(*whole[position].tensor, piece->offset, piece->range.size()));
   }
   return views;
+}
+
+std::vector<std::int64_t> DataParallelBase::owned_numels() const {
+  std::vector<std::int64_t> numels;
+  for (std::size_t position = 0; position < gradients_.layout().parameter_count(); ++position) {
+    if (const auto piece = gradients_.owned_piece(position)) numels.push_back(piece->range.size());
+  }
+  return numels;
 }
 
 void DataParallelBase::drop_gathered() {

@@ -17,6 +17,7 @@
 #include "engine/optim/data_parallel_optimizer.h"
 #include "engine/optim/training_optimizer.h"
 #include "models/gpt_model.h"
+#include "offload/parameter_offload.h"
 
 namespace ferry {
 
@@ -55,8 +56,13 @@ class DataParallelBase : public TrainingOptimizer {
   // The step's reductions: those a pipeline step held back start now; then every one is waited for.
   void finish_reductions();
   // The rank's share of each parameter (in layout order, those it owns a piece of) as flat views of the
-  // model's whole tensors, or of the stage-3 partition: where an update of the share is written.
+  // model's whole tensors, or of the stage-3 partition: where an update of the share is written. None
+  // where the partition lives in a parameter home (parameter offload).
   std::vector<Tensor> owned_parameter_views() const;
+  // The element counts of those shares.
+  std::vector<std::int64_t> owned_numels() const;
+  // Stage 3 with parameter offload: where the partition lives (null: on the device).
+  offload::ParameterHome* parameter_home() const { return parameter_offload_ ? &parameter_offload_->home() : nullptr; }
   // Before the share is updated: stage 3's gathered parameters (a prefetch left over) would be stale.
   void drop_gathered();
   // After the share was updated: stages 1 and 2 gather the other ranks' shares into the whole tensors;
@@ -67,6 +73,7 @@ class DataParallelBase : public TrainingOptimizer {
   Communicator& dp_;
   DataParallelSettings settings_;
   DataParallelGradients gradients_;
+  std::unique_ptr<offload::ParameterOffload> parameter_offload_;  // stage 3 with --offload-param
   std::unique_ptr<PartitionedParameters> provided_;  // stage 3: the model's parameter provider
   // Received pieces the partition's sink (ZeRO-Offload's host gradients) holds on the device beyond
   // those in flight, until it has copied them (its staging slots).

@@ -67,7 +67,7 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
   OffloadedDataParallelAdamW(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters, Communicator& dp,
                              const DataParallelSettings& settings, const offload::ZeroOffloadSettings& offload)
       : DataParallelBase(model, dp, settings, settings.zero_stage >= 2), views_(owned_parameter_views()),
-        optimizer_(model.device(), offloaded_views(model), hyperparameters, offload) {
+        optimizer_(model.device(), offloaded_views(model), hyperparameters, offload, parameter_home()) {
     // Stages 2 and 3: each reduced piece of the partition goes straight to the host gradients, as
     // ZeRO-Offload's do; the device never holds the partition.
     if (settings.zero_stage >= 2) {
@@ -121,24 +121,20 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
   void restore(const OptimizerSnapshot& snapshot) override {
     const FlatRange share = state_range();
     const SnapshotValues values = values_of(snapshot, share);
+    // The rank's pieces of the parameters from its master weights (import_state returns them where they
+    // live); the other ranks' pieces gathered.
+    drop_gathered();
     optimizer_.import_state(values.master, values.first_moment, values.second_moment);
     optimizer_.set_steps_taken(snapshot.steps);
-    // The rank's pieces of the parameters from its master weights; the other ranks' pieces gathered.
-    drop_gathered();
-    std::size_t index = 0;
-    for (std::size_t position = 0; position < gradients_.layout().parameter_count(); ++position) {
-      if (const auto piece = gradients_.owned_piece(position)) {
-        copy_from_host_f32(views_[index++], values.master.data() + (piece->range.begin - share.begin));
-      }
-    }
     gather_updated_parameters();
   }
   nlohmann::json describe() const override {
     nlohmann::json description = DataParallelBase::describe();
     description["mode"] = optimizer_.tier_name();
     description["state"] = optimizer_.tier_name() == "nvme" ? "nvme" : "host";
-    description["host_pinned_peak"] = optimizer_.host_pinned_peak();
-    description["nvme_bytes"] = optimizer_.nvme_bytes();
+    // The optimizer's pinned memory and the parameter home's (each with an allocator of its own).
+    description["host_pinned_peak"] = optimizer_.host_pinned_peak() + description.value("parameter_offload", nlohmann::json::object()).value("host_pinned_peak", std::int64_t{0});
+    description["nvme_bytes"] = optimizer_.nvme_bytes() + (parameter_home() != nullptr ? parameter_home()->nvme_bytes() : 0);
     description["gradient_bytes_to_host"] = optimizer_.gradients_received();
     const offload::OffloadStepTimes& times = optimizer_.last_step_times();
     description["cpu_adam"] = {{"simd", std::string(offload::simd_level_name(optimizer_.adam().simd()))}, {"threads", optimizer_.adam().threads()}};
@@ -153,7 +149,11 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
     std::vector<offload::OffloadedParameter> result;
     std::size_t index = 0;
     for (std::size_t position = 0; position < parameters.size(); ++position) {
-      if (gradients_.owned_piece(position)) result.push_back({parameters[position].name, &views_[index++], decays(parameters[position].shape)});
+      const auto piece = gradients_.owned_piece(position);
+      if (!piece) continue;
+      // With a parameter home, only the element count: the parameters live there, not on the device.
+      const Tensor* view = views_.empty() ? nullptr : &views_[index++];
+      result.push_back({parameters[position].name, view, decays(parameters[position].shape), piece->range.size()});
     }
     return result;
   }
@@ -205,12 +205,6 @@ class DryRunOffloadedDataParallel final : public DataParallelBase {
   }
 
  private:
-  // The element counts of the rank's owned pieces: the offloaded optimizer's parameters.
-  std::vector<std::int64_t> owned_numels() const {
-    std::vector<std::int64_t> numels;
-    for (const Tensor& view : owned_parameter_views()) numels.push_back(view.numel());
-    return numels;
-  }
   offload::HostGradients host_;
   std::int64_t steps_ = 0;
 };

@@ -13,6 +13,7 @@
 #include "engine/grid/data_parallel_gradients.h"
 #include "engine/optim/training_optimizer.h"
 #include "models/gpt_model.h"
+#include "offload/parameter_offload.h"
 #include "offload/zero_offload_optimizer.h"
 
 namespace ferry {
@@ -33,6 +34,9 @@ struct DataParallelSettings {
   // and gathered again for its backward; false keeps them from forward to backward (stage 2's gather
   // traffic, every block's parameters held at the backward's start).
   bool reshard_after_forward = true;
+  // Stage 3 with ZeRO-Infinity's parameter offload: where the rank's partition lives (its nvme_path the
+  // rank's own); nothing: on the device.
+  std::optional<offload::ParameterOffloadSettings> offload_param;
 };
 
 // Over a model built with GradientStorage::streamed (it becomes the model's gradient sink). With

@@ -26,13 +26,20 @@ nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, 
   // ZeRO partitions over dp ranks: stage 1 the optimizer state, stage 2 the gradients too (a rank's
   // share is ceil(Ψ/dp), before alignment and the buckets in flight).
   const std::int64_t share = (psi + dp - 1) / dp;
+  // ZeRO-Infinity's parameter offload: the partition lives on the host or NVMe, the device holds only
+  // the gathered working set (the bound's, not the formula's).
+  const bool parameters_offloaded = memory_bound.is_object() && memory_bound.contains("parameters") &&
+                                    memory_bound["parameters"].value("offloaded", std::string("none")) != "none";
   nlohmann::json formula = {
-      {"parameters", parameter_bytes * (zero_stage >= 3 ? share : psi)},
+      {"parameters", parameters_offloaded ? 0 : parameter_bytes * (zero_stage >= 3 ? share : psi)},
       {"gradients", offloaded ? 0 : gradient_bytes * (zero_stage >= 2 ? share : psi)},
       {"optimizer_states", offloaded ? 0 : state_bytes * (zero_stage >= 1 ? share : psi)},
       {"host", offloaded ? nlohmann::json{{"optimizer_states", state_bytes * (zero_stage >= 1 ? share : psi)}, {"gradients", 4 * (zero_stage >= 1 ? share : psi)}}
                          : nlohmann::json::object()},
-      {"name", offloaded ? "ZeRO-Offload (stage " + std::to_string(std::max(zero_stage, 2)) + (dp > 1 ? " over " + std::to_string(dp) + " ranks" : ", one rank") +
+      {"name", parameters_offloaded ? "ZeRO-Infinity (stage 3 over " + std::to_string(dp) + " ranks): " + std::string(dtype_name(parameter_dtype)) +
+                                          " parameters / dp off the device (" + memory_bound["parameters"]["offloaded"].get<std::string>() +
+                                          "), only the gathered layers on it"
+               : offloaded ? "ZeRO-Offload (stage " + std::to_string(std::max(zero_stage, 2)) + (dp > 1 ? " over " + std::to_string(dp) + " ranks" : ", one rank") +
                                "): " + std::string(dtype_name(parameter_dtype)) + (zero_stage >= 3 ? " parameters / dp" : " parameters") + " on the device"
                : zero_stage > 0 ? "ZeRO stage " + std::to_string(zero_stage) + " over " + std::to_string(dp) + " ranks (" + per_parameter +
                                       (zero_stage == 1   ? ", the optimizer's / dp)"
@@ -55,12 +62,13 @@ nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, 
   if (zero_stage == 3 && memory_bound.is_object() && memory_bound.contains("parameters")) {
     const std::int64_t largest_layer = memory_bound["parameters"]["largest_parameter_elements"].get<std::int64_t>();
     report["deepspeed_estimate"] = static_cast<std::int64_t>(
-        deepspeed_zero3_estimate(static_cast<double>(psi), static_cast<double>(largest_layer), dp, offloaded));
+        deepspeed_zero3_estimate(static_cast<double>(psi), static_cast<double>(largest_layer), dp, offloaded, parameters_offloaded));
   }
   return report;
 }
 
-double deepspeed_zero3_estimate(double parameters, double largest_layer, double ranks, bool optimizer_offloaded) {
+double deepspeed_zero3_estimate(double parameters, double largest_layer, double ranks, bool optimizer_offloaded, bool parameters_offloaded) {
+  if (parameters_offloaded) return 4 * largest_layer;
   return 4 * largest_layer + (optimizer_offloaded ? 2 : 18) * parameters / ranks;
 }
 
@@ -93,15 +101,18 @@ std::string describe_model_state_report(const nlohmann::json& report) {
             ", or the all-gather's bucket " + bytes(communication["allgather_bucket"]);
     if (report["bound"].contains("parameters")) {  // ZeRO 3
       const nlohmann::json& parameters = report["bound"]["parameters"];
+      const std::string home = parameters.value("offloaded", std::string("none"));
       text += "\n    parameters, most at once " + bytes(report["device_max"]["parameters"]) + " | bound " + bytes(parameters["total"]) +
-              " = partition " + bytes(parameters["partition"]) + " + gathered " + bytes(parameters["gathered"]) + " (blocks of " +
+              " = partition " + bytes(parameters["partition"]) + (home != "none" ? " (it lives on " + home + ")" : std::string()) + " + gathered " + bytes(parameters["gathered"]) + " (blocks of " +
               bytes(parameters["block"]) + (parameters["reshard_after_forward"].get<bool>() ? ": the layer running and the next one's prefetch)"
                                                                                           : ": every block kept from forward to backward, and the head's)");
       const auto states = report["device_at_peak"]["parameters"].get<std::int64_t>() + report["device_at_peak"]["gradients"].get<std::int64_t>() +
                           report["device_at_peak"]["optimizer_states"].get<std::int64_t>();
       text += "\n    model states at the peak " + format_bytes(static_cast<std::size_t>(states)) + " | DeepSpeed's stage-3 estimator " +
-              bytes(report["deepspeed_estimate"]) + " (4 x the largest layer + " + (report["formula"]["host"].contains("optimizer_states") ? "2" : "18") +
-              " x parameters / dp)";
+              bytes(report["deepspeed_estimate"]) + " (4 x the largest layer" +
+              (parameters.value("offloaded", std::string("none")) != "none"            ? std::string(": parameters offloaded)")
+               : report["formula"]["host"].contains("optimizer_states") ? std::string(" + 2 x parameters / dp)")
+                                                                       : std::string(" + 18 x parameters / dp)"));
     }
   }
   if (report["formula"]["host"].contains("optimizer_states")) {

@@ -24,7 +24,7 @@ std::string describe_model_state_report(const nlohmann::json& report);
 
 // DeepSpeed's stage-3 estimator (estimate_zero3_model_states_mem_needs), model states only, in bytes per
 // rank: 4 bytes per element of the largest layer (gathered), plus 18 bytes per parameter over the ranks
-// (2 with the optimizer offloaded).
-double deepspeed_zero3_estimate(double parameters, double largest_layer, double ranks, bool optimizer_offloaded);
+// (2 with the optimizer offloaded, none with the parameters offloaded too).
+double deepspeed_zero3_estimate(double parameters, double largest_layer, double ranks, bool optimizer_offloaded, bool parameters_offloaded = false);
 
 }  // namespace ferry

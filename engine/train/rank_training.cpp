@@ -52,6 +52,13 @@ offload::ZeroOffloadSettings rank_offload_settings(const TrainingPlan& plan, con
   return settings;
 }
 
+// Parameter offload's settings for this rank: its NVMe file in the rank's directory, beside its optimizer state.
+std::optional<offload::ParameterOffloadSettings> rank_parameter_offload(const TrainingPlan& plan, const ProcessGrid& grid) {
+  std::optional<offload::ParameterOffloadSettings> settings = plan.offload_param;
+  if (settings && grid.shape().world() > 1 && !settings->nvme_path.empty()) settings->nvme_path += "/rank-" + std::to_string(grid.rank());
+  return settings;
+}
+
 nlohmann::json step_entry(std::int64_t step, const StepResult& result, double throughput, double learning_rate, double seconds, bool scaled) {
   nlohmann::json entry = {{"step", step}, {"loss", result.loss}, {"tokens_per_second", throughput}, {"lr", learning_rate},
                           {"grad_norm", std::isfinite(result.gradient_norm) ? nlohmann::json(result.gradient_norm) : nlohmann::json(nullptr)},
@@ -125,7 +132,7 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
                             offloaded, plan.kernels,
                             plan.reduce_bucket_elements, plan.weight_copy_elements,
                             {grid.dp().rank(), grid.dp().size(), plan.zero_stage, plan.allgather_bucket_elements, plan.overlap_comm,
-                             plan.tied_table_gradient(), plan.reshard_after_forward}};
+                             plan.tied_table_gradient(), plan.reshard_after_forward, plan.offload_param.has_value()}};
   if (speaks) {
     for (const std::string& note : plan.notes) std::printf("  note: %s\n", note.c_str());
     if (const auto note = schedule_horizon_note(hyper.schedule, saved ? saved->step : 0, plan.steps, saved.has_value())) {
@@ -207,7 +214,7 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
         plan.data_parallel()       ? make_data_parallel_optimizer(model, hyper.adamw(), grid.dp(),
                                                                   {plan.zero_stage, plan.reduce_bucket_elements, plan.allgather_bucket_elements,
                                                                    plan.overlap_comm, buckets, plan.tied_table_gradient(),
-                                                                   plan.reshard_after_forward},
+                                                                   plan.reshard_after_forward, rank_parameter_offload(plan, grid)},
                                                                   offloaded ? std::optional(rank_offload_settings(plan, grid)) : std::nullopt)
         : !offloaded               ? make_device_optimizer(model, hyper.adamw())
         : device->has_storage()    ? make_offload_optimizer(model, hyper.adamw(), rank_offload_settings(plan, grid))

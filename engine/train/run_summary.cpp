@@ -117,6 +117,17 @@ void print_training_result(const nlohmann::json& summary) {
                 format_bytes(memory["nvme_bytes"].get<std::size_t>()).c_str(), phases["step"].get<double>(), phases["adam"].get<double>(),
                 optimizer["cpu_adam"]["simd"].get<std::string>().c_str(), optimizer["cpu_adam"]["threads"].get<int>());
   }
+  if (optimizer.contains("parameter_offload") && !summary["run"]["dry_run"].get<bool>()) {
+    const nlohmann::json& home = optimizer["parameter_offload"];
+    const auto bytes = [&](const char* key) { return format_bytes(home[key].get<std::size_t>()); };
+    if (home["device"] == "nvme") {
+      std::printf("  parameters offloaded to nvme: the partition's %s in a file on NVMe, read and written through %s of host buffers "
+                  "(all the host memory it holds; pinned peak %s)\n", bytes("partition_bytes").c_str(), bytes("host_bytes").c_str(), bytes("host_pinned_peak").c_str());
+    } else {
+      std::printf("  parameters offloaded to cpu: the partition's %s in host memory (pinned peak %s)\n", bytes("partition_bytes").c_str(),
+                  bytes("host_pinned_peak").c_str());
+    }
+  }
   if (summary["ranks"].size() > 1) print_rank_lines(summary["ranks"]);
 }
 

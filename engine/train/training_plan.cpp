@@ -66,9 +66,19 @@ void validate_options(const TrainOptions& o) {
   if (o.offload_optimizer == "nvme" && o.nvme_path.empty()) {
     throw std::invalid_argument("--offload-optimizer nvme needs --nvme-path DIR (a directory on an NVMe drive with room for 12 bytes per parameter)");
   }
-  if (o.offload_optimizer != "nvme" && !o.nvme_path.empty()) {
-    throw std::invalid_argument("--nvme-path is for --offload-optimizer nvme (this run has " + o.offload_optimizer + ")");
+  if (o.offload_param != "none" && o.offload_param != "cpu" && o.offload_param != "nvme") {
+    throw std::invalid_argument("--offload-param '" + o.offload_param + "' is not one of none, cpu, nvme");
   }
+  if (o.device == "meta" && o.offload_param == "nvme") {
+    throw std::invalid_argument("--device meta is a dry run: it offloads nothing; use --offload-param cpu to predict the device's peak");
+  }
+  if (o.offload_param == "nvme" && o.nvme_path.empty()) {
+    throw std::invalid_argument("--offload-param nvme needs --nvme-path DIR (a directory on an NVMe drive with room for the rank's parameters)");
+  }
+  if (o.offload_optimizer != "nvme" && o.offload_param != "nvme" && !o.nvme_path.empty()) {
+    throw std::invalid_argument("--nvme-path is for --offload-optimizer nvme or --offload-param nvme (this run offloads neither to nvme)");
+  }
+  if (o.offload_param_buffer_count < 1) throw std::invalid_argument("--offload-param-buffer-count must be >= 1 (5 lets a layer's reads overlap)");
   if (o.offload_buffer_count < 2) throw std::invalid_argument("--offload-buffer-count must be >= 2 (4 lets reads, updates and writes overlap)");
   if (o.offload_sub_group < 0) throw std::invalid_argument("--offload-sub-group must be >= 0 elements (0: automatic)");
   if (parse_byte_size(o.offload_buffer_size) > physical_memory_bytes() / 2) {
@@ -96,6 +106,7 @@ nlohmann::json TrainingPlan::to_json() const {
           {"precision", std::string(dtype_name(precision))},
           {"zero_stage", zero_stage},
           {"offload_optimizer", offload_optimizer ? offload::offload_device_name(*offload_optimizer) : "none"},
+          {"offload_param", offload_param ? (offload_param->nvme ? "nvme" : "cpu") : "none"},
           {"checkpointing", recompute.name()},
           {"tied_table_gradient", tied_table_gradient() == TiedTableGradient::deferred ? "deferred" : "as_computed"},
           {"reduce_bucket_elements", reduce_bucket_elements},
@@ -246,6 +257,41 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   if (o.zero_stage < 0 || o.zero_stage > 3) throw std::invalid_argument("--zero-stage must be 0, 1, 2 or 3, got " + number(o.zero_stage));
   if (o.reshard_after_forward && o.zero_stage != 3) {
     throw std::invalid_argument("--reshard-after-forward is ZeRO stage 3's (only stage 3 gathers parameters per block); add --zero-stage 3 or drop it");
+  }
+  if (o.offload_param != "none") {
+    if (o.zero_stage != 3) {
+      throw std::invalid_argument("--offload-param " + o.offload_param + " (zero_optimization.offload_param) offloads ZeRO stage 3's parameter "
+                                  "partition: add --zero-stage 3");
+    }
+    if (o.offload_optimizer == "none") {
+      throw std::invalid_argument("--offload-param " + o.offload_param + " needs --offload-optimizer cpu or nvme: the optimizer steps the "
+                                  "parameters where they live, on the host");
+    }
+    if (plan.grid.dp == 1) {
+      throw std::invalid_argument("--offload-param " + o.offload_param + " needs 2 or more data-parallel ranks (--dp): ferry's stage 3 runs on "
+                                  "the data-parallel runtime, which one rank does not use; launch 2 ranks, or drop --offload-param and use "
+                                  "--offload-optimizer alone");
+    }
+    offload::ParameterOffloadSettings param;
+    param.nvme = o.offload_param == "nvme";
+    param.nvme_path = param.nvme ? o.nvme_path : std::string();
+    param.pin_memory = o.offload_pin_memory;
+    param.buffer_count = o.offload_param_buffer_count;
+    param.buffer_bytes = o.offload_param_buffer_elements ? static_cast<std::size_t>(*o.offload_param_buffer_elements) * dtype_size(plan.precision)
+                                                         : parse_byte_size(o.offload_param_buffer_size);
+    param.queue_depth = static_cast<unsigned>(o.offload_queue_depth);
+    param.chunk_bytes = static_cast<std::size_t>(o.offload_chunk_bytes);
+    const std::size_t pinned = param.buffer_bytes * static_cast<std::size_t>(param.buffer_count);
+    if (param.nvme && pinned > physical_memory_bytes() / 2) {
+      throw std::invalid_argument("--offload-param-buffer-count " + number(param.buffer_count) + " x --offload-param-buffer-size " +
+                                  format_bytes(param.buffer_bytes) + " = " + format_bytes(pinned) + " is more than half of this machine's " +
+                                  format_bytes(physical_memory_bytes()) + " of RAM: the buffers are pinned (locked) host memory; lower either");
+    }
+    if (param.nvme && param.buffer_bytes < param.chunk_bytes) {
+      throw std::invalid_argument("--offload-param-buffer-size " + format_bytes(param.buffer_bytes) + " is less than one " +
+                                  format_bytes(param.chunk_bytes) + " I/O chunk (aio.block_size): give at least " + format_bytes(param.chunk_bytes));
+    }
+    plan.offload_param = param;
   }
   if (o.zero_stage > 0 && plan.grid.dp == 1) {
     plan.notes.push_back("--zero-stage " + number(o.zero_stage) + " (zero_optimization.stage) partitions nothing on one data-parallel rank: " +

@@ -20,6 +20,7 @@
 #include "engine/train/train_options.h"
 #include "engine/train/training_profile.h"
 #include "models/gpt_model.h"
+#include "offload/parameter_offload.h"
 #include "offload/zero_offload_optimizer.h"
 #include "schedule/recompute_policy.h"
 
@@ -62,6 +63,8 @@ struct TrainingPlan {
   int zero_stage = 0;
   std::optional<offload::OffloadDevice> offload_optimizer;  // ZeRO-Offload's tier: cpu or nvme
   offload::ZeroOffloadSettings offload;   // its buffers, NVMe path and sub-groups (device: the tier when offloading)
+  // ZeRO-Infinity's parameter offload (stage 3): where each rank's parameter partition lives; nothing: on the device.
+  std::optional<offload::ParameterOffloadSettings> offload_param;
   std::int64_t reduce_bucket_elements = 0;     // DeepSpeed's reduce_bucket_size (0: one bucket)
   std::int64_t allgather_bucket_elements = 0;  // DeepSpeed's allgather_bucket_size (0: one bucket)
 

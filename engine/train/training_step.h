@@ -88,6 +88,7 @@ struct DryRunSetup {
     bool overlap = true;
     TiedTableGradient tied_table = TiedTableGradient::as_computed;
     bool reshard_after_forward = true;  // ZeRO 3
+    bool offload_param = false;         // ZeRO 3's partition off the device
     bool active() const { return size > 1; }
   };
   DataParallel data_parallel{};
