@@ -128,9 +128,10 @@ class NvmeParameterHome final : public ParameterHome {
       held_.erase(held);
       land(found, range, destination);
     }
-    drop_pieces();  // another layer's read-ahead, not asked for
-    std::deque<Piece> reading;  // the rest, through every buffer
+    std::deque<Piece> reading;  // the rest, through every free buffer
     while (!wanted.empty() || !reading.empty()) {
+      // The rest of the read-ahead (another range of the same layer) stays unless its buffers are needed.
+      if (reading.empty() && free_.empty()) drop_pieces();
       while (!wanted.empty() && !free_.empty()) {
         start_read(wanted.front());
         reading.push_back(wanted.front());

@@ -97,7 +97,9 @@ PartitionedParameters::Gathered PartitionedParameters::start_gather(std::span<co
     if (!mine.empty()) {
       Tensor slice = buffer.narrow(0, mine.begin - run.begin, mine.size());
       if (home_ != nullptr) {
+        const auto start = std::chrono::steady_clock::now();
         home_->fetch({mine.begin - owned_.begin, mine.size()}, slice.data());
+        fetch_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       } else {
         slice.copy_from(partition_.narrow(0, mine.begin - owned_.begin, mine.size()));
       }

@@ -55,7 +55,9 @@ class PartitionedParameters final : public ParameterProvider {
   // Seconds blocked in acquire() waiting for gathers (the part of the traffic compute did not hide),
   // since begin_step().
   double wait_seconds() const { return wait_seconds_; }
-  void begin_step() { wait_seconds_ = 0; }
+  // Seconds spent fetching this rank's slices from the home (the part of its reads not done ahead).
+  double fetch_seconds() const { return fetch_seconds_; }
+  void begin_step() { wait_seconds_ = fetch_seconds_ = 0; }
 
  private:
   struct Gathered {
@@ -91,6 +93,7 @@ class PartitionedParameters final : public ParameterProvider {
   std::map<std::vector<std::size_t>, std::vector<std::size_t>> successor_;
   std::int64_t gathers_ = 0;
   double wait_seconds_ = 0;
+  double fetch_seconds_ = 0;
 };
 
 }  // namespace ferry

@@ -91,6 +91,7 @@ nlohmann::json DataParallelBase::describe() const {
   if (provided_) {
     description["parameter_gathers"] = provided_->gathers();
     description["last_step_seconds"]["parameter_gather_wait"] = provided_->wait_seconds();
+    if (parameter_offload_) description["last_step_seconds"]["parameter_fetch"] = provided_->fetch_seconds();
   }
   return description;
 }

@@ -88,13 +88,9 @@ std::vector<JobSetting> job_settings(const TrainingPlan& plan) {
       {"--reshard-after-forward", text(plan.reshard_after_forward)},
       {"--offload-optimizer", offloaded ? offload::offload_device_name(*plan.offload_optimizer) : "none"},
       {"--offload-param", plan.offload_param ? (plan.offload_param->nvme ? "nvme" : "cpu") : "none"},
+      {"--offload-param-buffer-count", plan.offload_param ? text(std::int64_t{plan.offload_param->buffer_count}) : "none"},
+      {"--offload-param-buffer-size", plan.offload_param ? text(static_cast<std::int64_t>(plan.offload_param->buffer_bytes)) + " bytes" : "none"},
   };
-  if (plan.offload_param) {
-    settings.insert(settings.end(), {
-        {"--offload-param-buffer-count", text(std::int64_t{plan.offload_param->buffer_count})},
-        {"--offload-param-buffer-size", text(static_cast<std::int64_t>(plan.offload_param->buffer_bytes)) + " bytes"},
-    });
-  }
   if (offloaded) {
     settings.insert(settings.end(), {
         {"--offload-pin-memory", text(offload.pin_memory)},

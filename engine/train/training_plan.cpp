@@ -78,6 +78,12 @@ void validate_options(const TrainOptions& o) {
   if (o.offload_optimizer != "nvme" && o.offload_param != "nvme" && !o.nvme_path.empty()) {
     throw std::invalid_argument("--nvme-path is for --offload-optimizer nvme or --offload-param nvme (this run offloads neither to nvme)");
   }
+  if (o.offload_param == "nvme" && !o.offload_param_buffer_elements &&
+      parse_byte_size(o.offload_param_buffer_size) < static_cast<std::size_t>(o.offload_chunk_bytes)) {
+    const std::string chunk = format_bytes(static_cast<std::size_t>(o.offload_chunk_bytes));
+    throw std::invalid_argument("--offload-param-buffer-size " + o.offload_param_buffer_size + " is less than one " + chunk +
+                                " I/O chunk (aio.block_size): give at least " + chunk);
+  }
   if (o.offload_param_buffer_count < 1) throw std::invalid_argument("--offload-param-buffer-count must be >= 1 (5 lets a layer's reads overlap)");
   if (o.offload_buffer_count < 2) throw std::invalid_argument("--offload-buffer-count must be >= 2 (4 lets reads, updates and writes overlap)");
   if (o.offload_sub_group < 0) throw std::invalid_argument("--offload-sub-group must be >= 0 elements (0: automatic)");
@@ -286,10 +292,6 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
       throw std::invalid_argument("--offload-param-buffer-count " + number(param.buffer_count) + " x --offload-param-buffer-size " +
                                   format_bytes(param.buffer_bytes) + " = " + format_bytes(pinned) + " is more than half of this machine's " +
                                   format_bytes(physical_memory_bytes()) + " of RAM: the buffers are pinned (locked) host memory; lower either");
-    }
-    if (param.nvme && param.buffer_bytes < param.chunk_bytes) {
-      throw std::invalid_argument("--offload-param-buffer-size " + format_bytes(param.buffer_bytes) + " is less than one " +
-                                  format_bytes(param.chunk_bytes) + " I/O chunk (aio.block_size): give at least " + format_bytes(param.chunk_bytes));
     }
     plan.offload_param = param;
   }

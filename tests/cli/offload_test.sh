@@ -150,7 +150,7 @@ assert run["run"]["offload_optimizer"] == "nvme" and run["optimizer"]["sub_group
 assert [s["loss"] for s in run["steps"]] == [s["loss"] for s in none["steps"]]
 PY
 echo '{"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}}' > "$work/stage3.json"
-expect_error "offload_param (parameters off the device, stage 3) is not supported yet" "$ferry" train --config "$work/stage3.json" --steps 1
+expect_error "needs --offload-optimizer cpu or nvme" "$ferry" train --config "$work/stage3.json" --steps 1
 echo '{"zero_optimization": {"offload_optimizer": {"device": "nvme", "ratio": 0.3}}}' > "$work/ratio.json"
 expect_error "Twin-Flow" "$ferry" train --config "$work/ratio.json" --steps 1
 echo '{"zero_optimization": {"offload_optimizer": {"device": "disk"}}}' > "$work/disk.json"

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# ZeRO-Infinity's parameter offload under mpirun (more ranks than cores): --offload-param cpu and nvme
+# keep each stage-3 rank's partition in pinned host memory or an NVMe file, and the device holds only
+# the gathered layers. dp 2 and 4 train one rank's losses (resharding on and off, recompute full and
+# selective, bf16, a dp 2 x pp 2 pipeline); each rank's parameter bytes at most at once are the stated
+# working set exactly, with no partition on the device; the dry run of every rank predicts each rank's
+# peaks byte for byte; the NVMe home holds its buffers and no more host memory; checkpoints are stage 3's
+# byte for byte and resume into parameter offload; ranks that disagree and impossible settings are refused.
+source "$(dirname "$0")/common.sh"
+mpirun=${MPIRUN:-mpirun}
+launch() {  # launch RANKS ARGS...: ferry under mpirun
+  local ranks=$1; shift
+  timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -np "$ranks" "$ferry" "$@"
+}
+model=(--model gpt2-tiny --steps 3 --batch 2 --seq 32 --lr 1e-3 --dropout 0.1 --threads 1 --log-every 100)
+nvme=(--offload-optimizer nvme --offload-param nvme --nvme-path "$work/nvme")
+run() {  # run NAME RANKS ARGS...: train under mpirun into NAME.json; the dry run of every rank (nvme as cpu) into NAME.meta.json
+  local name=$1 ranks=$2; shift 2
+  launch "$ranks" train "${model[@]}" "$@" --summary "$work/$name.json" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+  local dry=() skip=0
+  for arg in "$@"; do
+    if ((skip)); then skip=0; continue; fi
+    if [[ $arg == --nvme-path ]]; then skip=1; continue; fi
+    dry+=("${arg/#nvme/cpu}")
+  done
+  "$ferry" train "${model[@]}" "${dry[@]}" --device meta --dp "$ranks" --summary "$work/$name.meta.json" > "$work/dry.txt" 2>&1 ||
+    { cat "$work/dry.txt"; exit 1; }
+}
+
+"$ferry" train "${model[@]}" --grad-accum 4 --summary "$work/one.json" > /dev/null
+"$ferry" train "${model[@]}" --grad-accum 4 --precision bf16 --summary "$work/one_bf16.json" > /dev/null
+run device 2 --grad-accum 2 --zero-stage 3 --offload-optimizer cpu
+run cpu 2 --grad-accum 2 --zero-stage 3 --offload-optimizer cpu --offload-param cpu
+grep -q "parameters offloaded to cpu: the partition's .* in host memory" "$work/out.txt" || { cat "$work/out.txt"; exit 1; }
+run nvme 2 --grad-accum 2 --zero-stage 3 "${nvme[@]}"
+grep -q "parameters offloaded to nvme: the partition's .* in a file on NVMe, read and written through .* of host buffers" "$work/out.txt" ||
+  { cat "$work/out.txt"; exit 1; }
+grep -q "parameters, most at once .* = partition 0 B (it lives on nvme) + gathered" "$work/out.txt" || { cat "$work/out.txt"; exit 1; }
+run kept 2 --grad-accum 2 --zero-stage 3 "${nvme[@]}" --reshard-after-forward false
+run full 2 --grad-accum 2 --zero-stage 3 "${nvme[@]}" --checkpointing full
+run selective 2 --grad-accum 2 --zero-stage 3 --offload-optimizer cpu --offload-param cpu --checkpointing selective
+run dp4 4 --grad-accum 1 --zero-stage 3 "${nvme[@]}" --offload-param-buffer-count 2 --offload-param-buffer-size 1MiB
+run bf16 2 --grad-accum 2 --zero-stage 3 "${nvme[@]}" --precision bf16
+
+/usr/bin/python3 - "$work" "$(dirname "$0")" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+from summaries import Summaries, round512
+summaries = Summaries(sys.argv[1])
+load, losses_match = summaries.load, summaries.losses_match
+for name in ("cpu", "nvme", "kept", "full", "selective", "dp4"):
+    losses_match(name, "one", 1e-6)
+losses_match("bf16", "one_bf16", 1e-4)
+for name in ("cpu", "nvme", "kept", "full", "selective", "dp4", "bf16"):
+    run = load(name)
+    home = "cpu" if name in ("cpu", "selective") else "nvme"
+    element = 2 if name == "bf16" else 4
+    assert run["run"]["offload_param"] == home, run["run"]
+    for rank, predicted in zip(run["ranks"], load(name + ".meta")["ranks"]):
+        bound, offload = rank["optimizer"]["memory_bound"]["parameters"], rank["optimizer"]["parameter_offload"]
+        # No partition on the device: the parameters there are the gathered working set, exactly.
+        assert bound["offloaded"] == home and bound["partition"] == 0, (name, bound)
+        assert bound["exact"] and rank["max_by_category"]["parameters"] == bound["total"] == bound["gathered"], (name, rank["rank"], bound)
+        # The home holds the partition's bytes; on NVMe, host memory is its buffers alone.
+        partition = element * rank["optimizer"]["owned_elements"]
+        assert offload["device"] == home and offload["partition_bytes"] == partition, (name, offload, partition)
+        if home == "cpu":
+            assert offload["host_bytes"] == partition and offload["nvme_bytes"] == 0, (name, offload)
+        else:
+            chunks = -(-partition // (1 << 20)) * (1 << 20)
+            count, size = (2, 1 << 20) if name == "dp4" else (5, min(16 << 20, chunks))
+            assert offload["host_bytes"] == count * size and offload["nvme_bytes"] == partition, (name, offload, partition)
+        assert offload["host_pinned_peak"] == offload["host_bytes"], (name, offload)
+        # The dry run of every rank in one process predicts every rank's memory and traffic byte for byte.
+        for key in ("peak_allocated", "peak_reserved", "max_by_category", "at_peak", "bytes_sent"):
+            assert predicted[key] == rank[key], (name, rank["rank"], key, predicted[key], rank[key])
+# Offloading the parameters takes the partition off the device and changes nothing else there.
+for device, offloaded in zip(load("device")["ranks"], load("cpu")["ranks"]):
+    partition = device["optimizer"]["memory_bound"]["parameters"]["partition"]
+    assert partition == round512(4 * device["optimizer"]["owned_elements"]), device["optimizer"]["memory_bound"]
+    assert offloaded["max_by_category"]["parameters"] == device["max_by_category"]["parameters"] - partition, (device["max_by_category"], offloaded["max_by_category"])
+    assert offloaded["peak_allocated"] == device["peak_allocated"] - partition, (device["peak_allocated"], offloaded["peak_allocated"])
+    assert offloaded["bytes_sent"] == device["bytes_sent"]
+PY
+
+# A pipeline of dp 2 x pp 2: parameter offload trains stage 3's losses.
+launch 4 train "${model[@]}" --grad-accum 4 --dp 2 --pp 2 --zero-stage 3 --offload-optimizer cpu --summary "$work/pipeline.json" \
+  > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+launch 4 train "${model[@]}" --grad-accum 4 --dp 2 --pp 2 --zero-stage 3 "${nvme[@]}" --summary "$work/pipeline_nvme.json" \
+  > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+load = lambda name: json.load(open(f"{sys.argv[1]}/{name}.json"))
+plain, offloaded = load("pipeline"), load("pipeline_nvme")
+assert [s["loss"] for s in offloaded["steps"]] == [s["loss"] for s in plain["steps"]], (offloaded["steps"], plain["steps"])
+for rank in offloaded["ranks"]:
+    bound = rank["optimizer"]["memory_bound"]["parameters"]
+    assert bound["partition"] == 0 and rank["max_by_category"]["parameters"] <= bound["total"], (rank["rank"], bound)
+PY
+
+# Checkpoints: parameter offload's files are stage 3's byte for byte; a stage-3 checkpoint resumes into
+# parameter offload on the losses one rank resumes.
+ckpt=(--steps 2 --grad-accum 2 --zero-stage 3 --offload-optimizer cpu)
+launch 2 train "${model[@]}" "${ckpt[@]}" --save "$work/plain" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+launch 2 train "${model[@]}" "${ckpt[@]}" --offload-param cpu --save "$work/offloaded" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+for file in model.safetensors optimizer.safetensors; do
+  cmp "$work/plain/step-00000002/$file" "$work/offloaded/step-00000002/$file" || { echo "parameter offload's $file differs from stage 3's"; exit 1; }
+done
+"$ferry" train "${model[@]}" --steps 4 --grad-accum 4 --offload-optimizer cpu --resume "$work/plain" --summary "$work/resumed_one.json" > /dev/null
+launch 2 train "${model[@]}" --steps 4 --grad-accum 2 --zero-stage 3 "${nvme[@]}" --resume "$work/plain" --summary "$work/resumed.json" \
+  > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+load = lambda name: json.load(open(f"{sys.argv[1]}/{name}.json"))
+one, offloaded = ([s["loss"] for s in load(name)["steps"]] for name in ("resumed_one", "resumed"))
+assert len(one) == len(offloaded) == 2 and all(abs(a - b) <= 1e-6 * abs(a) for a, b in zip(one, offloaded)), (one, offloaded)
+PY
+
+# Ranks launched with and without parameter offload stop before step 1, each naming the setting.
+if FERRY_COMM_TIMEOUT_SECONDS=20 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe \
+     -np 1 "$ferry" train "${model[@]}" --zero-stage 3 --offload-optimizer cpu --offload-param cpu : \
+     -np 1 "$ferry" train "${model[@]}" --zero-stage 3 --offload-optimizer cpu > "$work/out.txt" 2> "$work/err.txt"; then
+  echo "ranks with and without --offload-param trained"; exit 1
+fi
+grep -q -- "the ranks were launched with different settings: --offload-param" "$work/err.txt" || { cat "$work/err.txt"; exit 1; }
+
+# DeepSpeed's offload_param section sets it (max_in_cpu said to have no effect).
+cat > "$work/infinity.json" <<'JSON'
+{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                       "offload_param": {"device": "cpu", "pin_memory": true, "buffer_count": 4, "max_in_cpu": 1e9}}}
+JSON
+"$ferry" train --config "$work/infinity.json" "${model[@]}" --steps 1 --device meta --dp 2 --summary "$work/config.json" > "$work/out.txt"
+grep -q "note: zero_optimization.offload_param.max_in_cpu has no effect" "$work/out.txt"
+/usr/bin/python3 -c "import json,sys; run = json.load(open(sys.argv[1]))['run']; assert run['offload_param'] == 'cpu', run" "$work/config.json"
+
+# Settings that cannot work name the fix.
+expect_error "add --zero-stage 3" "$ferry" train "${model[@]}" --zero-stage 2 --offload-optimizer cpu --offload-param cpu --device meta --dp 2
+expect_error "needs --offload-optimizer cpu or nvme" "$ferry" train "${model[@]}" --zero-stage 3 --offload-param cpu --device meta --dp 2
+expect_error "needs 2 or more data-parallel ranks" "$ferry" train "${model[@]}" --zero-stage 3 --offload-optimizer cpu --offload-param cpu
+expect_error "offload-param nvme needs --nvme-path" "$ferry" train "${model[@]}" --zero-stage 3 --offload-optimizer cpu --offload-param nvme
+expect_error "not one of none, cpu, nvme" "$ferry" train "${model[@]}" --zero-stage 3 --offload-optimizer cpu --offload-param disk
+expect_error "less than one 1.00 MiB I/O chunk" "$ferry" train "${model[@]}" --zero-stage 3 "${nvme[@]}" --offload-param-buffer-size 4KiB
+echo "ZeRO-Infinity: one rank's losses with the parameters on the host or NVMe, the device holding only the gathered layers"
