@@ -83,6 +83,26 @@ for device, offloaded in zip(load("device")["ranks"], load("cpu")["ranks"]):
     assert offloaded["bytes_sent"] == device["bytes_sent"]
 PY
 
+# ZeRO-Infinity's anchor, state per device byte (1T parameters' 16 TB on a DGX-2's 512 GB, about 31x):
+# 4 ranks train a 192-block GPT of 38M parameters (610 MB of state at 16 bytes a parameter) with 4.5 MiB
+# of --device-memory each, 32x the four devices together, on one rank's losses. What a rank's device
+# holds: two gathered blocks, a few gradient buckets, and full recompute's block inputs (8 KiB a block).
+deep=(--model gpt2-tiny --layers 192 --seq 16 --batch 1 --steps 2 --lr 1e-3 --threads 1 --log-every 100)
+"$ferry" train "${deep[@]}" --grad-accum 4 --summary "$work/deep_one.json" > /dev/null
+launch 4 train "${deep[@]}" --checkpointing full --zero-stage 3 "${nvme[@]}" --device-memory 4.5MiB --summary "$work/deep.json" \
+  > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+/usr/bin/python3 - "$work" "$(dirname "$0")" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+from summaries import Summaries
+summaries = Summaries(sys.argv[1])
+summaries.losses_match("deep", "deep_one", 1e-6, steps=2)
+run = summaries.load("deep")
+device_memory = 4.5 * 2**20
+assert 16 * run["model"]["parameters"] >= 32 * 4 * device_memory, run["model"]
+assert all(rank["peak_reserved"] <= device_memory for rank in run["ranks"]), [rank["peak_reserved"] for rank in run["ranks"]]
+PY
+
 # A pipeline of dp 2 x pp 2: parameter offload trains stage 3's losses.
 launch 4 train "${model[@]}" --grad-accum 4 --dp 2 --pp 2 --zero-stage 3 --offload-optimizer cpu --summary "$work/pipeline.json" \
   > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
