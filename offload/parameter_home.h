@@ -1,57 +1,20 @@
-// ParameterHome: where a ZeRO-3 rank's parameter partition lives when it is offloaded (ZeRO-Infinity's
-// offload_param): pinned host memory, or an NVMe file read through a fixed set of host buffers. A layer's
-// slice is fetched to the device just before its all-gather (an NVMe home may read it ahead, while the
-// layer before computes); the optimizer stores the updated partition back, in order, during its step.
+// The parameter homes of ZeRO-Infinity's offload_param (engine/core/parameter_home.h): pinned host memory,
+// or an NVMe file read through a fixed set of host buffers. A layer's slice is fetched to the device just
+// before its all-gather (the NVMe home may read it ahead, while the layer before computes); the optimizer
+// stores the updated partition back, in order, during its step.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <span>
-#include <string>
 
 #include "allocator/pinned_host_allocator.h"
 #include "engine/core/device.h"
 #include "engine/core/dtype.h"
+#include "engine/core/parameter_home.h"
 
 namespace ferry::offload {
 
 class NvmeStore;
-
-// Elements [begin, begin + count) of a partition.
-struct ElementRange {
-  std::int64_t begin = 0;
-  std::int64_t count = 0;
-};
-
-class ParameterHome {
- public:
-  virtual ~ParameterHome() = default;
-  virtual std::string name() const = 0;  // "cpu" or "nvme"
-  std::int64_t elements() const { return elements_; }
-  DType dtype() const { return dtype_; }
-
-  // A hint: `ranges` will be fetched next. An NVMe home starts reading them into its buffers when they
-  // all fit (at most one read-ahead: a new one drops the last); host memory needs none.
-  virtual void read_ahead(std::span<const ElementRange> ranges) { (void)ranges; }
-  // Copies `range` to `destination` (device memory) on the device's default stream; returns once the
-  // copy is queued and the home's host memory is free again.
-  virtual void fetch(ElementRange range, void* destination) = 0;
-  // The updated partition, in order: each pass stores [0, elements()) in consecutive ranges (a store at 0
-  // starts a pass). Values are in dtype(), in host memory, and may be reused once store() returns.
-  virtual void store(ElementRange range, const void* values) = 0;
-  // Waits until the pass is written; throws when it did not cover the partition.
-  virtual void flush() = 0;
-  // Host memory the home holds (pinned unless pin_memory is off): the partition, or the NVMe buffers.
-  virtual std::int64_t host_bytes() const = 0;
-  virtual std::uint64_t nvme_bytes() const { return 0; }
-
- protected:
-  ParameterHome(std::int64_t elements, DType dtype) : elements_(elements), dtype_(dtype) {}
-
- private:
-  std::int64_t elements_;
-  DType dtype_;
-};
 
 // The partition in host memory (pinned unless pinned == nullptr), category parameters.
 std::unique_ptr<ParameterHome> make_host_parameter_home(Device& device, std::int64_t elements, DType dtype, PinnedHostAllocator* pinned);

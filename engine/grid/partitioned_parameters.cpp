@@ -20,7 +20,7 @@ bool same(std::span<const std::size_t> a, const std::vector<std::size_t>& b) { r
 }  // namespace
 
 PartitionedParameters::PartitionedParameters(Device& device, std::vector<ParameterSpec> parameters, DType dtype, const FlatLayout& layout,
-                                             FlatRange owned, Communicator& dp, bool reshard_after_forward, offload::ParameterHome* home)
+                                             FlatRange owned, Communicator& dp, bool reshard_after_forward, ParameterHome* home)
     : device_(device), parameters_(std::move(parameters)), dtype_(dtype), layout_(layout), owned_(owned), dp_(dp),
       reshard_after_forward_(reshard_after_forward), home_(home) {
   if (parameters_.size() != layout.parameter_count()) {
@@ -51,8 +51,8 @@ std::int64_t PartitionedParameters::partition_bytes() const {
   return static_cast<std::int64_t>(round_size(partition_.nbytes(), device_.allocator().config()));
 }
 
-std::vector<offload::ElementRange> PartitionedParameters::owned_ranges(std::span<const std::size_t> indices) const {
-  std::vector<offload::ElementRange> ranges;
+std::vector<ElementRange> PartitionedParameters::owned_ranges(std::span<const std::size_t> indices) const {
+  std::vector<ElementRange> ranges;
   for (const auto& [first, last] : runs(indices)) {
     const FlatRange mine = FlatRange{layout_.parameter(first).begin, layout_.parameter(last).end}.intersect(owned_);
     if (!mine.empty()) ranges.push_back({mine.begin - owned_.begin, mine.size()});

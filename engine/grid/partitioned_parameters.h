@@ -21,7 +21,7 @@
 #include "engine/core/tensor.h"
 #include "engine/grid/flat_layout.h"
 #include "models/gpt_parameters.h"
-#include "offload/parameter_home.h"
+#include "engine/core/parameter_home.h"
 
 namespace ferry {
 
@@ -30,7 +30,7 @@ class PartitionedParameters final : public ParameterProvider {
   // `parameters` in the layout's order; `owned` this rank's partition of `layout` (cut to the parameters).
   // `home`: where the partition lives when it is offloaded (null: on the device).
   PartitionedParameters(Device& device, std::vector<ParameterSpec> parameters, DType dtype, const FlatLayout& layout, FlatRange owned,
-                        Communicator& dp, bool reshard_after_forward, offload::ParameterHome* home = nullptr);
+                        Communicator& dp, bool reshard_after_forward, ParameterHome* home = nullptr);
   ~PartitionedParameters() override;
   PartitionedParameters(const PartitionedParameters&) = delete;
   PartitionedParameters& operator=(const PartitionedParameters&) = delete;
@@ -75,7 +75,7 @@ class PartitionedParameters final : public ParameterProvider {
   Gathered* find(std::span<const std::size_t> indices);
   void erase(std::span<const std::size_t> indices);
   // The home's ranges of this rank's slices of `indices`.
-  std::vector<offload::ElementRange> owned_ranges(std::span<const std::size_t> indices) const;
+  std::vector<ElementRange> owned_ranges(std::span<const std::size_t> indices) const;
 
   Device& device_;
   std::vector<ParameterSpec> parameters_;
@@ -85,7 +85,7 @@ class PartitionedParameters final : public ParameterProvider {
   FlatRange owned_;
   Communicator& dp_;
   bool reshard_after_forward_;
-  offload::ParameterHome* home_;
+  ParameterHome* home_;
   Tensor partition_;
   std::vector<Gathered> gathered_;
   std::vector<std::size_t> last_acquired_;

@@ -83,7 +83,7 @@ nlohmann::json DataParallelBase::describe() const {
                                 {"reduce_buckets", gradients_.buckets().size()}, {"memory_bound", memory_bound()}};
   description["last_step_seconds"]["gradient_reduction_wait"] = gradients_.wait_seconds();
   if (parameter_offload_) {
-    const offload::ParameterHome& home = parameter_offload_->home();
+    const ParameterHome& home = parameter_offload_->home();
     description["parameter_offload"] = {{"device", home.name()}, {"partition_bytes", home.elements() * static_cast<std::int64_t>(dtype_size(home.dtype()))},
                                         {"host_bytes", home.host_bytes()}, {"host_pinned_peak", parameter_offload_->host_pinned_peak()},
                                         {"nvme_bytes", home.nvme_bytes()}};

@@ -62,7 +62,7 @@ class DataParallelBase : public TrainingOptimizer {
   // The element counts of those shares.
   std::vector<std::int64_t> owned_numels() const;
   // Stage 3 with parameter offload: where the partition lives (null: on the device).
-  offload::ParameterHome* parameter_home() const { return parameter_offload_ ? &parameter_offload_->home() : nullptr; }
+  ParameterHome* parameter_home() const { return parameter_offload_ ? &parameter_offload_->home() : nullptr; }
   // Before the share is updated: stage 3's gathered parameters (a prefetch left over) would be stale.
   void drop_gathered();
   // After the share was updated: stages 1 and 2 gather the other ranks' shares into the whole tensors;
