@@ -36,10 +36,10 @@ def dry_flags(flags):
     return [flag.replace("nvme", "cpu") if flag == "nvme" else flag for flag in flags]
 
 
-def dry_run(work, layers, flags):
+def dry_run(work, layers, flags, steps=1):
     summary = f"{work}/dry.json"
     result = subprocess.run([ferry, "train", *shape, "--layers", str(layers), *dry_flags(flags), "--device", "meta", "--dp", str(dp),
-                             "--steps", "1", "--summary", summary], capture_output=True, text=True)
+                             "--steps", str(steps), "--summary", summary], capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(result.stderr)
     return json.load(open(summary))
@@ -71,8 +71,8 @@ def deepspeed_estimate(name, psi, largest):
 
 with tempfile.TemporaryDirectory(dir=nvme_root) as work:
     for name, flags in configs.items():
-        layers = deepest(work, flags)
-        predicted = dry_run(work, layers, flags)
+        layers = deepest(work, flags)  # by one step's dry runs; the real run's two steps are predicted below
+        predicted = dry_run(work, layers, flags, steps=2)
         psi = predicted["model"]["parameters"]
         largest = predicted["ranks"][0]["optimizer"]["memory_bound"].get("parameters", {}).get("largest_parameter_elements", 256 * 256)
         summary = f"{work}/run.json"

@@ -36,7 +36,9 @@ nlohmann::json run_training(const TrainOptions& options) {
     return summary;
   }
   if (plan.world == 1) {
-    nlohmann::json summary = train_on_grid(plan, ProcessGrid::split(*make_single_rank_communicator(), plan.grid), nullptr);
+    // A dry run's groups move nothing (on meta there is nothing to move, not even a one-rank copy).
+    nlohmann::json summary = train_on_grid(plan, plan.dry_run ? ProcessGrid::dry_run(plan.grid, 0) : ProcessGrid::split(*make_single_rank_communicator(), plan.grid),
+                                           nullptr);
     merge_rank_entries(summary, summary["ranks"]);
     if (!plan.io.quiet) print_training_result(summary);
     return summary;

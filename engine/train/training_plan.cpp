@@ -273,11 +273,6 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
       throw std::invalid_argument("--offload-param " + o.offload_param + " needs --offload-optimizer cpu or nvme: the optimizer steps the "
                                   "parameters where they live, on the host");
     }
-    if (plan.grid.dp == 1) {
-      throw std::invalid_argument("--offload-param " + o.offload_param + " needs 2 or more data-parallel ranks (--dp): ferry's stage 3 runs on "
-                                  "the data-parallel runtime, which one rank does not use; launch 2 ranks, or drop --offload-param and use "
-                                  "--offload-optimizer alone");
-    }
     offload::ParameterOffloadSettings param;
     param.nvme = o.offload_param == "nvme";
     param.nvme_path = param.nvme ? o.nvme_path : std::string();
@@ -295,7 +290,7 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
     }
     plan.offload_param = param;
   }
-  if (o.zero_stage > 0 && plan.grid.dp == 1) {
+  if (o.zero_stage > 0 && plan.grid.dp == 1 && !plan.offload_param) {
     plan.notes.push_back("--zero-stage " + number(o.zero_stage) + " (zero_optimization.stage) partitions nothing on one data-parallel rank: " +
                          (o.offload_optimizer != "none" ? std::string("ZeRO-Offload streams the gradients to the host as on one rank")
                                                         : std::string("the optimizer state stays whole on the device")));

@@ -90,9 +90,10 @@ struct TrainingPlan {
   TiedTableGradient tied_table_gradient() const;
   // DeepSpeed's train_batch_size identity: micro-batch x micro-batches x dp.
   std::int64_t global_batch() const { return micro_batch * micro_batches * grid.dp; }
-  // More than one data-parallel rank: the data-parallel runtime trains (ZeRO on one rank partitions
-  // nothing: the one-rank trainer runs, ZeRO-Offload included).
-  bool data_parallel() const { return grid.dp > 1; }
+  // The data-parallel runtime trains: more than one data-parallel rank, or parameter offload on one (the
+  // rank's partition is the whole model, off the device, copied in layer by layer). Otherwise ZeRO on one
+  // rank partitions nothing: the one-rank trainer runs, ZeRO-Offload included.
+  bool data_parallel() const { return grid.dp > 1 || offload_param.has_value(); }
   // Every rank's allocations are simulated in this process (a dry run of a grid larger than the job).
   bool simulated_ranks() const { return dry_run && world == 1 && grid.world() > 1; }
   nlohmann::json to_json() const;

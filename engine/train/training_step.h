@@ -89,7 +89,8 @@ struct DryRunSetup {
     TiedTableGradient tied_table = TiedTableGradient::as_computed;
     bool reshard_after_forward = true;  // ZeRO 3
     bool offload_param = false;         // ZeRO 3's partition off the device
-    bool active() const { return size > 1; }
+    // The data-parallel runtime runs: more than one rank, or ZeRO-Infinity on one (its partition whole).
+    bool active() const { return size > 1 || offload_param; }
   };
   DataParallel data_parallel{};
 };

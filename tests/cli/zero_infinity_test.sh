@@ -41,6 +41,9 @@ run full 2 --grad-accum 2 --zero-stage 3 "${nvme[@]}" --checkpointing full
 run selective 2 --grad-accum 2 --zero-stage 3 --offload-optimizer cpu --offload-param cpu --checkpointing selective
 run dp4 4 --grad-accum 1 --zero-stage 3 "${nvme[@]}" --offload-param-buffer-count 2 --offload-param-buffer-size 1MiB
 run bf16 2 --grad-accum 2 --zero-stage 3 "${nvme[@]}" --precision bf16
+run single 1 --grad-accum 4 --zero-stage 3 "${nvme[@]}"  # one rank: its partition is the whole model, off the device
+"$ferry" train "${model[@]}" --grad-accum 4 --zero-stage 3 "${nvme[@]}" --summary "$work/alone.json" > "$work/out.txt" 2>&1 ||
+  { cat "$work/out.txt"; exit 1; }  # without a launcher
 
 /usr/bin/python3 - "$work" "$(dirname "$0")" <<'PY'
 import sys
@@ -48,10 +51,12 @@ sys.path.insert(0, sys.argv[2])
 from summaries import Summaries, round512
 summaries = Summaries(sys.argv[1])
 load, losses_match = summaries.load, summaries.losses_match
-for name in ("cpu", "nvme", "kept", "full", "selective", "dp4"):
+for name in ("cpu", "nvme", "kept", "full", "selective", "dp4", "single", "alone"):
     losses_match(name, "one", 1e-6)
 losses_match("bf16", "one_bf16", 1e-4)
-for name in ("cpu", "nvme", "kept", "full", "selective", "dp4", "bf16"):
+for key in ("peak_reserved", "max_by_category"):  # one rank without a launcher holds what one under mpirun does
+    assert load("alone")["ranks"][0][key] == load("single")["ranks"][0][key], key
+for name in ("cpu", "nvme", "kept", "full", "selective", "dp4", "bf16", "single"):
     run = load(name)
     home = "cpu" if name in ("cpu", "selective") else "nvme"
     element = 2 if name == "bf16" else 4
@@ -156,7 +161,6 @@ grep -q "note: zero_optimization.offload_param.max_in_cpu has no effect" "$work/
 # Settings that cannot work name the fix.
 expect_error "add --zero-stage 3" "$ferry" train "${model[@]}" --zero-stage 2 --offload-optimizer cpu --offload-param cpu --device meta --dp 2
 expect_error "needs --offload-optimizer cpu or nvme" "$ferry" train "${model[@]}" --zero-stage 3 --offload-param cpu --device meta --dp 2
-expect_error "needs 2 or more data-parallel ranks" "$ferry" train "${model[@]}" --zero-stage 3 --offload-optimizer cpu --offload-param cpu
 expect_error "offload-param nvme needs --nvme-path" "$ferry" train "${model[@]}" --zero-stage 3 --offload-optimizer cpu --offload-param nvme
 expect_error "not one of none, cpu, nvme" "$ferry" train "${model[@]}" --zero-stage 3 --offload-optimizer cpu --offload-param disk
 expect_error "less than one 1.00 MiB I/O chunk" "$ferry" train "${model[@]}" --zero-stage 3 "${nvme[@]}" --offload-param-buffer-size 4KiB

@@ -3,7 +3,8 @@
 // smaller than the range (several pieces, the file's odd tail included, f32 and bf16); a read-ahead is
 // used when its range is fetched and dropped when another is; a second pass replaces the first; the
 // NVMe home holds its buffers and no more host memory whatever the partition's size; misuse and an
-// injected read error fail with the range or the file named.
+// injected read or write error fail with the range or the file named, and after a failed write the store
+// refuses further work.
 #include "offload/parameter_home.h"
 
 #include <gtest/gtest.h>
@@ -147,6 +148,25 @@ TEST(ParameterHome, ReadErrorNamesTheFile) {
     EXPECT_NE(std::string(error.what()).find("parameters.bin"), std::string::npos) << error.what();
     EXPECT_EQ(error.offset(), kChunk);
   }
+}
+
+TEST(ParameterHome, WriteErrorNamesTheFileAndTheStoreRefusesFurtherWork) {
+  Home home(true, 5000, DType::f32, 2, kChunk);
+  const std::vector<std::byte> values = random_values(5000, DType::f32, 6);
+  home.store_pass(values, {});
+  home.store->set_fault_injector([](IoDirection direction, const std::string&, std::uint64_t offset, std::size_t) -> std::optional<IoFault> {
+    if (direction == IoDirection::write && offset == 2 * kChunk) return IoFault{ENOSPC, 0};
+    return std::nullopt;
+  });
+  try {
+    home.store_pass(random_values(5000, DType::f32, 7), {});
+    FAIL() << "an injected ENOSPC was not reported";
+  } catch (const NvmeError& error) {
+    EXPECT_NE(std::string(error.what()).find("parameters.bin"), std::string::npos) << error.what();
+    EXPECT_EQ(error.error_number(), ENOSPC);
+  }
+  // Part of the pass reached the file: nothing more is read from it (the run resumes from a checkpoint).
+  EXPECT_THROW(home.fetched({0, 5000}), NvmeError);
 }
 
 }  // namespace
