@@ -93,7 +93,7 @@ with tempfile.TemporaryDirectory(dir=nvme_root) as work:
         step = run["steps"][-1]["seconds"]
         print(f"{name}: {layers} layers, {psi / 1e6:.1f}M parameters, {16 * psi / 2**30:.2f} GiB of state at 16 B/parameter "
               f"({16 * psi / (dp * budget):.1f}x the {dp} ranks' {budget_mib:g} MiB) | peak reserved {reserved / MiB:.2f} MiB "
-              f"(dry run {'exact' if exact else 'DIFFERS'}) | model states at the peak {states / MiB:.2f} MiB, DeepSpeed's estimator "
+              f"(dry run {'exact' if exact else 'DIFFERS'}) | model states (most of each category at once) {states / MiB:.2f} MiB, DeepSpeed's estimator "
               f"{deepspeed_estimate(name, psi, largest) / MiB:.2f} MiB | step {step:.2f} s: gather wait {seconds.get('parameter_gather_wait', 0):.2f}, "
               f"NVMe fetch {seconds.get('parameter_fetch', 0):.2f}, optimizer {seconds.get('step', 0):.2f} "
               f"(read wait {seconds.get('read_wait', 0):.2f}, write wait {seconds.get('write_wait', 0):.2f})", flush=True)
