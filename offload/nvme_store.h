@@ -13,6 +13,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "engine/core/xxhash64.h"
 
@@ -48,6 +49,15 @@ struct NvmeStoreOptions {
   std::size_t chunk_bytes = std::size_t{1} << 20;  // one transfer and one checksum per chunk
   bool register_buffers = true;                    // use fixed buffers for registered ranges
 };
+
+// A store in `directory` moving `chunk_bytes` per transfer, `queue_depth` at once (buffers registered).
+inline NvmeStoreOptions nvme_store_options(std::string directory, unsigned queue_depth, std::size_t chunk_bytes) {
+  NvmeStoreOptions options;
+  options.directory = std::move(directory);
+  options.queue_depth = queue_depth;
+  options.chunk_bytes = chunk_bytes;
+  return options;
+}
 
 using FileId = std::uint32_t;
 using IoRequest = std::uint64_t;

@@ -16,11 +16,7 @@ ParameterOffload::ParameterOffload(Device& device, std::int64_t elements, DType 
     return;
   }
   if (settings.nvme_path.empty()) throw std::invalid_argument("--offload-param nvme needs --nvme-path DIR (a directory on an NVMe drive)");
-  NvmeStoreOptions options;
-  options.directory = settings.nvme_path;
-  options.queue_depth = settings.queue_depth;
-  options.chunk_bytes = settings.chunk_bytes;
-  store_ = std::make_unique<NvmeStore>(options);
+  store_ = std::make_unique<NvmeStore>(nvme_store_options(settings.nvme_path, settings.queue_depth, settings.chunk_bytes));
   home_ = make_nvme_parameter_home(device, *store_, elements, dtype, settings.buffer_count, settings.buffer_bytes, pinned_.get());
 }
 

@@ -93,11 +93,7 @@ ZeroOffloadOptimizer::ZeroOffloadOptimizer(Device& device, std::vector<Offloaded
   const std::int64_t group_elements = choose_group_elements(offload, total);
   if (offload.device == OffloadDevice::nvme) {
     if (offload.nvme_path.empty()) throw std::invalid_argument("--offload-optimizer nvme needs --nvme-path DIR (a directory on an NVMe drive)");
-    NvmeStoreOptions store_options;
-    store_options.directory = offload.nvme_path;
-    store_options.queue_depth = offload.queue_depth;
-    store_options.chunk_bytes = offload.chunk_bytes;
-    store_ = std::make_unique<NvmeStore>(store_options);
+    store_ = std::make_unique<NvmeStore>(nvme_store_options(offload.nvme_path, offload.queue_depth, offload.chunk_bytes));
     tier_ = make_nvme_state_tier(*store_, total, group_elements, offload.buffer_count, pinned_.get());
   } else {
     tier_ = make_host_state_tier(total, group_elements, pinned_.get());

@@ -4,21 +4,10 @@
 # relative in fp32, bf16 within its rounding), with --reshard-after-forward true and false, with every
 # recompute policy and with ZeRO-Offload (cpu, nvme); each rank's parameter bytes at most at once equal
 # the stated partition + gathered working set, exactly, and the dry run of every rank predicts each rank's peaks byte for byte; stage 3
-# peaks below stage 2; a pipeline (dp 2 x pp 2) and --init-from train stage 2's losses; a stage-3
+# peaks below stage 2; a pipeline (dp 2 x pp 2, also with parameters on NVMe) and --init-from train stage 2's losses; a stage-3
 # checkpoint is byte for byte stage 2's and resumes across stages and grids.
 source "$(dirname "$0")/common.sh"
-mpirun=${MPIRUN:-mpirun}
-launch() {  # launch RANKS ARGS...: ferry under mpirun
-  local ranks=$1; shift
-  timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -np "$ranks" "$ferry" "$@"
-}
-model=(--model gpt2-tiny --steps 3 --batch 2 --seq 32 --lr 1e-3 --dropout 0.1 --threads 1 --log-every 100)
-run() {  # run NAME RANKS ARGS...: train under mpirun into NAME.json, its dry run of every rank into NAME.meta.json
-  local name=$1 ranks=$2; shift 2
-  launch "$ranks" train "${model[@]}" "$@" --summary "$work/$name.json" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
-  "$ferry" train "${model[@]}" "$@" --device meta --dp "$ranks" --summary "$work/$name.meta.json" > "$work/out.txt" 2>&1 ||
-    { cat "$work/out.txt"; exit 1; }
-}
+source "$(dirname "$0")/stage3_runs.sh"
 
 "$ferry" train "${model[@]}" --grad-accum 4 --summary "$work/one.json" > /dev/null
 "$ferry" train "${model[@]}" --grad-accum 4 --precision bf16 --summary "$work/one_bf16.json" > /dev/null
@@ -104,18 +93,25 @@ PY
 # A pipeline of dp 2 x pp 2: stage 3 trains stage 2's losses (the tied table's gradient summed between
 # the stages as there), each rank's parameter bytes within the stated bound (a pipeline rank's layers
 # run in its schedule's order, so the bound is not exact there).
-for stage in 2 3; do
-  launch 4 train "${model[@]}" --grad-accum 4 --dp 2 --pp 2 --zero-stage "$stage" --summary "$work/pipeline_$stage.json" \
+# With the parameters and optimizer state on NVMe (ZeRO-Infinity) the pipeline trains them too.
+for variant in 2 3 infinity; do
+  case $variant in
+    infinity) flags=(--zero-stage 3 --offload-optimizer nvme --offload-param nvme --nvme-path "$work/nvme") ;;
+    *) flags=(--zero-stage "$variant") ;;
+  esac
+  launch 4 train "${model[@]}" --grad-accum 4 --dp 2 --pp 2 "${flags[@]}" --summary "$work/pipeline_$variant.json" \
     > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
 done
 /usr/bin/python3 - "$work" <<'PY'
 import json, sys
 load = lambda name: json.load(open(f"{sys.argv[1]}/{name}.json"))
-two, three = load("pipeline_2"), load("pipeline_3")
+two, three, infinity = load("pipeline_2"), load("pipeline_3"), load("pipeline_infinity")
 assert [s["loss"] for s in three["steps"]] == [s["loss"] for s in two["steps"]], (three["steps"], two["steps"])
-for rank in three["ranks"]:
+assert all(abs(a["loss"] - b["loss"]) <= 1e-6 * b["loss"] for a, b in zip(infinity["steps"], three["steps"])), (infinity["steps"], three["steps"])
+for rank in three["ranks"] + infinity["ranks"]:
     bound = rank["optimizer"]["memory_bound"]["parameters"]
     assert not bound["exact"] and rank["max_by_category"]["parameters"] <= bound["total"], (rank["rank"], rank["max_by_category"], bound)
+assert all(rank["optimizer"]["memory_bound"]["parameters"]["partition"] == 0 for rank in infinity["ranks"])
 PY
 
 # --init-from at stage 3: each rank reads its partition's elements from the file, piece by piece, and

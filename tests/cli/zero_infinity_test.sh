@@ -2,30 +2,13 @@
 # ZeRO-Infinity's parameter offload under mpirun (more ranks than cores): --offload-param cpu and nvme
 # keep each stage-3 rank's partition in pinned host memory or an NVMe file, and the device holds only
 # the gathered layers. dp 2 and 4 train one rank's losses (resharding on and off, recompute full and
-# selective, bf16, a dp 2 x pp 2 pipeline); each rank's parameter bytes at most at once are the stated
+# selective, bf16; a dp 2 x pp 2 pipeline in zero3_test.sh); each rank's parameter bytes at most at once are the stated
 # working set exactly, with no partition on the device; the dry run of every rank predicts each rank's
 # peaks byte for byte; the NVMe home holds its buffers and no more host memory; checkpoints are stage 3's
 # byte for byte and resume into parameter offload; ranks that disagree and impossible settings are refused.
 source "$(dirname "$0")/common.sh"
-mpirun=${MPIRUN:-mpirun}
-launch() {  # launch RANKS ARGS...: ferry under mpirun
-  local ranks=$1; shift
-  timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -np "$ranks" "$ferry" "$@"
-}
-model=(--model gpt2-tiny --steps 3 --batch 2 --seq 32 --lr 1e-3 --dropout 0.1 --threads 1 --log-every 100)
+source "$(dirname "$0")/stage3_runs.sh"
 nvme=(--offload-optimizer nvme --offload-param nvme --nvme-path "$work/nvme")
-run() {  # run NAME RANKS ARGS...: train under mpirun into NAME.json; the dry run of every rank (nvme as cpu) into NAME.meta.json
-  local name=$1 ranks=$2; shift 2
-  launch "$ranks" train "${model[@]}" "$@" --summary "$work/$name.json" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
-  local dry=() skip=0
-  for arg in "$@"; do
-    if ((skip)); then skip=0; continue; fi
-    if [[ $arg == --nvme-path ]]; then skip=1; continue; fi
-    dry+=("${arg/#nvme/cpu}")
-  done
-  "$ferry" train "${model[@]}" "${dry[@]}" --device meta --dp "$ranks" --summary "$work/$name.meta.json" > "$work/dry.txt" 2>&1 ||
-    { cat "$work/dry.txt"; exit 1; }
-}
 
 "$ferry" train "${model[@]}" --grad-accum 4 --summary "$work/one.json" > /dev/null
 "$ferry" train "${model[@]}" --grad-accum 4 --precision bf16 --summary "$work/one_bf16.json" > /dev/null
@@ -106,21 +89,6 @@ run = summaries.load("deep")
 device_memory = 4.5 * 2**20
 assert 16 * run["model"]["parameters"] >= 32 * 4 * device_memory, run["model"]
 assert all(rank["peak_reserved"] <= device_memory for rank in run["ranks"]), [rank["peak_reserved"] for rank in run["ranks"]]
-PY
-
-# A pipeline of dp 2 x pp 2: parameter offload trains stage 3's losses.
-launch 4 train "${model[@]}" --grad-accum 4 --dp 2 --pp 2 --zero-stage 3 --offload-optimizer cpu --summary "$work/pipeline.json" \
-  > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
-launch 4 train "${model[@]}" --grad-accum 4 --dp 2 --pp 2 --zero-stage 3 "${nvme[@]}" --summary "$work/pipeline_nvme.json" \
-  > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
-/usr/bin/python3 - "$work" <<'PY'
-import json, sys
-load = lambda name: json.load(open(f"{sys.argv[1]}/{name}.json"))
-plain, offloaded = load("pipeline"), load("pipeline_nvme")
-assert [s["loss"] for s in offloaded["steps"]] == [s["loss"] for s in plain["steps"]], (offloaded["steps"], plain["steps"])
-for rank in offloaded["ranks"]:
-    bound = rank["optimizer"]["memory_bound"]["parameters"]
-    assert bound["partition"] == 0 and rank["max_by_category"]["parameters"] <= bound["total"], (rank["rank"], bound)
 PY
 
 # Checkpoints: parameter offload's files are stage 3's byte for byte; a stage-3 checkpoint resumes into
