@@ -133,8 +133,8 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
     description["mode"] = optimizer_.tier_name();
     description["state"] = optimizer_.tier_name() == "nvme" ? "nvme" : "host";
     // The optimizer's pinned memory and the parameter home's (each with an allocator of its own).
-    description["host_pinned_peak"] = optimizer_.host_pinned_peak() + description.value("parameter_offload", nlohmann::json::object()).value("host_pinned_peak", std::int64_t{0});
-    description["nvme_bytes"] = optimizer_.nvme_bytes() + (parameter_home() != nullptr ? parameter_home()->nvme_bytes() : 0);
+    description["host_pinned_peak"] = optimizer_.host_pinned_peak() + (parameter_offload_ ? parameter_offload_->host_pinned_peak() : 0);
+    description["nvme_bytes"] = optimizer_.nvme_bytes() + (parameter_offload_ ? parameter_offload_->home().nvme_bytes() : 0);
     description["gradient_bytes_to_host"] = optimizer_.gradients_received();
     const offload::OffloadStepTimes& times = optimizer_.last_step_times();
     description["cpu_adam"] = {{"simd", std::string(offload::simd_level_name(optimizer_.adam().simd()))}, {"threads", optimizer_.adam().threads()}};

@@ -61,8 +61,8 @@ struct TrainOptions {
   std::int64_t offload_chunk_bytes = 1 << 20;  // nvme: bytes per I/O and per checksum
   int offload_queue_depth = 32;             // nvme: I/Os in flight
   std::string offload_param = "none";       // none | cpu | nvme (ZeRO-Infinity: stage 3's parameter partition off the device)
-  int offload_param_buffer_count = 5;       // nvme: host buffers the parameters are read through
-  std::string offload_param_buffer_size = "16MiB";  // nvme: each of them
+  std::optional<int> offload_param_buffer_count;          // nvme: host buffers the parameters are read through (default 5)
+  std::optional<std::string> offload_param_buffer_size;   // nvme: each of them (default 16MiB)
   std::optional<std::int64_t> offload_param_buffer_elements;  // DeepSpeed's offload_param.buffer_size (elements of the parameters' dtype)
   std::int64_t loss_chunk = 0;  // tokens per LM-head chunk; 0: as many as fit 32 MiB of logits
   std::string profile;          // memory-profile directory

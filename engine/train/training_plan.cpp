@@ -78,13 +78,13 @@ void validate_options(const TrainOptions& o) {
   if (o.offload_optimizer != "nvme" && o.offload_param != "nvme" && !o.nvme_path.empty()) {
     throw std::invalid_argument("--nvme-path is for --offload-optimizer nvme or --offload-param nvme (this run offloads neither to nvme)");
   }
-  if (o.offload_param == "nvme" && !o.offload_param_buffer_elements &&
-      parse_byte_size(o.offload_param_buffer_size) < static_cast<std::size_t>(o.offload_chunk_bytes)) {
+  if (o.offload_param == "nvme" && !o.offload_param_buffer_elements && o.offload_param_buffer_size &&
+      parse_byte_size(*o.offload_param_buffer_size) < static_cast<std::size_t>(o.offload_chunk_bytes)) {
     const std::string chunk = format_bytes(static_cast<std::size_t>(o.offload_chunk_bytes));
-    throw std::invalid_argument("--offload-param-buffer-size " + o.offload_param_buffer_size + " is less than one " + chunk +
+    throw std::invalid_argument("--offload-param-buffer-size " + *o.offload_param_buffer_size + " is less than one " + chunk +
                                 " I/O chunk (aio.block_size): give at least " + chunk);
   }
-  if (o.offload_param_buffer_count < 1) throw std::invalid_argument("--offload-param-buffer-count must be >= 1 (5 lets a layer's reads overlap)");
+  if (o.offload_param_buffer_count.value_or(5) < 1) throw std::invalid_argument("--offload-param-buffer-count must be >= 1 (5 lets a layer's reads overlap)");
   if (o.offload_buffer_count < 2) throw std::invalid_argument("--offload-buffer-count must be >= 2 (4 lets reads, updates and writes overlap)");
   if (o.offload_sub_group < 0) throw std::invalid_argument("--offload-sub-group must be >= 0 elements (0: automatic)");
   if (parse_byte_size(o.offload_buffer_size) > physical_memory_bytes() / 2) {
@@ -277,9 +277,12 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
     param.nvme = o.offload_param == "nvme";
     param.nvme_path = param.nvme ? o.nvme_path : std::string();
     param.pin_memory = o.offload_pin_memory;
-    param.buffer_count = o.offload_param_buffer_count;
-    param.buffer_bytes = o.offload_param_buffer_elements ? static_cast<std::size_t>(*o.offload_param_buffer_elements) * dtype_size(plan.precision)
-                                                         : parse_byte_size(o.offload_param_buffer_size);
+    param.buffer_count = o.offload_param_buffer_count.value_or(param.buffer_count);
+    if (o.offload_param_buffer_elements) {
+      param.buffer_bytes = static_cast<std::size_t>(*o.offload_param_buffer_elements) * dtype_size(plan.precision);
+    } else if (o.offload_param_buffer_size) {
+      param.buffer_bytes = parse_byte_size(*o.offload_param_buffer_size);
+    }
     param.queue_depth = static_cast<unsigned>(o.offload_queue_depth);
     param.chunk_bytes = static_cast<std::size_t>(o.offload_chunk_bytes);
     const std::size_t pinned = param.buffer_bytes * static_cast<std::size_t>(param.buffer_count);
@@ -289,6 +292,10 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
                                   format_bytes(physical_memory_bytes()) + " of RAM: the buffers are pinned (locked) host memory; lower either");
     }
     plan.offload_param = param;
+  }
+  if (o.offload_param != "nvme" && (o.offload_param_buffer_count || o.offload_param_buffer_size || o.offload_param_buffer_elements)) {
+    plan.notes.push_back("--offload-param-buffer-count and --offload-param-buffer-size (offload_param.buffer_count, buffer_size) have no "
+                         "effect without --offload-param nvme: only the NVMe home reads the parameters through buffers");
   }
   if (o.zero_stage > 0 && plan.grid.dp == 1 && !plan.offload_param) {
     plan.notes.push_back("--zero-stage " + number(o.zero_stage) + " (zero_optimization.stage) partitions nothing on one data-parallel rank: " +

@@ -117,13 +117,14 @@ if FERRY_COMM_TIMEOUT_SECONDS=20 timeout 120 "$mpirun" --allow-run-as-root --ove
 fi
 grep -q -- "the ranks were launched with different settings: --offload-param" "$work/err.txt" || { cat "$work/err.txt"; exit 1; }
 
-# DeepSpeed's offload_param section sets it (max_in_cpu said to have no effect).
+# DeepSpeed's offload_param section sets it (max_in_cpu, and buffers for a cpu home, said to have no effect).
 cat > "$work/infinity.json" <<'JSON'
 {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
                        "offload_param": {"device": "cpu", "pin_memory": true, "buffer_count": 4, "max_in_cpu": 1e9}}}
 JSON
 "$ferry" train --config "$work/infinity.json" "${model[@]}" --steps 1 --device meta --dp 2 --summary "$work/config.json" > "$work/out.txt"
 grep -q "note: zero_optimization.offload_param.max_in_cpu has no effect" "$work/out.txt"
+grep -q "note: --offload-param-buffer-count and --offload-param-buffer-size .* have no effect without --offload-param nvme" "$work/out.txt"
 /usr/bin/python3 -c "import json,sys; run = json.load(open(sys.argv[1]))['run']; assert run['offload_param'] == 'cpu', run" "$work/config.json"
 
 # Settings that cannot work name the fix.
