@@ -1,7 +1,8 @@
 # Optional NCCL (engine/comm's backend for GPU buffers): looked for only in CUDA builds. Finds nccl.h and
 # libnccl under NCCL_HOME / NCCL_ROOT (environment or cache), the CUDA toolkit (whose lib/ holds it in
 # NVIDIA's images) or the system paths, and needs NCCL 2.10 or newer (ncclAvg, ncclBfloat16). Without it
-# the build goes on and make_nccl_communicator() throws. FERRY_HAVE_NCCL tells the rest of the build.
+# the build goes on and make_nccl_communicator() throws. FERRY_HAVE_NCCL tells the rest of the build. The
+# library found is not linked: engine/comm loads it at run time (FERRY_NCCL_LIBRARY is its last fallback).
 option(FERRY_ENABLE_NCCL "Build the NCCL backend when CUDA and NCCL are found" ON)
 set(FERRY_HAVE_NCCL OFF)
 set(ferry_nccl_status "not looked for: no CUDA")
@@ -25,9 +26,6 @@ elseif(FERRY_HAVE_CUDA)
     if(FERRY_NCCL_VERSION VERSION_LESS 2.10)
       set(ferry_nccl_status "NCCL ${FERRY_NCCL_VERSION} at ${FERRY_NCCL_LIBRARY} is older than 2.10: not used")
     else()
-      add_library(ferry_nccl UNKNOWN IMPORTED)
-      set_target_properties(ferry_nccl PROPERTIES IMPORTED_LOCATION ${FERRY_NCCL_LIBRARY}
-        INTERFACE_INCLUDE_DIRECTORIES ${FERRY_NCCL_INCLUDE_DIR})
       set(FERRY_HAVE_NCCL ON)
       set(ferry_nccl_status "${FERRY_NCCL_VERSION} (${FERRY_NCCL_LIBRARY})")
     endif()

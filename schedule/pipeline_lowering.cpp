@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 #include <span>
 
 #include "schedule/pipeline_lowering.h"
@@ -70,9 +71,9 @@ std::vector<RankActions> place_communication(const PipelineSchedule& compute) {
 // odd ranks receive first: Megatron-LM#5100, pytorch#172668); on a cycle of even ranks only (a ring of
 // odd length, interleaved) the highest. Returns the receiver and its receive; nullopt when no cycle has
 // a send in it (a compute order that cannot run, which the validator reports).
-std::optional<std::pair<std::int32_t, PipelineAction>> receive_to_post_first(const PipelineProgress& progress) {
+std::optional<std::pair<std::int32_t, PipelineAction>> receive_to_post_first(const std::vector<BlockedRank>& stuck) {
   std::map<std::int32_t, BlockedRank> blocked;
-  for (const BlockedRank& each : progress.blocked()) blocked.emplace(each.rank, each);
+  for (const BlockedRank& each : stuck) blocked.emplace(each.rank, each);
   for (const auto& [start, unused] : blocked) {
     std::map<std::int32_t, int> visits;  // ranks on the walk from `start`; those seen twice form the cycle
     std::int32_t rank = start;
@@ -169,19 +170,39 @@ PipelineSchedule lower_pipeline_communication(const PipelineSchedule& compute) {
   return lower_pipeline_communication(compute, unit_pipeline_costs(compute));
 }
 
-PipelineSchedule lower_pipeline_communication(const PipelineSchedule& compute, const PipelineCosts& costs) {
+PipelineSchedule lower_pipeline_communication(const PipelineSchedule& compute, const PipelineCosts& costs, PipelineLoweringWork* work) {
+  PipelineLoweringWork done;
   PipelineSchedule lowered = compute;
   // An already lowered schedule keeps its order (a hand-written one is the validator's to judge).
   if (!compute.has_communication()) lowered.actions = place_communication(compute);
   PipelineProgress progress(lowered, SendSemantics::rendezvous);
   if (!compute.has_communication()) {
     const Plan planned = plan(compute, costs);
+    const auto repair = [&](const std::pair<std::int32_t, PipelineAction>& fix) {
+      ++done.repairs;
+      progress.reorder_remaining(fix.first, receive_first(progress.remaining(fix.first), fix.second, progress.dependencies(), planned));
+    };
     while (!progress.run()) {
-      const std::optional<std::pair<std::int32_t, PipelineAction>> fix = receive_to_post_first(progress);
+      // Two ranks sending to each other are a cycle of their own: repairing each such pair alone gives
+      // what the search below would, without walking every rank at every stop (pairs are disjoint, and
+      // a pair's repair depends on its two ranks only).
+      std::set<std::int32_t> repaired;
+      for (const auto& [one, other] : progress.take_crossed_transfers()) {
+        if (repaired.contains(one.rank) || repaired.contains(other.rank)) continue;
+        if (const auto fix = receive_to_post_first({one, other})) {
+          repaired.insert({one.rank, other.rank});
+          repair(*fix);
+        }
+      }
+      if (!repaired.empty()) continue;
+      ++done.searches;
+      const std::optional<std::pair<std::int32_t, PipelineAction>> fix = receive_to_post_first(progress.blocked());
       if (!fix) break;
-      progress.reorder_remaining(fix->first, receive_first(progress.remaining(fix->first), fix->second, progress.dependencies(), planned));
+      repair(*fix);
     }
   }
+  done.progress_work = progress.work();
+  if (work) *work = done;
   lowered.actions.assign(progress.rank_actions().size(), {});
   for (std::size_t rank = 0; rank < lowered.actions.size(); ++rank) {
     lowered.actions[rank].assign(progress.rank_actions()[rank].begin(), progress.rank_actions()[rank].end());

@@ -8,6 +8,16 @@
 
 namespace ferry {
 
-PipelineSchedule lower_pipeline_communication(const PipelineSchedule& compute, const PipelineCosts& costs);
+// The work a lowering did, to show it stays linear in the actions: rank steps tried and ranks looked at
+// (PipelineProgress::work), receive-first repairs, and searches over every stuck rank (two ranks sending
+// to each other, 1F1B's only deadlock, are repaired without one).
+struct PipelineLoweringWork {
+  std::int64_t progress_work = 0;
+  std::int64_t repairs = 0;
+  std::int64_t searches = 0;
+};
+
+PipelineSchedule lower_pipeline_communication(const PipelineSchedule& compute, const PipelineCosts& costs,
+                                              PipelineLoweringWork* work = nullptr);
 
 }  // namespace ferry

@@ -11,12 +11,24 @@ const char* send_semantics_name(SendSemantics semantics) {
 }
 
 PipelineProgress::PipelineProgress(const PipelineSchedule& schedule, SendSemantics semantics)
-    : dependencies_(schedule), semantics_(semantics), lists_(schedule.actions.size()), next_(schedule.actions.size(), 0) {
+    : dependencies_(schedule),
+      semantics_(semantics),
+      lists_(schedule.actions.size()),
+      next_(schedule.actions.size(), 0),
+      queued_(schedule.actions.size(), 0) {
   for (std::size_t rank = 0; rank < schedule.actions.size(); ++rank) {
     for (const std::optional<PipelineAction>& action : schedule.actions[rank]) {
       if (action) lists_[rank].push_back(*action);
     }
+    if (!lists_[rank].empty()) ++unfinished_;
+    wake(rank);
   }
+}
+
+void PipelineProgress::wake(std::size_t rank) {
+  if (queued_[rank]) return;
+  queued_[rank] = 1;
+  ready_.push_back(rank);
 }
 
 std::optional<PipelineAction> PipelineProgress::missing_input(const PipelineAction& action) const {
@@ -39,10 +51,38 @@ void PipelineProgress::complete(std::size_t rank, const DoneCallback& on_done) {
   const PipelineAction& action = lists_[rank][next_[rank]];
   done_.insert(action);
   if (on_done) on_done(static_cast<std::int32_t>(rank), action);
-  ++next_[rank];
+  if (const auto waiters = waiting_.find(action); waiters != waiting_.end()) {
+    for (const std::size_t waiter : waiters->second) wake(waiter);
+    waiting_.erase(waiters);
+  }
+  if (++next_[rank] == lists_[rank].size()) --unfinished_;
+}
+
+// Where a stopped rank will be woken: by the input it misses, or (a transfer whose partner is not there
+// yet) by the partner, which completes both when it arrives.
+void PipelineProgress::note_blocked(std::size_t rank) {
+  const PipelineAction& action = lists_[rank][next_[rank]];
+  if (semantics_ == SendSemantics::rendezvous && action.is_communication()) {
+    if (const std::optional<std::size_t> peer = rendezvous_peer(rank)) {
+      const std::size_t sender = is_send(action) ? rank : *peer;
+      waiting_[*missing_input(lists_[sender][next_[sender]])].push_back(rank);
+      return;
+    }
+    const std::optional<std::int32_t> holder = dependencies_.rank_holding(matching_communication(action));
+    if (!holder || static_cast<std::size_t>(*holder) == rank) return;
+    const auto peer = static_cast<std::size_t>(*holder);
+    if (next_[peer] >= lists_[peer].size()) return;
+    const PipelineAction& theirs = lists_[peer][next_[peer]];
+    if (theirs.is_communication() && dependencies_.rank_holding(matching_communication(theirs)) == static_cast<std::int32_t>(rank)) {
+      crossed_.emplace_back(rank, peer);
+    }
+    return;
+  }
+  if (const std::optional<PipelineAction> input = missing_input(action)) waiting_[*input].push_back(rank);
 }
 
 bool PipelineProgress::try_step(std::size_t rank, const DoneCallback& on_done) {
+  ++work_;
   const PipelineAction& action = lists_[rank][next_[rank]];
   if (semantics_ == SendSemantics::rendezvous && action.is_communication()) {
     const std::optional<std::size_t> peer = rendezvous_peer(rank);
@@ -52,6 +92,7 @@ bool PipelineProgress::try_step(std::size_t rank, const DoneCallback& on_done) {
     if (missing_input(lists_[sender][next_[sender]])) return false;
     complete(sender, on_done);
     complete(receiver, on_done);
+    wake(*peer);
     return true;
   }
   if (missing_input(action)) return false;
@@ -60,32 +101,48 @@ bool PipelineProgress::try_step(std::size_t rank, const DoneCallback& on_done) {
 }
 
 bool PipelineProgress::run(const DoneCallback& on_done) {
-  bool moved = true;
-  while (moved) {
-    moved = false;
-    for (std::size_t rank = 0; rank < lists_.size(); ++rank) {
-      while (next_[rank] < lists_[rank].size() && try_step(rank, on_done)) moved = true;
+  while (!ready_.empty()) {
+    const std::size_t rank = ready_.front();
+    ready_.pop_front();
+    queued_[rank] = 0;
+    while (next_[rank] < lists_[rank].size() && try_step(rank, on_done)) {
     }
+    if (next_[rank] < lists_[rank].size()) note_blocked(rank);
   }
-  for (std::size_t rank = 0; rank < lists_.size(); ++rank) {
-    if (next_[rank] < lists_[rank].size()) return false;
+  return unfinished_ == 0;
+}
+
+std::optional<BlockedRank> PipelineProgress::blocked(std::int32_t rank) const {
+  const auto index = static_cast<std::size_t>(rank);
+  if (next_.at(index) >= lists_[index].size()) return std::nullopt;
+  ++work_;
+  const PipelineAction& action = lists_[index][next_[index]];
+  std::optional<PipelineAction> waits_for = missing_input(action);
+  if (semantics_ == SendSemantics::rendezvous && action.is_communication() && (!waits_for || !is_send(action))) {
+    waits_for = matching_communication(action);
   }
-  return true;
+  // A rank stopped by nothing it needs is waiting for its rendezvous partner, which is itself stuck.
+  const PipelineAction waited = waits_for.value_or(action);
+  return BlockedRank{rank, action, waited, dependencies_.rank_holding(waited)};
 }
 
 std::vector<BlockedRank> PipelineProgress::blocked() const {
   std::vector<BlockedRank> result;
   for (std::size_t rank = 0; rank < lists_.size(); ++rank) {
-    if (next_[rank] >= lists_[rank].size()) continue;
-    const PipelineAction& action = lists_[rank][next_[rank]];
-    std::optional<PipelineAction> waits_for = missing_input(action);
-    if (semantics_ == SendSemantics::rendezvous && action.is_communication() && (!waits_for || !is_send(action))) {
-      waits_for = matching_communication(action);
-    }
-    // A rank stopped by nothing it needs is waiting for its rendezvous partner, which is itself stuck.
-    const PipelineAction waited = waits_for.value_or(action);
-    result.push_back({static_cast<std::int32_t>(rank), action, waited, dependencies_.rank_holding(waited)});
+    if (const std::optional<BlockedRank> each = blocked(static_cast<std::int32_t>(rank))) result.push_back(*each);
   }
+  return result;
+}
+
+std::vector<std::pair<BlockedRank, BlockedRank>> PipelineProgress::take_crossed_transfers() {
+  std::vector<std::pair<BlockedRank, BlockedRank>> result;
+  for (const auto& [first, second] : crossed_) {
+    if (queued_[first] || queued_[second]) continue;  // one of them may move again
+    const std::optional<BlockedRank> one = blocked(static_cast<std::int32_t>(first)), other = blocked(static_cast<std::int32_t>(second));
+    if (!one || !other || one->waits_for_rank != other->rank || other->waits_for_rank != one->rank) continue;
+    result.emplace_back(*one, *other);
+  }
+  crossed_.clear();
   return result;
 }
 
@@ -123,6 +180,7 @@ void PipelineProgress::reorder_remaining(std::int32_t rank, const std::vector<Pi
   }
   std::vector<PipelineAction>& list = lists_[static_cast<std::size_t>(rank)];
   std::copy(reordered.begin(), reordered.end(), list.begin() + static_cast<std::ptrdiff_t>(next_[static_cast<std::size_t>(rank)]));
+  wake(static_cast<std::size_t>(rank));
 }
 
 }  // namespace ferry

@@ -1,10 +1,13 @@
 // Runs a schedule's per-rank lists in dependency order, without time: each rank does its next action
 // once that action's inputs are done. It finds deadlocks and says which action each rank is stuck at and
 // what it waits for; the validator, the simulator and the lowering's deadlock repair are built on it.
+// Work is linear in the actions: a blocked rank is woken by the action it waits for, never rescanned.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <unordered_map>
 #include <optional>
 #include <string>
 #include <span>
@@ -42,6 +45,11 @@ class PipelineProgress {
   bool run(const DoneCallback& on_done = {});
 
   std::vector<BlockedRank> blocked() const;
+  std::optional<BlockedRank> blocked(std::int32_t rank) const;  // nullopt when the rank has finished
+  // Rendezvous only: pairs of ranks each stopped at a transfer with the other that the other is not at
+  // (neither moves until one of them reorders), as found when the second of them stopped; each pair is
+  // returned once while both are still there. The lowering repairs these without a search of all ranks.
+  std::vector<std::pair<BlockedRank, BlockedRank>> take_crossed_transfers();
   // "rank 0 waits at 0RECV_B1 for 1SEND_B1 on rank 1; rank 1 waits at ..."
   std::string describe_blocked() const;
 
@@ -53,12 +61,18 @@ class PipelineProgress {
   std::span<const PipelineAction> remaining(std::int32_t rank) const;
   void reorder_remaining(std::int32_t rank, const std::vector<PipelineAction>& reordered);
 
+  // Ranks' next actions tried plus stuck ranks described: the work done so far, linear in the actions
+  // (a stuck rank is woken by what it waits for, never tried again in between).
+  std::int64_t work() const { return work_; }
+
   // The lists with bubbles dropped, as run (including any reordering).
   const std::vector<std::vector<PipelineAction>>& rank_actions() const { return lists_; }
   const PipelineDependencies& dependencies() const { return dependencies_; }
 
  private:
   bool try_step(std::size_t rank, const DoneCallback& on_done);
+  void wake(std::size_t rank);
+  void note_blocked(std::size_t rank);
   std::optional<PipelineAction> missing_input(const PipelineAction& action) const;
   std::optional<std::size_t> rendezvous_peer(std::size_t rank) const;  // peer posting the match
   void complete(std::size_t rank, const DoneCallback& on_done);
@@ -68,6 +82,12 @@ class PipelineProgress {
   std::vector<std::vector<PipelineAction>> lists_;
   std::vector<std::size_t> next_;  // [rank] index of the next action in lists_[rank]
   PipelineActionSet done_;
+  std::deque<std::size_t> ready_;  // ranks whose next action may run
+  std::vector<char> queued_;       // [rank] in ready_
+  std::unordered_map<PipelineAction, std::vector<std::size_t>, PipelineActionHash> waiting_;  // action -> ranks waiting for it
+  std::size_t unfinished_ = 0;
+  std::vector<std::pair<std::size_t, std::size_t>> crossed_;  // ranks stopped at transfers with each other
+  mutable std::int64_t work_ = 0;
 };
 
 }  // namespace ferry

@@ -147,8 +147,10 @@ PipelineSimulation simulate_pipeline_schedule(const PipelineSchedule& schedule, 
   };
   if (!progress.run(on_done)) throw std::runtime_error("schedule is not progressing: " + progress.describe_blocked());
 
-  std::stable_sort(result.timeline.begin(), result.timeline.end(),
-                   [](const SimulatedAction& a, const SimulatedAction& b) { return a.start < b.start; });
+  // By start, then rank: a rank's actions completed in its list's order, whatever order the ranks ran in.
+  std::stable_sort(result.timeline.begin(), result.timeline.end(), [](const SimulatedAction& a, const SimulatedAction& b) {
+    return a.start != b.start ? a.start < b.start : a.rank < b.rank;
+  });
   for (const double free_at : rank_free) result.makespan = std::max(result.makespan, free_at);
   if (result.makespan > 0) {
     double total_busy = 0;

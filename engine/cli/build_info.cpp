@@ -1,5 +1,6 @@
 #include "engine/cli/build_info.h"
 
+#include "engine/comm/nccl_communicator.h"
 #include "models/kernels/cpu/compute_threads.h"
 #include "offload/simd_level.h"
 
@@ -14,6 +15,7 @@ std::string version_text() {
 #else
   text += "CUDA: no (a CPU-only build: --device cpu and meta)\n";
 #endif
+  text += "NCCL: " + describe_nccl_library() + "\n";
   text += "BLAS kernels: OpenBLAS " + cpu::blas_core_name() + "\n";
   text += "CpuAdam SIMD: " + std::string(offload::simd_level_name(offload::best_simd_level()));
   return text;

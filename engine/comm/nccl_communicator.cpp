@@ -11,6 +11,7 @@
 
 #include "engine/comm/nccl_check.h"
 #include "engine/comm/nccl_communicator_impl.h"
+#include "engine/comm/nccl_loader.h"
 #include "engine/comm/poll_pause.h"
 
 namespace ferry {
@@ -72,6 +73,7 @@ std::unique_ptr<NcclCommunicator> make_nccl_communicator(Communicator& bootstrap
   int device = 0;
   std::optional<std::string> failure;
   try {
+    load_nccl_library();
     device = choose_device(bootstrap.local_rank(), device_ordinal);
   } catch (const CommunicationError& error) {
     failure = error.what();

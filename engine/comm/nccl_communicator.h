@@ -54,6 +54,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "engine/comm/communicator.h"
 
@@ -81,6 +82,9 @@ class NcclCommunicator : public Communicator {
 
 // True when this build has the NCCL backend (CUDA and NCCL were found when it was configured).
 bool nccl_backend_built();
+// Where this process's NCCL comes from, for `ferry --version`: "2.28.9, loaded at run time from PATH",
+// why it cannot be loaded, that it is linked in (the CUDA emulation's), or that it is not built.
+std::string describe_nccl_library();
 
 inline constexpr int kChooseDeviceByLocalRank = -1;
 

@@ -6,6 +6,8 @@ namespace ferry {
 
 bool nccl_backend_built() { return false; }
 
+std::string describe_nccl_library() { return "not built (a build without CUDA, or NCCL 2.10+ was not found when it was configured)"; }
+
 std::unique_ptr<NcclCommunicator> make_nccl_communicator(Communicator& bootstrap, int /*device_ordinal*/) {
   throw CommunicationError("rank " + std::to_string(bootstrap.rank()) +
                            ": make_nccl_communicator: this build of ferry has no NCCL backend (it needs CUDA and "

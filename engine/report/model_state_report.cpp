@@ -9,7 +9,8 @@
 namespace ferry {
 
 nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, std::int64_t parameters, DType parameter_dtype,
-                                  bool offloaded, int zero_stage, int dp, const nlohmann::json& memory_bound) {
+                                  const std::string& optimizer_offload, int zero_stage, int dp, const nlohmann::json& memory_bound) {
+  const bool offloaded = optimizer_offload != "none";
   const auto at_peak = [&](MemoryCategory category) { return device_statistics.category_allocated_at_peak[category_index(category)]; };
   const auto largest = [&](MemoryCategory category) { return device_statistics.category_allocated_bytes[category_index(category)].peak; };
   const auto psi = parameters;
@@ -34,7 +35,9 @@ nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, 
       {"parameters", parameters_offloaded ? 0 : parameter_bytes * (zero_stage >= 3 ? share : psi)},
       {"gradients", offloaded ? 0 : gradient_bytes * (zero_stage >= 2 ? share : psi)},
       {"optimizer_states", offloaded ? 0 : state_bytes * (zero_stage >= 1 ? share : psi)},
-      {"host", offloaded ? nlohmann::json{{"optimizer_states", state_bytes * (zero_stage >= 1 ? share : psi)}, {"gradients", 4 * (zero_stage >= 1 ? share : psi)}}
+      {"host", offloaded ? nlohmann::json{{"optimizer_states", state_bytes * (zero_stage >= 1 ? share : psi)},
+                                          {"optimizer_states_on", optimizer_offload},
+                                          {"gradients", 4 * (zero_stage >= 1 ? share : psi)}}
                          : nlohmann::json::object()},
       {"name", parameters_offloaded ? "ZeRO-Infinity (stage 3 over " + std::to_string(dp) + " ranks): " + std::string(dtype_name(parameter_dtype)) +
                                           " parameters / dp off the device (" + memory_bound["parameters"]["offloaded"].get<std::string>() +
@@ -117,9 +120,10 @@ std::string describe_model_state_report(const nlohmann::json& report) {
   }
   if (report["formula"]["host"].contains("optimizer_states")) {
     text += "\n    (the gradients on the device are one bucket at a time, at most " +
-            format_bytes(report["device_max"]["gradients"].get<std::size_t>()) + "; the host holds " +
-            format_bytes(formula["host"]["optimizer_states"].get<std::size_t>()) + " of optimizer state and " +
-            format_bytes(formula["host"]["gradients"].get<std::size_t>()) + " of fp32 gradients)";
+            format_bytes(report["device_max"]["gradients"].get<std::size_t>()) + "; " +
+            format_bytes(formula["host"]["optimizer_states"].get<std::size_t>()) + " of optimizer state " +
+            (formula["host"].value("optimizer_states_on", std::string("cpu")) == "nvme" ? "on NVMe" : "on the host") + ", " +
+            format_bytes(formula["host"]["gradients"].get<std::size_t>()) + " of fp32 gradients on the host)";
   }
   return text;
 }

@@ -14,11 +14,13 @@
 
 namespace ferry {
 
-// `zero_stage` and `dp`: data parallelism's partitions (stage 0, dp 1: none). `memory_bound`: a
+// `optimizer_offload`: where ZeRO-Offload keeps the optimizer state, "cpu" or "nvme" ("none": on the
+// device). `zero_stage` and `dp`: data parallelism's partitions (stage 0, dp 1: none). `memory_bound`: a
 // data-parallel rank's bound on its gradient and communication bytes, in its terms (the optimizer's
 // description), kept beside the measured maxima (null: none).
 nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, std::int64_t parameters, DType parameter_dtype,
-                                  bool offloaded, int zero_stage = 0, int dp = 1, const nlohmann::json& memory_bound = nullptr);
+                                  const std::string& optimizer_offload, int zero_stage = 0, int dp = 1,
+                                  const nlohmann::json& memory_bound = nullptr);
 // Lines for the terminal, e.g. "  parameters  237.3 MiB on the device | ZeRO-Offload 2Ψ = 237.3 MiB".
 std::string describe_model_state_report(const nlohmann::json& report);
 

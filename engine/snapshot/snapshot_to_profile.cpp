@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "engine/snapshot/frame_categories.h"
+#include "engine/snapshot/segment_ledger.h"
 #include "engine/core/bounded_json.h"
 #include "engine/core/memory_profile_file.h"
 #include "engine/snapshot/snapshot_profile.h"
@@ -78,9 +79,9 @@ class ProfileBuilder {
     for (const TorchSegment& segment : snapshot_.segments) {
       if (segment.device != static_cast<std::int64_t>(device_)) continue;
       final_reserved += static_cast<std::int64_t>(segment.total_size);
-      if (const auto gone = unmapped_.find(segment.address); gone != unmapped_.end()) {
-        throw SnapshotError(file_, field(gone->second, "addr"), "unmaps the segment at " + hex(segment.address) +
-                                                                    ", which the snapshot's segments still hold at the end (never mapped again)");
+      if (const auto gone = segments_.find(segment.address, segment.total_size, SegmentLedger::State::unmapped)) {
+        throw SnapshotError(file_, field(gone->event, "addr"), "unmaps " + hex(gone->begin) + " of the segment at " + hex(segment.address) +
+                                                                   ", which the snapshot's segments still hold at the end (never mapped again)");
       }
     }
     // The segments are the state at the end; the trace's segment events lead there from the start.
@@ -151,20 +152,21 @@ class ProfileBuilder {
     categories_[entry.address] = category;
   }
 
-  // Segments by the address their events name: an unmap of memory the trace already unmapped (and did
-  // not map again) cannot have happened. An unmap of an address the trace never mapped is of a segment
-  // from before the trace, as PyTorch's memory_viz reads it.
+  // Segments by the bytes their events cover: a map over memory the trace mapped and did not unmap, or
+  // an unmap of memory it unmapped and did not map again, cannot have happened. Memory the trace never
+  // touched is unknown: PyTorch keeps the last events only, so unmapping it is of a segment from before
+  // the trace (as PyTorch's memory_viz reads it), and mapping it is of memory that was free then.
   void map_segment(const TorchTraceEntry& entry, std::size_t index) {
-    unmapped_.erase(entry.address);
-    mapped_[entry.address] = index;
+    if (const auto held = segments_.map(entry.address, entry.size, index)) {
+      throw SnapshotError(file_, field(index, "addr"), "maps " + hex(held->begin) + ", which the trace mapped at event " +
+                                                           std::to_string(held->event) + " and has not unmapped (events repeated?)");
+    }
   }
   void unmap_segment(const TorchTraceEntry& entry, std::size_t index) {
-    if (const auto gone = unmapped_.find(entry.address); gone != unmapped_.end()) {
-      throw SnapshotError(file_, field(index, "addr"), "unmaps " + hex(entry.address) + ", which the trace unmapped at event " +
-                                                           std::to_string(gone->second) + " and never mapped again (events repeated?)");
+    if (const auto gone = segments_.unmap(entry.address, entry.size, index)) {
+      throw SnapshotError(file_, field(index, "addr"), "unmaps " + hex(gone->begin) + ", which the trace unmapped at event " +
+                                                           std::to_string(gone->event) + " and never mapped again (events repeated?)");
     }
-    mapped_.erase(entry.address);
-    unmapped_[entry.address] = index;
   }
 
   // A free of an address never seen before was allocated before the trace began: it was live from the start.
@@ -211,7 +213,7 @@ class ProfileBuilder {
   std::size_t device_ = 0;
   MemoryProfile profile_;
   std::unordered_map<std::uint64_t, Seen> seen_;
-  std::unordered_map<std::uint64_t, std::size_t> mapped_, unmapped_;  // segment address -> the event that mapped or unmapped it
+  SegmentLedger segments_;  // what the trace's segment events mapped and unmapped
   std::unordered_map<std::uint64_t, InferredCategory> categories_;
   std::unordered_map<std::string, TagId> tag_ids_;
 };

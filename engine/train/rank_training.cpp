@@ -367,7 +367,8 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
       {"tokens_per_second", median(throughputs)},
       {"memory", memory_summary(*device, optimizer_description)},
       {"optimizer", optimizer_description},
-      {"model_states", model_state_report(device->allocator().statistics(), held_parameters, dtype, offloaded,
+      {"model_states", model_state_report(device->allocator().statistics(), held_parameters, dtype,
+                                             offloaded ? offload::offload_device_name(*plan.offload_optimizer) : "none",
                                              plan.zero_stage, plan.grid.dp, optimizer_description.value("memory_bound", nlohmann::json()))},
   };
   if (scaler) summary["loss_scaling"] = scaler->describe();

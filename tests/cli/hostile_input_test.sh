@@ -138,7 +138,7 @@ trace.append(dict(unmap))
 trace.append(dict(unmap, action="segment_map"))
 pickle.dump(snapshot, open(sys.argv[3], "wb"))
 PY
-expect_error "unmaps the segment at 0x[0-9a-f]*, which the snapshot's segments still hold at the end" "${run[@]}" report "$work/unknown_unmap.pickle"
+expect_error "unmaps 0x[0-9a-f]* of the segment at 0x[0-9a-f]*, which the snapshot's segments still hold at the end" "${run[@]}" report "$work/unknown_unmap.pickle"
 expect_error "unmaps 0x[0-9a-f]*, which the trace unmapped at event [0-9]* and never mapped again (events repeated?)" \
   "${run[@]}" report "$work/twice_unmap.pickle"
 before=$(sha256sum < "$work/events.pickle")

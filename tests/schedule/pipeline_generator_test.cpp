@@ -192,6 +192,34 @@ TEST(PipelineGenerators, FewerMicroBatchesThanStagesStillRun) {
   EXPECT_EQ(simulate_pipeline_schedule(lowered, PipelineCosts{1, 1, 0, 0}).makespan, 2 * (3 + 8 - 1));
 }
 
+// issue 29: lowering pp 64 x 4096 micro-batches took minutes. Its work per action must not grow with the
+// ranks or the micro-batches: 1F1B's deadlocks (neighbours sending to each other) are repaired one pair
+// at a time without a search over every rank, and a stuck rank is not tried again until woken.
+TEST(PipelineGenerators, LoweringWorkIsLinearInTheActions) {
+  for (const std::string name : {"1f1b", "interleaved:2", "zb-h1"}) {
+    double most_per_action = 0, least_per_action = 1e9;
+    for (const auto& [ranks, micro_batches] : {std::pair{8, 64}, std::pair{32, 64}, std::pair{32, 256}}) {
+      const PipelineSchedule compute = generate_pipeline_schedule(name, ranks, micro_batches);
+      PipelineLoweringWork work;
+      const PipelineSchedule lowered = lower_pipeline_communication(compute, unit_pipeline_costs(compute), &work);
+      EXPECT_TRUE(validate_pipeline_schedule(lowered, SendSemantics::rendezvous).ok()) << name;
+      std::int64_t actions = 0;
+      for (const RankActions& rank : lowered.actions) actions += static_cast<std::int64_t>(rank.size());
+      const double per_action = static_cast<double>(work.progress_work) / static_cast<double>(actions);
+      const std::string label = name + " p=" + std::to_string(ranks) + " m=" + std::to_string(micro_batches);
+      EXPECT_GT(work.repairs, 0) << label;  // there were deadlocks to repair
+      if (name == "1f1b") {
+        EXPECT_EQ(work.searches, 0) << label;
+      }
+      EXPECT_LE(work.searches, 3 * ranks) << label;  // interleaved: a few ring-shaped deadlocks at the start
+      most_per_action = std::max(most_per_action, per_action);
+      least_per_action = std::min(least_per_action, per_action);
+    }
+    EXPECT_LE(most_per_action, 2.0) << name;
+    EXPECT_LE(most_per_action, 1.25 * least_per_action) << name;
+  }
+}
+
 TEST(PipelineGenerators, BadRequestsNameTheFix) {
   const auto message = [](std::string_view name, std::int32_t ranks, std::int32_t micro_batches) {
     try {

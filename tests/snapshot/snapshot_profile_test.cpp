@@ -15,6 +15,7 @@
 #include "engine/snapshot/frame_categories.h"
 #include "engine/snapshot/pickle_reader.h"
 #include "engine/snapshot/pickle_writer.h"
+#include "engine/snapshot/segment_ledger.h"
 #include "engine/snapshot/snapshot_profile.h"
 #include "engine/snapshot/snapshot_replay.h"
 #include "tests/snapshot/pickle_test_support.h"
@@ -155,6 +156,71 @@ TEST(SnapshotProfile, RefusesTracesThatContradictThemselves) {
   const auto first_alloc = std::find_if(trace.begin(), trace.end(), [](const TorchTraceEntry& e) { return e.action == TorchAction::alloc; });
   alloc_twice.device_traces[0].insert(alloc_twice.device_traces[0].begin() + (first_alloc - trace.begin()) + 1, *first_alloc);
   EXPECT_THROW(snapshot_to_profile(alloc_twice, "twice.pickle"), SnapshotError);
+}
+
+// Segment events are checked by the bytes they cover, not by the address they name: with expandable
+// segments PyTorch maps and unmaps pieces of one reservation.
+TEST(SnapshotProfile, RefusesSegmentEventsOverMemoryInTheWrongState) {
+  const TorchSnapshot good = read_torch_snapshot_file(data_file("expandable.pickle"));
+  const std::vector<TorchTraceEntry>& trace = good.device_traces[0];
+  const auto is = [](TorchAction action) { return [action](const TorchTraceEntry& e) { return e.action == action; }; };
+  const auto map = std::find_if(trace.begin(), trace.end(), is(TorchAction::segment_map));
+  const auto unmap = std::find_if(trace.begin(), trace.end(), is(TorchAction::segment_unmap));
+  ASSERT_NE(map, trace.end());
+  ASSERT_NE(unmap, trace.end());
+  ASSERT_GE(unmap->size, 4u << 20);
+  const auto refusal = [](const TorchSnapshot& snapshot) -> std::string {
+    try {
+      snapshot_to_profile(snapshot, "bad.pickle");
+    } catch (const SnapshotError& error) {
+      return error.what();
+    }
+    return "accepted";
+  };
+  // The second half of a mapped piece mapped again.
+  TorchSnapshot remapped = good;
+  TorchTraceEntry overlap = *map;
+  overlap.address += map->size / 2;
+  remapped.device_traces[0].insert(remapped.device_traces[0].begin() + (map - trace.begin()) + 1, overlap);
+  EXPECT_NE(refusal(remapped).find("maps 0x"), std::string::npos) << refusal(remapped);
+  EXPECT_NE(refusal(remapped).find(", which the trace mapped at event " + std::to_string(map - trace.begin()) + " and has not unmapped"),
+            std::string::npos)
+      << refusal(remapped);
+  // A piece inside memory the trace already unmapped, unmapped again at another address.
+  TorchSnapshot inner = good;
+  TorchTraceEntry again = *unmap;
+  again.address += 2 << 20;
+  again.size = 2 << 20;
+  inner.device_traces[0].insert(inner.device_traces[0].begin() + (unmap - trace.begin()) + 1, again);
+  EXPECT_NE(refusal(inner).find(", which the trace unmapped at event " + std::to_string(unmap - trace.begin()) + " and never mapped again"),
+            std::string::npos)
+      << refusal(inner);
+  // Memory the trace never touched was mapped before the ring began: unmapping it is taken as such.
+  TorchSnapshot before = good;
+  TorchTraceEntry old_segment = *unmap;
+  old_segment.address = 0x7f0000000000;
+  before.device_traces[0].insert(before.device_traces[0].begin() + (unmap - trace.begin()) + 1, old_segment);
+  EXPECT_EQ(snapshot_to_profile(before, "before.pickle").initial_reserved, static_cast<std::int64_t>(old_segment.size));
+}
+
+TEST(SegmentLedger, KnowsEachByteByTheLastEventThatCoveredIt) {
+  SegmentLedger ledger;
+  EXPECT_FALSE(ledger.map(0x1000, 0x4000, 1));  // [0x1000, 0x5000) mapped
+  EXPECT_FALSE(ledger.unmap(0x2000, 0x1000, 2));  // [0x2000, 0x3000) unmapped
+  const auto mapped = ledger.map(0x2000, 0x2000, 3);  // reaches into [0x3000, 0x4000), still mapped
+  ASSERT_TRUE(mapped);
+  EXPECT_EQ(mapped->begin, 0x3000u);
+  EXPECT_EQ(mapped->event, 1u);
+  EXPECT_FALSE(ledger.map(0x2000, 0x1000, 4));  // the unmapped piece alone maps again
+  const auto unmapped = ledger.unmap(0x0, 0x2000, 5);  // [0x0, 0x1000) unknown, [0x1000, 0x2000) mapped
+  EXPECT_FALSE(unmapped);
+  const auto twice = ledger.unmap(0x800, 0x100, 6);
+  ASSERT_TRUE(twice);
+  EXPECT_EQ(twice->begin, 0x800u);
+  EXPECT_EQ(twice->event, 5u);
+  EXPECT_FALSE(ledger.find(0x2000, 0x3000, SegmentLedger::State::unmapped));
+  EXPECT_FALSE(ledger.find(0x5000, 0x1000, SegmentLedger::State::mapped));  // never touched
+  EXPECT_FALSE(ledger.map(0x5000, 0, 7));
 }
 
 TEST(SnapshotProfile, DecodingNamesTheFieldThatIsWrong) {

@@ -62,6 +62,7 @@ struct ncclConfig_t {
 };
 
 extern "C" {
+ncclResult_t ncclGetVersion(int* version);  // NCCL_VERSION_CODE
 const char* ncclGetErrorString(ncclResult_t result);
 const char* ncclGetLastError(ncclComm_t comm);
 ncclResult_t ncclGetUniqueId(ncclUniqueId* id);

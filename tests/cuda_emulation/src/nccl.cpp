@@ -195,6 +195,12 @@ ncclResult_t run_or_queue(std::function<ncclResult_t()> collective) {
 
 extern "C" {
 
+ncclResult_t ncclGetVersion(int* version) {
+  if (version == nullptr) return ncclInvalidArgument;
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+
 const char* ncclGetErrorString(ncclResult_t result) {
   switch (result) {
     case ncclSuccess: return "no error";
