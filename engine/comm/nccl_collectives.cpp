@@ -115,7 +115,7 @@ class NcclRequest final : public CommRequest {
     if (done_) return true;
     try {
       done_ = poll();
-      if (done_) communicator_.count_stream_time(begun_.get(), event_.get());
+      if (done_) communicator_.count_stream_time(begun_.get(), event_.get(), what_);
       return done_;
     } catch (const CommunicationError& error) {
       failure_ = error.what();

@@ -2,6 +2,7 @@
 // rank 0 and broadcast; every rank's readiness shared before ncclCommInitRank), groups (ncclCommSplit,
 // or a new unique id over the bootstrap's group before NCCL 2.18), waiting for requests under the
 // timeout, and failure: ncclCommAbort, after which every operation throws.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -181,11 +182,29 @@ bool NcclCommunicatorImpl::poll(cudaEvent_t event, const std::string& what) {
   return false;
 }
 
-void NcclCommunicatorImpl::count_stream_time(cudaEvent_t begun, cudaEvent_t done) {
+void NcclCommunicatorImpl::record_operations(OpRecorder* recorder, StreamId stream) {
+  recorder_ = nullptr;
+  if (recorder == nullptr) return;
+  const DeviceGuard guard(device_);
+  anchor_.emplace(device_, /*timing=*/true);
+  FERRY_NCCL_CUDA_CHECK(cudaEventRecord(anchor_->get(), stream_.get()));
+  FERRY_NCCL_CUDA_CHECK(cudaEventSynchronize(anchor_->get()));
+  anchor_ns_ = steady_now_ns();
+  recorder_ = recorder;
+  recorder_stream_ = stream;
+}
+
+void NcclCommunicatorImpl::count_stream_time(cudaEvent_t begun, cudaEvent_t done, const std::string& what) {
   const DeviceGuard guard(device_);
   float milliseconds = 0.0f;
   FERRY_NCCL_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, begun, done));
   count_stream_seconds(static_cast<double>(milliseconds) / 1e3);
+  if (recorder_ == nullptr || !recorder_->enabled()) return;
+  float since_anchor = 0.0f;
+  FERRY_NCCL_CUDA_CHECK(cudaEventElapsedTime(&since_anchor, anchor_->get(), begun));
+  const auto start_ns = anchor_ns_ + static_cast<std::uint64_t>(std::max(0.0, static_cast<double>(since_anchor) * 1e6));
+  recorder_->add(OpMarker{"communication", what, recorder_stream_, start_ns,
+                          start_ns + static_cast<std::uint64_t>(std::max(0.0, static_cast<double>(milliseconds) * 1e6)), 0});
 }
 
 void NcclCommunicatorImpl::complete(cudaEvent_t event, const std::string& what) {

@@ -57,6 +57,7 @@
 #include <string>
 
 #include "engine/comm/communicator.h"
+#include "engine/core/op_recorder.h"
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*
 struct CUevent_st;   // cudaEvent_t is CUevent_st*
@@ -75,6 +76,11 @@ class NcclCommunicator : public Communicator {
   // the GPU, for the work queued on `compute` so far: a non-blocking compute stream's kernels wrote what
   // a collective reads. Null: only the legacy default stream's work, as before the call.
   virtual void order_after(CUstream_st* compute) = 0;
+  // Adds each operation, once complete, to `recorder` (while it is enabled) as an op of kind
+  // "communication" on `stream`, from its start on this communicator's stream to its end (timed by CUDA
+  // events, put on the steady clock by an event recorded here): the profile's communication track.
+  // Null stops it (before the recorder's device goes).
+  virtual void record_operations(OpRecorder* recorder, StreamId stream) = 0;
   // split() as NcclCommunicator: split() returns the same object typed as a Communicator.
   virtual std::unique_ptr<NcclCommunicator> split_nccl(int color, int key) = 0;
   std::unique_ptr<Communicator> split(int color, int key) final { return split_nccl(color, key); }

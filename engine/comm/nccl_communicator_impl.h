@@ -34,6 +34,7 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   CUstream_st* stream() const override { return stream_.get(); }
   void wait_for(CUevent_st* event) override;
   void order_after(CUstream_st* compute) override { compute_ = compute; }
+  void record_operations(OpRecorder* recorder, StreamId stream) override;
   std::unique_ptr<NcclCommunicator> split_nccl(int color, int key) override;
 
   std::unique_ptr<CommRequest> all_reduce_async(void* data, std::size_t count, CommDataType type,
@@ -56,8 +57,9 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   void complete(cudaEvent_t event, const std::string& what);
   // True after a failure aborted NCCL (its pending operations ended with it).
   bool failed() const { return failure_.has_value(); }
-  // Adds a completed operation's stream time: from `begun` to `done`, both recorded on the stream with timing.
-  void count_stream_time(cudaEvent_t begun, cudaEvent_t done);
+  // Adds a completed operation's stream time: from `begun` to `done`, both recorded on the stream with
+  // timing; and the operation `what` to the recorder (record_operations), if any.
+  void count_stream_time(cudaEvent_t begun, cudaEvent_t done, const std::string& what);
 
  private:
   // Starts operation `what`: checks the communicator is usable, makes the device current, orders the
@@ -86,6 +88,12 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   CudaStream stream_;
   CudaEvent order_event_;           // recorded on the legacy default stream (and compute_) before each operation
   cudaStream_t compute_ = nullptr;  // order_after()
+  // record_operations(): where completed operations go, and the clocks' anchor (an event recorded on
+  // the stream and the steady clock's time when it completed).
+  OpRecorder* recorder_ = nullptr;
+  StreamId recorder_stream_ = 0;
+  std::optional<CudaEvent> anchor_;
+  std::uint64_t anchor_ns_ = 0;
   NcclComm comm_;                   // last: destroyed before the stream and events
   std::optional<std::string> failure_;
 };

@@ -47,6 +47,11 @@ MemoryProfile MemoryProfiler::stop() {
   recorder.set_enabled(false);
   profile_.ops = recorder.markers();
   recorder.clear();
+  // Ops timed by a stream's events (communication) may have begun before the profile did.
+  for (OpMarker& op : profile_.ops) {
+    op.start_ns = std::clamp(op.start_ns, profile_.start_ns, profile_.end_ns);
+    if (op.end_ns != 0) op.end_ns = std::clamp(op.end_ns, op.start_ns, profile_.end_ns);
+  }
   return std::move(profile_);
 }
 

@@ -42,4 +42,10 @@ OpScope::~OpScope() {
   if (recorder_ != nullptr) recorder_->end(index_);
 }
 
+void OpRecorder::add(OpMarker marker) {
+  if (!enabled_) return;
+  marker.depth = 0;
+  markers_.push_back(std::move(marker));
+}
+
 }  // namespace ferry

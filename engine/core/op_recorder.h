@@ -34,6 +34,9 @@ class OpRecorder {
   // Returns the marker's index, for end().
   std::size_t begin(std::string_view kind, std::string name, StreamId stream);
   void end(std::size_t index);
+  // A span timed elsewhere (a stream's own work, timed by its events and put on the steady clock): kept
+  // as given, at depth 0, while enabled.
+  void add(OpMarker marker);
   const std::vector<OpMarker>& markers() const { return markers_; }
   void clear();
 

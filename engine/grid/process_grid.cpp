@@ -96,6 +96,23 @@ std::optional<int> ProcessGrid::gpu() const {
   return std::nullopt;
 }
 
+ProcessGrid::CommunicationRecording ProcessGrid::record_communication(Device& device) const {
+  // One track per group, after the device's own streams: tp, dp, pp, world.
+  std::vector<Communicator*> groups{tp_.get(), dp_.get(), pp_.get(), world_.get()};
+  StreamId stream = kCommunicationStreams;
+  for (Communicator* group : groups) {
+    if (auto* nccl = dynamic_cast<NcclCommunicator*>(group)) nccl->record_operations(&device.op_recorder(), stream);
+    ++stream;
+  }
+  return CommunicationRecording(std::move(groups));
+}
+
+ProcessGrid::CommunicationRecording::~CommunicationRecording() {
+  for (Communicator* group : groups_) {
+    if (auto* nccl = dynamic_cast<NcclCommunicator*>(group)) nccl->record_operations(nullptr, 0);
+  }
+}
+
 void ProcessGrid::order_after_compute(const Device& device) const {
   auto* compute = static_cast<CUstream_st*>(device.native_stream_handle(device.default_stream()));
   for (Communicator* group : {tp_.get(), dp_.get(), pp_.get(), world_.get()}) {

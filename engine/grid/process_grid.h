@@ -58,6 +58,21 @@ class ProcessGrid {
   // A cuda job's grid: every group's later collectives wait, on the GPU, for the work queued on the
   // device's compute stream (the kernels that wrote what they read). Nothing for other grids.
   void order_after_compute(const Device& device) const;
+  // A cuda job's grid: while the returned object lives (make it after `device`, so it goes first), each
+  // group's completed operations become ops on `device`'s recorder (profiles), on a stream id of their
+  // own from kCommunicationStreams (tp, dp, pp, world). Nothing for other grids.
+  class CommunicationRecording {
+   public:
+    explicit CommunicationRecording(std::vector<Communicator*> groups) : groups_(std::move(groups)) {}
+    ~CommunicationRecording();
+    CommunicationRecording(const CommunicationRecording&) = delete;
+    CommunicationRecording& operator=(const CommunicationRecording&) = delete;
+
+   private:
+    std::vector<Communicator*> groups_;
+  };
+  [[nodiscard]] CommunicationRecording record_communication(Device& device) const;
+  static constexpr StreamId kCommunicationStreams = 100;
   // {rank, tp, dp, pp, groups: {tp: [...], dp: [...], pp: [...]}}
   nlohmann::json describe() const;
 

@@ -122,8 +122,12 @@ nlohmann::json chrome_trace(const MemoryProfile& profile, const MemoryTimeline& 
     if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) streams.push_back(op.stream);
   }
   for (StreamId stream : streams) {
-    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", kProcess}, {"tid", stream},
-                      {"args", {{"name", stream == 0 ? std::string("stream 0 (compute)") : "stream " + std::to_string(stream)}}}});
+    const bool communication = std::any_of(profile.ops.begin(), profile.ops.end(),
+                                           [&](const OpMarker& op) { return op.stream == stream && op.kind == "communication"; });
+    const std::string name = stream == 0       ? std::string("stream 0 (compute)")
+                             : communication ? "stream " + std::to_string(stream) + " (communication)"
+                                             : "stream " + std::to_string(stream);
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", kProcess}, {"tid", stream}, {"args", {{"name", name}}}});
   }
   // One counter track per category, plus reserved bytes: a sample wherever the value changes.
   std::array<std::int64_t, kNumMemoryCategories> last{};

@@ -14,7 +14,7 @@ namespace {
 std::string op_legend(const MemoryProfile& profile) {
   std::set<std::string> kinds;
   for (const OpMarker& op : profile.ops) {
-    if (op.kind != "copy" && op.depth <= 1) kinds.insert(op.kind);
+    if (op.kind != "copy" && op.kind != "communication" && op.depth <= 1) kinds.insert(op.kind);
   }
   if (kinds.empty()) return "";
   std::string legend = "<div class=\"legend\">lanes: ";

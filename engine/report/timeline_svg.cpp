@@ -66,7 +66,7 @@ std::string op_lanes(const MemoryProfile& profile, const Scale& scale, const std
                     html::number(kLeft - 6) + "\" y=\"" + html::number(kLanesTop + kLaneHeight + 12) + "\" text-anchor=\"end\">ops</text>\n";
   std::string rects, labels;
   for (const OpMarker& op : profile.ops) {
-    if (op.kind == "copy" || op.depth > 1) continue;
+    if (op.kind == "copy" || op.kind == "communication" || op.depth > 1) continue;  // communication: trace.json's own track
     const bool step = op.kind == "step";
     const auto start = static_cast<double>(op.start_ns - profile.start_ns);
     const auto end = static_cast<double>((op.end_ns == 0 ? profile.end_ns : op.end_ns) - profile.start_ns);

@@ -110,6 +110,7 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
   const std::unique_ptr<Device> device =
       make_training_device(plan.device, plan.device_memory_limit, plan.allocator, plan.kernels, grid.gpu().value_or(0));
   grid.order_after_compute(*device);
+  const ProcessGrid::CommunicationRecording communication_ops = grid.record_communication(*device);
   if (device->kind() == DeviceKind::meta) ops::stand_in_for(*device, plan.kernels);
   if (!device->has_storage() && !plan.io.save.empty()) {
     throw std::invalid_argument("--device meta is a dry run without values: it cannot --save (--init-from and --resume give it the shape)");

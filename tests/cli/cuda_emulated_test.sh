@@ -62,6 +62,25 @@ cuda, cpu = (json.load(open(path))["ranks"] for path in sys.argv[1:])
 assert all(isinstance(r["communication_stream_seconds"], float) and r["communication_stream_seconds"] > 0 for r in cuda), cuda
 assert all(r["communication_stream_seconds"] is None for r in cpu), cpu
 PY
+# ... and in the profile: each rank's NCCL operations are ops on a communication track of their own
+# (the dp group's, stream 101), inside the run, and trace.json names the track.
+launch 2 train "${model[@]}" --device cuda --zero-stage 2 --profile "$work/nccl_profile" > /dev/null
+"$ferry" report "$work/nccl_profile" > /dev/null
+python3 - "$work/nccl_profile" <<'PY'
+import json, os, sys
+for rank in (0, 1):
+    profile = json.load(open(os.path.join(sys.argv[1], f"rank-{rank}", "profile.json")))
+    ops = [dict(zip(profile["ops_columns"], op)) for op in profile["ops"]]
+    sent = [op for op in ops if op["kind"] == "communication"]
+    assert sent and all(op["stream"] == 101 and op["start_ns"] <= op["end_ns"] for op in sent), sent[:3]
+    compute = [op for op in ops if op["kind"] != "communication"]
+    first, last = min(op["start_ns"] for op in compute), max(op["end_ns"] for op in compute)
+    assert all(first <= op["start_ns"] and op["end_ns"] <= last + 10**9 for op in sent), (first, last, sent[:3])
+events = json.load(open(os.path.join(sys.argv[1], "trace.json")))["traceEvents"]
+tracks = {(e["pid"], e["tid"]) for e in events if e["name"] == "thread_name" and e["args"]["name"] == "stream 101 (communication)"}
+assert tracks == {(0, 101), (1, 101)}, tracks
+assert any(e["ph"] == "X" and e["tid"] == 101 and e["cat"] == "communication" for e in events)
+PY
 # The gradients did cross: one rank's losses alone are another run's.
 python3 - "$work/cuda_0.json" "$work/cuda.json" <<'PY'
 import json, sys
