@@ -112,9 +112,11 @@ void print_training_result(const nlohmann::json& summary) {
   const nlohmann::json& optimizer = summary["optimizer"];
   if (summary["run"]["offload_optimizer"] != "none" && !summary["run"]["dry_run"].get<bool>() && optimizer.contains("cpu_adam")) {
     const nlohmann::json& phases = optimizer["last_step_seconds"];
-    std::printf("  offload %s: host pinned peak %s, NVMe %s; last optimizer step %.3f s (CpuAdam %.3f s, %s x %d threads)\n",
+    const std::size_t ranks = summary.contains("ranks") ? summary["ranks"].size() : 1;
+    const std::string all = ranks > 1 ? " (sums over " + std::to_string(ranks) + " ranks)" : "";
+    std::printf("  offload %s: host pinned peak %s, NVMe %s%s; last optimizer step %.3f s (CpuAdam %.3f s, %s x %d threads)\n",
                 summary["run"]["offload_optimizer"].get<std::string>().c_str(), format_bytes(memory["host_pinned_peak"].get<std::size_t>()).c_str(),
-                format_bytes(memory["nvme_bytes"].get<std::size_t>()).c_str(), phases["step"].get<double>(), phases["adam"].get<double>(),
+                format_bytes(memory["nvme_bytes"].get<std::size_t>()).c_str(), all.c_str(), phases["step"].get<double>(), phases["adam"].get<double>(),
                 optimizer["cpu_adam"]["simd"].get<std::string>().c_str(), optimizer["cpu_adam"]["threads"].get<int>());
   }
   if (optimizer.contains("parameter_offload") && !summary["run"]["dry_run"].get<bool>()) {

@@ -61,8 +61,9 @@ nlohmann::json run_training(const TrainOptions& options) {
     // The other ranks would wait on this one in their next collective: end the whole job with the reason.
     std::fflush(stdout);
     const bool out_of_host_memory = dynamic_cast<const std::bad_alloc*>(&error) != nullptr;
-    std::fprintf(stderr, "ferry: error: rank %d of %d: %s\n", world->rank(), world->size(),
-                 out_of_host_memory ? "this machine ran out of host memory (RAM); use smaller sizes or fewer ranks per machine" : error.what());
+    const std::string rank = "rank " + std::to_string(world->rank()) + " of " + std::to_string(world->size()) + ": ";
+    const std::string what = out_of_host_memory ? "this machine ran out of host memory (RAM); use smaller sizes or fewer ranks per machine" : error.what();
+    std::fprintf(stderr, "ferry: error: %s\n", (what.starts_with(rank) ? what : rank + what).c_str());  // once, where the error named it
     std::fflush(stderr);
     world->abort(1);
   }

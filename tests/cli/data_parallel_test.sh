@@ -91,6 +91,10 @@ for offload in cpu nvme; do
   nvme=(); [[ $offload == nvme ]] && nvme=(--nvme-path "$work/nvme")
   launch 2 train "${model[@]}" --grad-accum 2 --zero-stage 2 --offload-optimizer "$offload" "${nvme[@]}" \
     --summary "$work/offload_$offload.json" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+  # The host figures are the job's, summed over its ranks: the line says so.
+  grep -q "offload $offload: host pinned peak .*, NVMe .* (sums over 2 ranks); " "$work/out.txt" || { cat "$work/out.txt"; exit 1; }
+  # nvme: the model-state line says the optimizer state is on NVMe, not on the host.
+  grep -q "of optimizer state $([[ $offload == nvme ]] && echo "on NVMe" || echo "on the host"), " "$work/out.txt" || { cat "$work/out.txt"; exit 1; }
 done
 [[ -d $work/nvme/rank-0 && -d $work/nvme/rank-1 ]] || { echo "no NVMe directory per rank"; ls -R "$work/nvme"; exit 1; }
 "$ferry" train "${model[@]}" --grad-accum 2 --zero-stage 2 --offload-optimizer cpu --device meta --dp 2 \
