@@ -96,27 +96,32 @@ std::optional<int> ProcessGrid::gpu() const {
   return std::nullopt;
 }
 
+ProcessGrid::NcclGroups ProcessGrid::nccl_groups() const {
+  NcclGroups groups{};
+  Communicator* const all[] = {tp_.get(), dp_.get(), pp_.get(), world_.get()};
+  for (std::size_t index = 0; index < groups.size(); ++index) groups[index] = dynamic_cast<NcclCommunicator*>(all[index]);
+  return groups;
+}
+
 ProcessGrid::CommunicationRecording ProcessGrid::record_communication(Device& device) const {
   // One track per group, after the device's own streams: tp, dp, pp, world.
-  std::vector<Communicator*> groups{tp_.get(), dp_.get(), pp_.get(), world_.get()};
-  StreamId stream = kCommunicationStreams;
-  for (Communicator* group : groups) {
-    if (auto* nccl = dynamic_cast<NcclCommunicator*>(group)) nccl->record_operations(&device.op_recorder(), stream);
-    ++stream;
+  const NcclGroups groups = nccl_groups();
+  for (std::size_t index = 0; index < groups.size(); ++index) {
+    if (groups[index] != nullptr) groups[index]->record_operations(&device.op_recorder(), kCommunicationStreams + index);
   }
-  return CommunicationRecording(std::move(groups));
+  return CommunicationRecording(groups);
 }
 
 ProcessGrid::CommunicationRecording::~CommunicationRecording() {
-  for (Communicator* group : groups_) {
-    if (auto* nccl = dynamic_cast<NcclCommunicator*>(group)) nccl->record_operations(nullptr, 0);
+  for (NcclCommunicator* group : groups_) {
+    if (group != nullptr) group->record_operations(nullptr, 0);
   }
 }
 
 void ProcessGrid::order_after_compute(const Device& device) const {
   auto* compute = static_cast<CUstream_st*>(device.native_stream_handle(device.default_stream()));
-  for (Communicator* group : {tp_.get(), dp_.get(), pp_.get(), world_.get()}) {
-    if (auto* nccl = dynamic_cast<NcclCommunicator*>(group)) nccl->order_after(compute);
+  for (NcclCommunicator* group : nccl_groups()) {
+    if (group != nullptr) group->order_after(compute);
   }
 }
 

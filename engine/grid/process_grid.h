@@ -3,6 +3,7 @@
 // own (split from the world, or dry-run communicators that move nothing for one-process dry runs).
 #pragma once
 
+#include <array>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -13,6 +14,8 @@
 #include "engine/core/device.h"
 
 namespace ferry {
+
+class NcclCommunicator;
 
 struct GridShape {
   int tp = 1;
@@ -61,15 +64,17 @@ class ProcessGrid {
   // A cuda job's grid: while the returned object lives (make it after `device`, so it goes first), each
   // group's completed operations become ops on `device`'s recorder (profiles), on a stream id of their
   // own from kCommunicationStreams (tp, dp, pp, world). Nothing for other grids.
+  // The groups that are NCCL communicators (a cuda job's), null for the others: tp, dp, pp, world.
+  using NcclGroups = std::array<NcclCommunicator*, 4>;
   class CommunicationRecording {
    public:
-    explicit CommunicationRecording(std::vector<Communicator*> groups) : groups_(std::move(groups)) {}
+    explicit CommunicationRecording(NcclGroups groups) : groups_(groups) {}
     ~CommunicationRecording();
     CommunicationRecording(const CommunicationRecording&) = delete;
     CommunicationRecording& operator=(const CommunicationRecording&) = delete;
 
    private:
-    std::vector<Communicator*> groups_;
+    NcclGroups groups_;
   };
   [[nodiscard]] CommunicationRecording record_communication(Device& device) const;
   static constexpr StreamId kCommunicationStreams = 100;
@@ -78,6 +83,7 @@ class ProcessGrid {
 
  private:
   ProcessGrid(const GridShape& shape, int rank);
+  NcclGroups nccl_groups() const;
   GridShape shape_;
   int rank_ = 0;
   GridCoordinates coordinates_;
