@@ -150,16 +150,16 @@ void create_checkpoint_files(const std::string& directory, const GptConfig& conf
 void write_checkpoint_shard(const std::string& directory, const OptimizerSnapshot& shard, const std::vector<std::string>& skipped) {
   SafetensorsFiller masters(in(directory, kModelFile));
   SafetensorsFiller moments(in(directory, kOptimizerFile));
-  const auto end = shard.begin + static_cast<std::int64_t>(shard.master.size());
-  for (std::size_t i = 0; i < shard.names.size(); ++i) {
-    const std::int64_t first = shard.offsets[i];
-    const std::int64_t last = first + shape_numel(shard.shapes[i]);
-    const std::int64_t begin = std::max(first, shard.begin), stop = std::min(last, end);
-    if (begin >= stop || std::find(skipped.begin(), skipped.end(), shard.names[i]) != skipped.end()) continue;
-    const auto at = static_cast<std::size_t>(begin - shard.begin);
-    masters.write(shard.names[i], DType::f32, begin - first, stop - begin, shard.master.data() + at);
-    moments.write("exp_avg." + shard.names[i], DType::f32, begin - first, stop - begin, shard.first_moment.data() + at);
-    moments.write("exp_avg_sq." + shard.names[i], DType::f32, begin - first, stop - begin, shard.second_moment.data() + at);
+  for (const FlatRange& range : shard.share.ranges()) {  // one range, or the rank's shard of each unit
+    for (std::size_t i = 0; i < shard.names.size(); ++i) {
+      const FlatRange tensor{shard.offsets[i], shard.offsets[i] + shape_numel(shard.shapes[i])};
+      const FlatRange piece = tensor.intersect(range);
+      if (piece.empty() || std::find(skipped.begin(), skipped.end(), shard.names[i]) != skipped.end()) continue;
+      const auto at = static_cast<std::size_t>(shard.share.offset(piece.begin));
+      masters.write(shard.names[i], DType::f32, piece.begin - tensor.begin, piece.size(), shard.master.data() + at);
+      moments.write("exp_avg." + shard.names[i], DType::f32, piece.begin - tensor.begin, piece.size(), shard.first_moment.data() + at);
+      moments.write("exp_avg_sq." + shard.names[i], DType::f32, piece.begin - tensor.begin, piece.size(), shard.second_moment.data() + at);
+    }
   }
   masters.sync();
   moments.sync();
@@ -176,7 +176,7 @@ void finish_checkpoint(const std::string& directory, const GptConfig& config, co
 
 void save_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer, const TrainerState& state) {
   const OptimizerSnapshot shard = optimizer.shard();
-  if (shard.begin != 0 || static_cast<std::int64_t>(shard.master.size()) != model.parameters().numel() || !model.part().whole()) {
+  if (!(shard.share == FlatShards(FlatRange{0, model.parameters().numel()})) || !model.part().whole()) {
     throw std::logic_error("save_checkpoint writes a whole model from one process; a grid's ranks save together (save_sharded_checkpoint)");
   }
   create_checkpoint_files(directory, model.config(), shard.steps);
@@ -203,21 +203,23 @@ TrainerState load_checkpoint(const std::string& directory, const GptModel& model
   const TrainerState state = read_trainer_state(directory);
   // Only the rank's share of the state is read (a data-parallel rank's partition, of each tensor the
   // elements in it); the optimizer's restore fills in the rest of the parameters.
-  const FlatRange share = optimizer.state_range();
-  OptimizerSnapshot snapshot = shard_layout(model, share.begin, share.size());
+  const FlatShards share = optimizer.state_range();
+  OptimizerSnapshot snapshot = shard_layout(model, share);
   snapshot.steps = state.optimizer_steps;
   try {
     const SafetensorsFile weights(in(directory, kModelFile));
     const SafetensorsFile moments(in(directory, kOptimizerFile));
-    for (std::size_t i = 0; i < snapshot.names.size(); ++i) {
-      const FlatRange tensor{snapshot.offsets[i], snapshot.offsets[i] + shape_numel(snapshot.shapes[i])};
-      const FlatRange piece = tensor.intersect(share);
-      if (piece.empty()) continue;
-      const std::int64_t first = piece.begin - tensor.begin;
-      const auto at = static_cast<std::size_t>(piece.begin - share.begin);
-      load_f32(weights, snapshot.names[i], snapshot.shapes[i], first, piece.size(), snapshot.master.data() + at);
-      load_f32(moments, "exp_avg." + snapshot.names[i], snapshot.shapes[i], first, piece.size(), snapshot.first_moment.data() + at);
-      load_f32(moments, "exp_avg_sq." + snapshot.names[i], snapshot.shapes[i], first, piece.size(), snapshot.second_moment.data() + at);
+    for (const FlatRange& range : share.ranges()) {
+      for (std::size_t i = 0; i < snapshot.names.size(); ++i) {
+        const FlatRange tensor{snapshot.offsets[i], snapshot.offsets[i] + shape_numel(snapshot.shapes[i])};
+        const FlatRange piece = tensor.intersect(range);
+        if (piece.empty()) continue;
+        const std::int64_t first = piece.begin - tensor.begin;
+        const auto at = static_cast<std::size_t>(share.offset(piece.begin));
+        load_f32(weights, snapshot.names[i], snapshot.shapes[i], first, piece.size(), snapshot.master.data() + at);
+        load_f32(moments, "exp_avg." + snapshot.names[i], snapshot.shapes[i], first, piece.size(), snapshot.first_moment.data() + at);
+        load_f32(moments, "exp_avg_sq." + snapshot.names[i], snapshot.shapes[i], first, piece.size(), snapshot.second_moment.data() + at);
+      }
     }
   } catch (const SafetensorsError& error) {
     throw CheckpointError(std::string("checkpoint '") + directory + "' is corrupt: " + error.what());

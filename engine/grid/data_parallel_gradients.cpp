@@ -18,6 +18,15 @@ std::vector<std::int64_t> sizes_of(const std::vector<ParameterSpec>& parameters)
   return sizes;
 }
 
+// The layout positions of the model indices in `indices` that this rank's `parameters` hold.
+std::vector<std::size_t> positions_of(const std::vector<ParameterSpec>& parameters, const std::vector<std::size_t>& indices) {
+  std::vector<std::size_t> positions;
+  for (std::size_t position = 0; position < parameters.size(); ++position) {
+    if (std::find(indices.begin(), indices.end(), parameters[position].index) != indices.end()) positions.push_back(position);
+  }
+  return positions;
+}
+
 Tensor f32_buffer(Device& device, std::int64_t elements, MemoryCategory category, const char* tag, Stream stream = {}) {
   return Tensor::zeros(device, {std::max<std::int64_t>(elements, 1)}, DType::f32, category, tag, stream);
 }
@@ -27,7 +36,7 @@ Tensor f32_buffer(Device& device, std::int64_t elements, MemoryCategory category
 DataParallelGradients::DataParallelGradients(Device& device, const std::vector<ParameterSpec>& parameters, Communicator& dp,
                                              int zero_stage, std::int64_t bucket_elements, bool overlap, bool partition_off_device,
                                              const BucketCuts& cuts)
-    : device_(device), dp_(dp), zero_stage_(zero_stage), layout_(sizes_of(parameters), dp.size()),
+    : device_(device), dp_(dp), zero_stage_(zero_stage), layout_(sizes_of(parameters), dp.size(), positions_of(parameters, cuts.unit_starts)),
       buffers_(bucket_elements * static_cast<std::int64_t>(sizeof(float)) > static_cast<std::int64_t>(kSmallSize) ? device.create_stream() : Stream{}),
       overlap_(overlap), partition_off_device_(partition_off_device) {
   if (partition_off_device && zero_stage != 2) {
@@ -36,6 +45,10 @@ DataParallelGradients::DataParallelGradients(Device& device, const std::vector<P
   }
   if (zero_stage < 0 || zero_stage > 2) {
     throw std::invalid_argument("gradients are reduced at ZeRO stages 0, 1 and 2 (stage 3's are stage 2's), not " + std::to_string(zero_stage));
+  }
+  if (layout_.unit_count() > 1 && zero_stage != 2) {
+    throw std::invalid_argument("a partition sharded by units is stage 2's (and 3's): stage " + std::to_string(zero_stage) +
+                                " keeps flat gradients, whose owned part must be one range");
   }
   if (bucket_elements < 0) throw std::invalid_argument("a gradient bucket of " + std::to_string(bucket_elements) + " elements");
   for (std::size_t position = 0; position < parameters.size(); ++position) {
@@ -68,7 +81,7 @@ DataParallelGradients::DataParallelGradients(Device& device, const std::vector<P
   parameters_pending_.resize(buckets_.size());
   for (const GradientBucket& bucket : buckets_) completed_in_bucket_.emplace_back(bucket.last - bucket.first + 1, 0);
   open_buckets_.resize(buckets_.size());
-  owned_ = zero_stage == 0 ? FlatRange{0, layout_.total()} : layout_.partition(dp.rank());
+  owned_ = zero_stage == 0 ? FlatShards(FlatRange{0, layout_.total()}) : layout_.shards(dp.rank());
   if (zero_stage < 2) {
     full_ = f32_buffer(device, layout_.total(), MemoryCategory::gradients, "grad.flat");
   } else if (!partition_off_device) {
@@ -77,7 +90,7 @@ DataParallelGradients::DataParallelGradients(Device& device, const std::vector<P
   std::size_t owned_count = 0;
   for (std::size_t position = 0; position < parameters.size(); ++position) {
     owned_index_.push_back(owned_count);
-    if (!layout_.parameter(position).intersect(owned_).empty()) ++owned_count;
+    if (!owned_.intersect(layout_.parameter(position)).empty()) ++owned_count;
   }
 }
 
@@ -99,7 +112,7 @@ DataParallelGradients::MemoryBound DataParallelGradients::memory_bound() const {
     } else {
       largest_cut = std::max(largest_cut, size);
     }
-    largest_piece = std::max(largest_piece, buckets_[bucket].range.intersect(owned_).size());
+    largest_piece = std::max(largest_piece, owned_.intersect(buckets_[bucket].range).size());
   }
   if (zero_stage_ == 2) {
     bound.bucket = largest_cut > 0 ? f32_bytes(largest_cut) : 0;
@@ -283,7 +296,7 @@ void DataParallelGradients::launch(std::size_t bucket) {
                                           CommDataType::f32, ReduceOperation::average);
   } else {
     const Tensor input = zero_stage_ == 1 ? full_.narrow(0, range.begin, range.size()) : open_bucket(bucket);
-    flight.piece = range.intersect(owned_);
+    flight.piece = owned_.intersect(range);
     flight.received = f32_buffer(device_, flight.piece.size(), MemoryCategory::communication, "grad.reduce_scatter", buffers_);
     const std::vector<std::size_t> counts = layout_.owned_counts(range);
     flight.request = dp_.reduce_scatter_async(input.data(), flight.received.data(), counts, CommDataType::f32, ReduceOperation::average);
@@ -302,7 +315,7 @@ void DataParallelGradients::land(InFlight& flight) {
   if (zero_stage_ == 1) {
     full_.narrow(0, flight.piece.begin, flight.piece.size()).copy_from(received);
   } else if (!partition_off_device_) {
-    const Tensor destination = partition_.narrow(0, flight.piece.begin - owned_.begin, flight.piece.size());
+    const Tensor destination = partition_.narrow(0, owned_.offset(flight.piece.begin), flight.piece.size());
     ops::residual_forward(destination, destination, received);
   } else {
     // Parameter by parameter into the sink (ZeRO-Offload's host gradients), offsets within each owned part.
@@ -310,7 +323,7 @@ void DataParallelGradients::land(InFlight& flight) {
       const FlatRange parameter = layout_.parameter(position);
       const FlatRange part = parameter.intersect(flight.piece);
       if (part.empty()) continue;
-      const FlatRange owned_part = parameter.intersect(owned_);
+      const FlatRange owned_part = owned_.intersect(parameter);
       partition_sink_->accumulate(owned_index_[position], part.begin - owned_part.begin,
                                   received.narrow(0, part.begin - flight.piece.begin, part.size()));
     }
@@ -337,15 +350,17 @@ void DataParallelGradients::finish_step() {
 
 Tensor DataParallelGradients::owned_gradients() const {
   if (partition_off_device_) return Tensor();
-  return zero_stage_ < 2 ? full_.narrow(0, owned_.begin, owned_.size()) : partition_.narrow(0, 0, owned_.size());
+  // Stages 0 and 1 own one range of the flat gradients (one unit); stage 2 its partition, end to end.
+  if (zero_stage_ < 2) return full_.narrow(0, owned_.empty() ? 0 : owned_.ranges().front().begin, owned_.size());
+  return partition_.narrow(0, 0, owned_.size());
 }
 
 std::optional<DataParallelGradients::OwnedPiece> DataParallelGradients::owned_piece(std::size_t position) const {
   const FlatRange parameter = layout_.parameter(position);
-  const FlatRange range = parameter.intersect(owned_);
+  const FlatRange range = owned_.intersect(parameter);
   if (range.empty()) return std::nullopt;
   const Tensor owned = owned_gradients();
-  return OwnedPiece{range, range.begin - parameter.begin, owned.defined() ? owned.narrow(0, range.begin - owned_.begin, range.size()) : Tensor()};
+  return OwnedPiece{range, range.begin - parameter.begin, owned.defined() ? owned.narrow(0, owned_.offset(range.begin), range.size()) : Tensor()};
 }
 
 }  // namespace ferry

@@ -33,6 +33,10 @@ struct GradientBucketCuts {
   // Parameters that are one bucket each, whatever their size: those handed over as rows
   // (accumulate_rows: the tied table when its gradient is not deferred).
   std::vector<std::size_t> uncut;
+  // The parameters that start each unit the partition shards (ZeRO 3: the position table, each block,
+  // the final LayerNorm): every rank owns an equal share of each unit, so a unit's gather draws on every
+  // rank alike. None: the whole space is one unit (ZeRO 1 and 2, as DeepSpeed's flat partitions).
+  std::vector<std::size_t> unit_starts = {};
   // A pipeline rank: its steps are pipeline steps (accumulate_whole_step), whose buckets complete by
   // whole parameters (what memory_bound() counts).
   bool pipeline = false;
@@ -85,8 +89,8 @@ class DataParallelGradients final : public GradientSink {
   const FlatLayout& layout() const { return layout_; }
   const std::vector<GradientBucket>& buckets() const { return buckets_; }
   int zero_stage() const { return zero_stage_; }
-  // This rank's share of the flat space: its partition (stages 1, 2) or everything (stage 0).
-  FlatRange owned() const { return owned_; }
+  // This rank's share of the flat space: its shard of each unit (stages 1, 2) or everything (stage 0).
+  const FlatShards& owned() const { return owned_; }
 
   // Zeroes the gradients (before a step's first micro-batch).
   void begin_step();
@@ -166,7 +170,7 @@ class DataParallelGradients final : public GradientSink {
   bool pipeline_ = false;                   // BucketCuts::pipeline
   bool whole_step_ = false;              // between accumulate_whole_step() and reduce_accumulated()
   bool pipeline_step_ = false;           // since accumulate_whole_step(), until the next begin_step()
-  FlatRange owned_;
+  FlatShards owned_;
   Tensor full_;       // stages 0, 1: f32 [total]
   Tensor partition_;  // stage 2: f32 [owned().size()]
   std::vector<Tensor> open_buckets_;  // stage 2: [bucket] -> its buffer while it fills

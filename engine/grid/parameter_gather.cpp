@@ -20,7 +20,7 @@ Tensor flat_view(const Tensor& parameter, std::int64_t offset, std::int64_t coun
   return parameter.reshape({parameter.numel()}).narrow(0, offset, count);
 }
 
-void gather_parameters(const std::vector<NamedTensor>& parameters, const FlatLayout& layout, FlatRange owned, Communicator& dp,
+void gather_parameters(const std::vector<NamedTensor>& parameters, const FlatLayout& layout, const FlatShards& owned, Communicator& dp,
                        std::int64_t bucket_elements) {
   if (parameters.empty()) return;
   Device& device = parameters.front().tensor->device();
@@ -29,7 +29,7 @@ void gather_parameters(const std::vector<NamedTensor>& parameters, const FlatLay
   for (const FlatRange& chunk : layout.chunks(bucket_elements)) {
     const Tensor buffer = Tensor::empty(device, {chunk.size()}, dtype, MemoryCategory::communication, "allgather.parameters");
     // This rank's block of the chunk comes from its parameters; then every block from its owner.
-    const FlatRange mine = chunk.intersect(owned);
+    const FlatRange mine = owned.intersect(chunk);
     for (std::size_t position = 0; position < parameters.size(); ++position) {
       const FlatRange parameter = layout.parameter(position);
       const FlatRange piece = parameter.intersect(mine);

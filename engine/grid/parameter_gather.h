@@ -14,7 +14,7 @@
 namespace ferry {
 
 // `parameters` in the layout's order; `owned` this rank's share (whose values are current here).
-void gather_parameters(const std::vector<NamedTensor>& parameters, const FlatLayout& layout, FlatRange owned, Communicator& dp,
+void gather_parameters(const std::vector<NamedTensor>& parameters, const FlatLayout& layout, const FlatShards& owned, Communicator& dp,
                        std::int64_t bucket_elements);
 
 // The communicator's element type for parameters of `dtype` (f32, bf16, f16; others are refused).

@@ -39,7 +39,7 @@ PartitionedAdamW::PartitionedAdamW(Device& device, const std::vector<ParameterSp
   if (dtype_ != DType::f32) {
     master_ = state_buffer(device, owned_.size(), "master.partition");
     for (const Segment& segment : segments_) {
-      const Tensor master = master_.narrow(0, segment.range.begin - owned_.begin, segment.range.size());
+      const Tensor master = master_.narrow(0, owned_.offset(segment.range.begin), segment.range.size());
       if (device.has_storage()) {
         ops::kernel_backend(device).convert_to_f32(segment.view.data(), dtype_, master.data_as<float>(), segment.range.size());
       }
@@ -72,7 +72,7 @@ void PartitionedAdamW::step(float learning_rate, float gradient_scale) {
     const OpScope op(device, "optimizer", "adamw");
     std::vector<AdamWTensor> decayed, undecayed;
     for (const Segment& segment : segments_) {
-      const std::int64_t at = segment.range.begin - owned_.begin;
+      const std::int64_t at = owned_.offset(segment.range.begin);
       const Tensor parameter = segment.view;
       const auto piece = gradients_.owned_piece(segment.position);
       (decays(parameters_[segment.position].shape) ? decayed : undecayed)
@@ -83,36 +83,38 @@ void PartitionedAdamW::step(float learning_rate, float gradient_scale) {
     adamw_update_lists(device, decayed, undecayed, hyperparameters_, learning_rate, steps_, gradient_scale);
     if (dtype_ == DType::f16) {
       for (const Segment& segment : segments_) {
-        ops::kernel_backend(device).convert_from_f32(master_.data_as<float>() + (segment.range.begin - owned_.begin), segment.view.data(), dtype_,
+        ops::kernel_backend(device).convert_from_f32(master_.data_as<float>() + owned_.offset(segment.range.begin), segment.view.data(), dtype_,
                                  segment.range.size());
       }
     }
   }
 }
 
-void PartitionedAdamW::export_range(const FlatRange& range, std::vector<float>& master, std::vector<float>& first_moment,
+void PartitionedAdamW::export_shard(const FlatShards& shard, std::vector<float>& master, std::vector<float>& first_moment,
                                     std::vector<float>& second_moment) {
-  if (range.intersect(owned_).size() != range.size()) {
-    throw std::invalid_argument("flat elements [" + std::to_string(range.begin) + ", " + std::to_string(range.end) +
-                                ") are not all in this rank's share [" + std::to_string(owned_.begin) + ", " + std::to_string(owned_.end) + ")");
-  }
-  const auto count = static_cast<std::size_t>(range.size());
+  const auto count = static_cast<std::size_t>(shard.size());
   master.assign(count, 0.0f);
   first_moment.assign(count, 0.0f);
   second_moment.assign(count, 0.0f);
-  if (count == 0) return;
-  for (const Segment& segment : segments_) {
-    const FlatRange piece = segment.range.intersect(range);
-    if (piece.empty()) continue;
-    float* destination = master.data() + (piece.begin - range.begin);
-    if (dtype_ == DType::f32) {
-      segment.view.narrow(0, piece.begin - segment.range.begin, piece.size()).copy_to_host(destination);
-    } else {
-      master_.narrow(0, piece.begin - owned_.begin, piece.size()).copy_to_host(destination);
+  for (const FlatRange& range : shard.ranges()) {
+    if (!owned_.holds(range)) {
+      throw std::invalid_argument("flat elements [" + std::to_string(range.begin) + ", " + std::to_string(range.end) +
+                                  ") are not all in one of this rank's " + std::to_string(owned_.ranges().size()) + " shards");
     }
+    const std::int64_t out = shard.offset(range.begin), at = owned_.offset(range.begin);
+    for (const Segment& segment : segments_) {
+      const FlatRange piece = segment.range.intersect(range);
+      if (piece.empty()) continue;
+      float* destination = master.data() + out + (piece.begin - range.begin);
+      if (dtype_ == DType::f32) {
+        segment.view.narrow(0, piece.begin - segment.range.begin, piece.size()).copy_to_host(destination);
+      } else {
+        master_.narrow(0, owned_.offset(piece.begin), piece.size()).copy_to_host(destination);
+      }
+    }
+    first_moment_.narrow(0, at, range.size()).copy_to_host(first_moment.data() + out);
+    second_moment_.narrow(0, at, range.size()).copy_to_host(second_moment.data() + out);
   }
-  first_moment_.narrow(0, range.begin - owned_.begin, range.size()).copy_to_host(first_moment.data());
-  second_moment_.narrow(0, range.begin - owned_.begin, range.size()).copy_to_host(second_moment.data());
 }
 
 void PartitionedAdamW::import_share(const std::vector<float>& master, const std::vector<float>& first_moment,
@@ -127,7 +129,7 @@ void PartitionedAdamW::import_share(const std::vector<float>& master, const std:
     if (master_.defined()) master_.narrow(0, 0, owned_.size()).copy_from_host(master.data());
   }
   for (const Segment& segment : segments_) {
-    copy_from_host_f32(segment.view, master.data() + (segment.range.begin - owned_.begin));
+    copy_from_host_f32(segment.view, master.data() + owned_.offset(segment.range.begin));
   }
 }
 

@@ -34,11 +34,11 @@ class PartitionedAdamW {
   std::int64_t steps_taken() const { return steps_; }
   void set_steps_taken(std::int64_t steps) { steps_ = steps; }
 
-  // Flat elements `range` (within this rank's share) of the master weights and moments, each
-  // [range.size()] f32, without communication: what the rank writes of a checkpoint.
-  void export_range(const FlatRange& range, std::vector<float>& master, std::vector<float>& first_moment, std::vector<float>& second_moment);
-  // This rank's share (its partition, cut to the parameters; stage 0: everything) from vectors of
-  // [share's size] f32; the share's parameters become the master weights in their dtype.
+  // Flat elements `shard` (within this rank's share) of the master weights and moments, each
+  // [shard.size()] f32 end to end, without communication: what the rank writes of a checkpoint.
+  void export_shard(const FlatShards& shard, std::vector<float>& master, std::vector<float>& first_moment, std::vector<float>& second_moment);
+  // This rank's share (its shards, cut to the parameters; stage 0: everything) from vectors of
+  // [share's size] f32, end to end; the share's parameters become the master weights in their dtype.
   void import_share(const std::vector<float>& master, const std::vector<float>& first_moment, const std::vector<float>& second_moment);
 
  private:
@@ -55,7 +55,7 @@ class PartitionedAdamW {
   Communicator& dp_;
   AdamWHyperparameters hyperparameters_;
   DType dtype_;
-  FlatRange owned_;
+  FlatShards owned_;
   std::vector<Segment> segments_;
   Tensor master_;  // f32 [owned] for 16-bit parameters (f32 parameters are stepped in place)
   Tensor first_moment_, second_moment_;

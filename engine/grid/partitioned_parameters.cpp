@@ -20,8 +20,8 @@ bool same(std::span<const std::size_t> a, const std::vector<std::size_t>& b) { r
 }  // namespace
 
 PartitionedParameters::PartitionedParameters(Device& device, std::vector<ParameterSpec> parameters, DType dtype, const FlatLayout& layout,
-                                             FlatRange owned, Communicator& dp, bool reshard_after_forward, ParameterHome* home)
-    : device_(device), parameters_(std::move(parameters)), dtype_(dtype), layout_(layout), owned_(owned), dp_(dp),
+                                             FlatShards owned, Communicator& dp, bool reshard_after_forward, ParameterHome* home)
+    : device_(device), parameters_(std::move(parameters)), dtype_(dtype), layout_(layout), owned_(std::move(owned)), dp_(dp),
       reshard_after_forward_(reshard_after_forward), home_(home) {
   if (parameters_.size() != layout.parameter_count()) {
     throw std::logic_error("a partition of " + std::to_string(parameters_.size()) + " parameters over a layout of " +
@@ -33,12 +33,12 @@ PartitionedParameters::PartitionedParameters(Device& device, std::vector<Paramet
     positions_[index] = position;
   }
   if (home_ != nullptr) {
-    if (home_->elements() != owned.size() || home_->dtype() != dtype) {
-      throw std::logic_error("a parameter home of " + std::to_string(home_->elements()) + " elements for a partition of " + std::to_string(owned.size()));
+    if (home_->elements() != owned_.size() || home_->dtype() != dtype) {
+      throw std::logic_error("a parameter home of " + std::to_string(home_->elements()) + " elements for a partition of " + std::to_string(owned_.size()));
     }
     return;
   }
-  partition_ = Tensor::zeros(device, {std::max<std::int64_t>(owned.size(), 1)}, dtype, MemoryCategory::parameters, "parameters.partition");
+  partition_ = Tensor::zeros(device, {std::max<std::int64_t>(owned_.size(), 1)}, dtype, MemoryCategory::parameters, "parameters.partition");
 }
 
 const Tensor& PartitionedParameters::partition() const {
@@ -54,8 +54,8 @@ std::int64_t PartitionedParameters::partition_bytes() const {
 std::vector<ElementRange> PartitionedParameters::owned_ranges(std::span<const std::size_t> indices) const {
   std::vector<ElementRange> ranges;
   for (const auto& [first, last] : runs(indices)) {
-    const FlatRange mine = FlatRange{layout_.parameter(first).begin, layout_.parameter(last).end}.intersect(owned_);
-    if (!mine.empty()) ranges.push_back({mine.begin - owned_.begin, mine.size()});
+    const FlatRange mine = owned_.intersect({layout_.parameter(first).begin, layout_.parameter(last).end});
+    if (!mine.empty()) ranges.push_back({owned_.offset(mine.begin), mine.size()});
   }
   return ranges;
 }
@@ -75,7 +75,7 @@ std::vector<std::pair<std::size_t, std::size_t>> PartitionedParameters::runs(std
       throw std::out_of_range("parameter " + std::to_string(index) + " is not among this rank's partitioned parameters");
     }
     const std::size_t position = positions_[index];
-    if (!result.empty() && position == result.back().second + 1) {
+    if (!result.empty() && position == result.back().second + 1 && layout_.unit_of(position) == layout_.unit_of(result.back().second)) {
       result.back().second = position;
     } else {
       if (!result.empty() && position <= result.back().second) throw std::logic_error("parameters to gather must come in increasing order");
@@ -93,15 +93,15 @@ PartitionedParameters::Gathered PartitionedParameters::start_gather(std::span<co
     const FlatRange run{layout_.parameter(first).begin, layout_.parameter(last).end};
     Tensor buffer = Tensor::empty(device_, {run.size()}, dtype_, MemoryCategory::parameters, "gathered." + parameters_[first].name);
     // This rank's block of the run from its partition; then every block from its owner, in place.
-    const FlatRange mine = run.intersect(owned_);
+    const FlatRange mine = owned_.intersect(run);
     if (!mine.empty()) {
       Tensor slice = buffer.narrow(0, mine.begin - run.begin, mine.size());
       if (home_ != nullptr) {
         const auto start = std::chrono::steady_clock::now();
-        home_->fetch({mine.begin - owned_.begin, mine.size()}, slice.data());
+        home_->fetch({owned_.offset(mine.begin), mine.size()}, slice.data());
         fetch_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       } else {
-        slice.copy_from(partition_.narrow(0, mine.begin - owned_.begin, mine.size()));
+        slice.copy_from(partition_.narrow(0, owned_.offset(mine.begin), mine.size()));
       }
     }
     const std::int64_t mine_at = mine.empty() ? 0 : mine.begin - run.begin;

@@ -27,15 +27,15 @@ namespace ferry {
 
 class PartitionedParameters final : public ParameterProvider {
  public:
-  // `parameters` in the layout's order; `owned` this rank's partition of `layout` (cut to the parameters).
+  // `parameters` in the layout's order; `owned` this rank's shards of `layout` (cut to the parameters).
   // `home`: where the partition lives when it is offloaded (null: on the device).
-  PartitionedParameters(Device& device, std::vector<ParameterSpec> parameters, DType dtype, const FlatLayout& layout, FlatRange owned,
+  PartitionedParameters(Device& device, std::vector<ParameterSpec> parameters, DType dtype, const FlatLayout& layout, FlatShards owned,
                         Communicator& dp, bool reshard_after_forward, ParameterHome* home = nullptr);
   ~PartitionedParameters() override;
   PartitionedParameters(const PartitionedParameters&) = delete;
   PartitionedParameters& operator=(const PartitionedParameters&) = delete;
 
-  // This rank's values on the device, [owned.size()] in the parameters' dtype (what the optimizer updates
+  // This rank's values on the device, [owned.size()] in the parameters' dtype, its shards end to end (what the optimizer updates
   // in place). Throws where the partition lives in a home.
   const Tensor& partition() const;
   // The device bytes the partition holds (0 where it lives in a home).
@@ -69,7 +69,8 @@ class PartitionedParameters final : public ParameterProvider {
     // and its backward (reshard_after_forward off).
     enum class State : std::uint8_t { prefetched, acquired, kept } state = State::prefetched;
   };
-  // Runs of consecutive layout positions among `indices`.
+  // Runs of consecutive layout positions among `indices`, each inside one unit of the layout (a gather
+  // is one collective, each rank's share of it contiguous).
   std::vector<std::pair<std::size_t, std::size_t>> runs(std::span<const std::size_t> indices) const;
   Gathered start_gather(std::span<const std::size_t> indices);
   Gathered* find(std::span<const std::size_t> indices);
@@ -82,7 +83,7 @@ class PartitionedParameters final : public ParameterProvider {
   std::vector<std::size_t> positions_;  // [model index] -> layout position
   DType dtype_;
   const FlatLayout& layout_;
-  FlatRange owned_;
+  FlatShards owned_;
   Communicator& dp_;
   bool reshard_after_forward_;
   ParameterHome* home_;

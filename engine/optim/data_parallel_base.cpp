@@ -12,10 +12,17 @@ namespace {
 
 // The cuts of `settings` for `model`: at stage 2, a tied table handed over as computed (rows from the
 // embedding, into a bucket's buffer) is a bucket of its own; stages 0 and 1 add rows into the flat buffer.
+// Stage 3 shards each layer's parameters across the ranks as a unit (the token table, the position
+// table, each block, the final LayerNorm), so a layer's gather takes an equal share from every rank.
 DataParallelGradients::BucketCuts cuts_for(const GptModel& model, const DataParallelSettings& settings) {
   DataParallelGradients::BucketCuts cuts = settings.cuts;
   if (settings.zero_stage >= 2 && settings.tied_table == TiedTableGradient::as_computed && model.part().embedding) {
     cuts.uncut.push_back(GptParameters::kWteIndex);
+  }
+  if (settings.zero_stage == 3) {
+    const std::int64_t layers = model.config().layers;
+    cuts.unit_starts.push_back(GptParameters::kWpeIndex);
+    for (std::int64_t layer = 0; layer <= layers; ++layer) cuts.unit_starts.push_back(GptParameters::block_index(layer));  // layers: ln_f
   }
   return cuts;
 }
@@ -79,7 +86,8 @@ Tensor DataParallelBase::accumulated_gradient(std::size_t index) {
 
 nlohmann::json DataParallelBase::describe() const {
   nlohmann::json description = {{"zero_stage", settings_.zero_stage}, {"dp", dp_.size()},
-                                {"partition_elements", gradients_.layout().partition_size()}, {"owned_elements", gradients_.owned().size()},
+                                {"partition_elements", gradients_.layout().partition_size()},
+                                {"partition_units", gradients_.layout().unit_count()}, {"owned_elements", gradients_.owned().size()},
                                 {"reduce_buckets", gradients_.buckets().size()}, {"memory_bound", memory_bound()}};
   description["last_step_seconds"]["gradient_reduction_wait"] = gradients_.wait_seconds();
   if (parameter_offload_) {
@@ -180,7 +188,7 @@ std::vector<Tensor> DataParallelBase::owned_parameter_views() const {
   for (std::size_t position = 0; position < gradients_.layout().parameter_count(); ++position) {
     const auto piece = gradients_.owned_piece(position);
     if (!piece) continue;
-    views.push_back(provided_ ? provided_->partition().narrow(0, piece->range.begin - gradients_.owned().begin, piece->range.size())
+    views.push_back(provided_ ? provided_->partition().narrow(0, gradients_.owned().offset(piece->range.begin), piece->range.size())
                               : flat_view(*whole[position].tensor, piece->offset, piece->range.size()));
   }
   return views;

@@ -48,9 +48,9 @@ class DataParallelBase : public TrainingOptimizer {
   nlohmann::json memory_bound() const;
   nlohmann::json parameter_bound() const;
   // The rank's share of the state (partitions are cut to the parameters: empty where padding only).
-  FlatRange state_range() const override { return gradients_.owned(); }
-  // The flat elements this rank writes of a checkpoint: its partition (ZeRO 0: the one it would own).
-  FlatRange shard_range() const { return settings_.zero_stage > 0 ? gradients_.owned() : gradients_.layout().partition(dp_.rank()); }
+  FlatShards state_range() const override { return gradients_.owned(); }
+  // The flat elements this rank writes of a checkpoint: its share (ZeRO 0: the partition it would own).
+  FlatShards shard_range() const { return settings_.zero_stage > 0 ? gradients_.owned() : gradients_.layout().shards(dp_.rank()); }
   // Before a step's first micro-batch: the gradients zeroed, the step's waits counted from here.
   void begin_runtime_step();
   // The step's reductions: those a pipeline step held back start now; then every one is waited for.

@@ -36,10 +36,9 @@ class DataParallelAdamW final : public DataParallelBase {
   std::int64_t steps_taken() const override { return adam_.steps_taken(); }
   void set_steps_taken(std::int64_t steps) override { adam_.set_steps_taken(steps); }
   OptimizerSnapshot shard() override {
-    const FlatRange range = shard_range();
-    OptimizerSnapshot shard = shard_layout(model_, range.begin, 0);
+    OptimizerSnapshot shard = shard_layout(model_, shard_range());
     shard.steps = adam_.steps_taken();
-    adam_.export_range(range, shard.master, shard.first_moment, shard.second_moment);
+    adam_.export_shard(shard.share, shard.master, shard.first_moment, shard.second_moment);
     return shard;
   }
   void restore(const OptimizerSnapshot& snapshot) override {
@@ -107,20 +106,19 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
   std::int64_t steps_taken() const override { return optimizer_.steps_taken(); }
   void set_steps_taken(std::int64_t steps) override { optimizer_.set_steps_taken(steps); }
   OptimizerSnapshot shard() override {
-    const FlatRange share = state_range(), range = shard_range();
-    OptimizerSnapshot held = shard_layout(model_, share.begin, 0);  // the rank's share, then cut to the shard
+    const FlatShards range = shard_range();
+    OptimizerSnapshot held = shard_layout(model_, state_range());  // the rank's share, then cut to the shard
     held.steps = optimizer_.steps_taken();
     optimizer_.export_state(held.master, held.first_moment, held.second_moment);
     SnapshotValues values = values_of(held, range);
-    held.begin = range.begin;
+    held.share = range;
     held.master = std::move(values.master);
     held.first_moment = std::move(values.first_moment);
     held.second_moment = std::move(values.second_moment);
     return held;
   }
   void restore(const OptimizerSnapshot& snapshot) override {
-    const FlatRange share = state_range();
-    const SnapshotValues values = values_of(snapshot, share);
+    const SnapshotValues values = values_of(snapshot, state_range());
     // The rank's pieces of the parameters from its master weights (import_state returns them where they
     // live); the other ranks' pieces gathered.
     drop_gathered();

@@ -41,7 +41,7 @@ double TrainingOptimizer::gradient_sum_of_squares(std::optional<std::size_t> exc
   return sum;
 }
 
-OptimizerSnapshot shard_layout(const GptModel& model, std::int64_t begin, std::int64_t count) {
+OptimizerSnapshot shard_layout(const GptModel& model, const FlatShards& share) {
   OptimizerSnapshot snapshot;
   std::int64_t offset = 0;
   for (const ParameterSpec& each : model.parameter_specs()) {  // held or not (ZeRO stage 3 holds a partition)
@@ -50,54 +50,63 @@ OptimizerSnapshot shard_layout(const GptModel& model, std::int64_t begin, std::i
     snapshot.offsets.push_back(offset);
     offset += each.numel();
   }
-  if (begin < 0 || count < 0 || begin + count > offset) {
-    throw std::invalid_argument("an optimizer shard [" + std::to_string(begin) + ", " + std::to_string(begin + count) +
-                                ") outside the model's " + std::to_string(offset) + " elements");
+  for (const FlatRange& range : share.ranges()) {
+    if (range.begin < 0 || range.end > offset) {
+      throw std::invalid_argument("an optimizer shard [" + std::to_string(range.begin) + ", " + std::to_string(range.end) +
+                                  ") outside the model's " + std::to_string(offset) + " elements");
+    }
   }
-  snapshot.begin = begin;
-  snapshot.master.resize(static_cast<std::size_t>(count));
-  snapshot.first_moment.resize(static_cast<std::size_t>(count));
-  snapshot.second_moment.resize(static_cast<std::size_t>(count));
+  snapshot.share = share;
+  snapshot.master.resize(static_cast<std::size_t>(share.size()));
+  snapshot.first_moment.resize(static_cast<std::size_t>(share.size()));
+  snapshot.second_moment.resize(static_cast<std::size_t>(share.size()));
   return snapshot;
 }
 
 OptimizerSnapshot snapshot_layout(const GptModel& model) {
   std::int64_t elements = 0;
   for (const ParameterSpec& each : model.parameter_specs()) elements += each.numel();
-  return shard_layout(model, 0, elements);
+  return shard_layout(model, FlatRange{0, elements});
 }
 
-OptimizerSnapshot initial_shard(const GptModel& model, const FlatRange& share, const ParameterValuesSource& source) {
-  OptimizerSnapshot snapshot = shard_layout(model, share.begin, share.size());
+OptimizerSnapshot initial_shard(const GptModel& model, const FlatShards& share, const ParameterValuesSource& source) {
+  OptimizerSnapshot snapshot = shard_layout(model, share);
   const std::vector<ParameterSpec> specs = model.parameter_specs();
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    const FlatRange tensor{snapshot.offsets[i], snapshot.offsets[i] + specs[i].numel()};
-    const FlatRange piece = tensor.intersect(share);
-    if (piece.empty()) continue;
-    std::vector<float> values = source(specs[i], piece.begin - tensor.begin, piece.size());
-    // 16-bit parameters start as the values rounded to their dtype, and so does their master copy (as a
-    // model that holds its parameters whole starts).
-    if (model.parameter_dtype() != DType::f32) {
-      std::vector<std::uint16_t> rounded(values.size());
-      convert_from_f32(values.data(), rounded.data(), model.parameter_dtype(), values.size());
-      convert_to_f32(rounded.data(), values.data(), model.parameter_dtype(), values.size());
+  for (const FlatRange& range : share.ranges()) {
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const FlatRange tensor{snapshot.offsets[i], snapshot.offsets[i] + specs[i].numel()};
+      const FlatRange piece = tensor.intersect(range);
+      if (piece.empty()) continue;
+      std::vector<float> values = source(specs[i], piece.begin - tensor.begin, piece.size());
+      // 16-bit parameters start as the values rounded to their dtype, and so does their master copy (as a
+      // model that holds its parameters whole starts).
+      if (model.parameter_dtype() != DType::f32) {
+        std::vector<std::uint16_t> rounded(values.size());
+        convert_from_f32(values.data(), rounded.data(), model.parameter_dtype(), values.size());
+        convert_to_f32(rounded.data(), values.data(), model.parameter_dtype(), values.size());
+      }
+      std::copy(values.begin(), values.end(), snapshot.master.begin() + share.offset(piece.begin));
     }
-    std::copy(values.begin(), values.end(), snapshot.master.begin() + (piece.begin - share.begin));
   }
   return snapshot;
 }
 
-SnapshotValues values_of(const OptimizerSnapshot& snapshot, const FlatRange& range) {
-  const auto size = static_cast<std::int64_t>(snapshot.master.size());
-  if (range.begin < snapshot.begin || range.end > snapshot.begin + size) {
-    throw std::invalid_argument("optimizer state of flat elements [" + std::to_string(snapshot.begin) + ", " + std::to_string(snapshot.begin + size) +
-                                ") does not cover [" + std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
+SnapshotValues values_of(const OptimizerSnapshot& snapshot, const FlatShards& shards) {
+  SnapshotValues values;
+  for (const FlatRange& range : shards.ranges()) {
+    if (!snapshot.share.holds(range)) {
+      const std::vector<FlatRange>& held = snapshot.share.ranges();
+      throw std::invalid_argument("optimizer state of flat elements [" + std::to_string(held.empty() ? 0 : held.front().begin) + ", " +
+                                  std::to_string(held.empty() ? 0 : held.back().end) + ") in " + std::to_string(held.size()) +
+                                  " range(s) does not cover [" + std::to_string(range.begin) + ", " + std::to_string(range.end) + ")");
+    }
+    const auto skip = static_cast<std::size_t>(snapshot.share.offset(range.begin)), count = static_cast<std::size_t>(range.size());
+    auto append = [&](std::vector<float>& to, const std::vector<float>& from) { to.insert(to.end(), from.begin() + skip, from.begin() + skip + count); };
+    append(values.master, snapshot.master);
+    append(values.first_moment, snapshot.first_moment);
+    append(values.second_moment, snapshot.second_moment);
   }
-  const std::int64_t skip = range.begin - snapshot.begin;
-  auto cut = [&](const std::vector<float>& values) {
-    return std::vector<float>(values.begin() + skip, values.begin() + skip + range.size());
-  };
-  return {cut(snapshot.master), cut(snapshot.first_moment), cut(snapshot.second_moment)};
+  return values;
 }
 
 void require_matching_snapshot(const OptimizerSnapshot& snapshot, const GptModel& model) {
@@ -149,7 +158,7 @@ class DeviceAdamW final : public TrainingOptimizer {
     return snapshot;
   }
 
-  FlatRange state_range() const override { return {0, model_.parameters().numel()}; }
+  FlatShards state_range() const override { return FlatRange{0, model_.parameters().numel()}; }
   void restore(const OptimizerSnapshot& snapshot) override {
     require_matching_snapshot(snapshot, model_);
     const std::vector<NamedTensor> masters = optimizer_.master_weights();
@@ -246,7 +255,7 @@ class OffloadedAdamW final : public TrainingOptimizer {
     optimizer_.export_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
     return snapshot;
   }
-  FlatRange state_range() const override { return {0, model_.parameters().numel()}; }
+  FlatShards state_range() const override { return FlatRange{0, model_.parameters().numel()}; }
   void restore(const OptimizerSnapshot& snapshot) override {
     require_matching_snapshot(snapshot, model_);
     optimizer_.import_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
@@ -308,7 +317,7 @@ class DiscardingOptimizer final : public TrainingOptimizer {
   std::int64_t steps_taken() const override { return steps_; }
   void set_steps_taken(std::int64_t steps) override { steps_ = steps; }
   OptimizerSnapshot shard() override { throw std::logic_error("a dry run has no optimizer state to save"); }
-  FlatRange state_range() const override { return {0, model_.parameters().numel()}; }
+  FlatShards state_range() const override { return FlatRange{0, model_.parameters().numel()}; }
   void restore(const OptimizerSnapshot&) override { throw std::logic_error("a dry run has no optimizer state to load"); }
   nlohmann::json describe() const override { return {{"mode", "dry run"}}; }
 

@@ -22,28 +22,28 @@
 namespace ferry {
 
 // The f32 master weights and moments of the model's parameters in host memory, parameters end to end
-// in the model's order (HF names): all of them (a snapshot), or the flat elements [begin, begin +
-// master.size()) of them (a rank's shard, what it writes of a checkpoint).
+// in the model's order (HF names): all of them (a snapshot), or the flat elements `share` of them, end
+// to end (a rank's shard, what it writes of a checkpoint: one range, or its shard of each unit).
 struct OptimizerSnapshot {
   std::vector<std::string> names;
   std::vector<Shape> shapes;
   std::vector<std::int64_t> offsets;  // where each parameter starts
-  std::int64_t begin = 0;             // the flat element master[0] holds
+  FlatShards share;                   // the flat elements master holds, end to end
   std::vector<float> master, first_moment, second_moment;
   std::int64_t steps = 0;
 };
 
 // A snapshot of the model's names, shapes and offsets with zeroed values (steps = 0).
 OptimizerSnapshot snapshot_layout(const GptModel& model);
-// The same for a shard of `count` flat elements from `begin`.
-OptimizerSnapshot shard_layout(const GptModel& model, std::int64_t begin, std::int64_t count);
+// The same for a shard of flat elements `share`.
+OptimizerSnapshot shard_layout(const GptModel& model, const FlatShards& share);
 // Flat elements `share` of the parameters' starting values as master weights with zero moments at step 0,
 // made piece by piece without holding any whole tensor (`values(spec, offset, count)`: GPT-2's
 // initialization from a seed, or an --init-from file's elements), each rounded to the parameters' dtype as
 // a model holding them whole starts: what a rank that holds only a partition of the parameters (ZeRO
 // stage 3) restores its optimizer from to start.
 using ParameterValuesSource = std::function<std::vector<float>(const ParameterSpec& spec, std::int64_t offset, std::int64_t count)>;
-OptimizerSnapshot initial_shard(const GptModel& model, const FlatRange& share, const ParameterValuesSource& values);
+OptimizerSnapshot initial_shard(const GptModel& model, const FlatShards& share, const ParameterValuesSource& values);
 // Throws std::invalid_argument unless the snapshot holds the model's tensors.
 void require_matching_snapshot(const OptimizerSnapshot& snapshot, const GptModel& model);
 
@@ -79,8 +79,8 @@ class TrainingOptimizer {
   // of a pipeline rank's part), or a data-parallel rank's partition (ZeRO 0: the one it would own).
   virtual OptimizerSnapshot shard() = 0;
   // The flat elements of the model's parameters whose state this rank holds: all of them, or a
-  // data-parallel rank's share (ZeRO 1, 2: its partition).
-  virtual FlatRange state_range() const = 0;
+  // data-parallel rank's share (ZeRO 1, 2: its partition; ZeRO 3: its shard of each unit).
+  virtual FlatShards state_range() const = 0;
   // Replaces the state of state_range() from `snapshot`, which must cover it (the whole state, or a
   // shard of that range); the model's parameters become the master weights rounded to their dtype (a
   // data-parallel rank gathers the other ranks' shares, so its whole dp group restores together).
@@ -93,11 +93,12 @@ class TrainingOptimizer {
 void read_tensor_elements(const Tensor& tensor, std::size_t start, std::span<float> values);
 void write_tensor_elements(const Tensor& tensor, std::size_t start, std::span<const float> values);
 
-// The values of `range` from a snapshot that covers it; throws std::invalid_argument when it does not.
+// The values of `shards`, end to end, from a snapshot that covers them (each range inside one of the
+// snapshot's); throws std::invalid_argument when it does not.
 struct SnapshotValues {
   std::vector<float> master, first_moment, second_moment;
 };
-SnapshotValues values_of(const OptimizerSnapshot& snapshot, const FlatRange& range);
+SnapshotValues values_of(const OptimizerSnapshot& snapshot, const FlatShards& shards);
 
 // AdamW on the model's device over its whole gradients.
 std::unique_ptr<TrainingOptimizer> make_device_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters);

@@ -47,9 +47,16 @@ for name in ("reshard", "kept", "dp4", "full", "selective", "bf16", "offload"):
     run = load(name)
     assert run["grid"]["zero_stage"] == 3, run["grid"]
     element = 2 if name == "bf16" else 4
-    partition = run["optimizer"]["partition_elements"]
+    # Each layer (the token table, the position table, every block, the final LayerNorm) is a unit of
+    # the partition, sharded across the ranks: every rank owns its share of each, all ranks alike but
+    # for the last ranks' short shards (fewer than dp x 64 elements a unit: each shard is aligned to 64).
+    units, dp = run["optimizer"]["partition_units"], run["optimizer"]["dp"]
+    assert units == 4 + 3, run["optimizer"]  # gpt2-tiny's 4 blocks
+    owned = [rank["optimizer"]["owned_elements"] for rank in run["ranks"]]
+    assert sum(owned) == run["model"]["parameters"] and max(owned) - min(owned) < 64 * dp * units, (name, owned)
     for rank in run["ranks"]:
         bound = rank["optimizer"]["memory_bound"]["parameters"]
+        partition = rank["optimizer"]["owned_elements"]
         # The partition in the parameters' dtype, and at most the stated working set beside it, exactly.
         assert bound["partition"] == round512(element * partition), (name, rank["rank"], bound, partition)
         assert bound["exact"] and rank["max_by_category"]["parameters"] == bound["total"] == bound["partition"] + bound["gathered"], (name, rank["rank"], bound)

@@ -73,6 +73,51 @@ TEST(FlatLayout, BucketsAreCutAnywhereFromTheEndOfEachGroup) {
   EXPECT_THROW(layout.position_of_element(410), std::out_of_range);
 }
 
+// ZeRO 3's layout: each layer a unit, sharded across every rank (FSDP's per-module flat parameters), so a
+// layer's gather or reduction takes a contiguous, aligned share from each rank in rank order.
+TEST(FlatLayout, UnitsAreShardedAcrossEveryRank) {
+  const FlatLayout layout({1000, 24, 4096, 4, 700}, 4, {2, 4});  // units [0, 1024), [1024, 5124), [5124, 5824)
+  EXPECT_EQ(layout.unit_count(), 3u);
+  EXPECT_EQ(layout.unit_of(1), 0u);
+  EXPECT_EQ(layout.unit_of(3), 1u);
+  EXPECT_EQ(layout.partition_size(), 256 + 1088 + 192);  // each unit's ceil(size / 4), aligned up to 64
+  // Every rank owns a shard of every unit; the last rank's are short.
+  EXPECT_EQ(layout.owned_counts({0, 1024}), (std::vector<std::size_t>{256, 256, 256, 256}));
+  EXPECT_EQ(layout.owned_counts({1024, 5124}), (std::vector<std::size_t>{1088, 1088, 1088, 836}));
+  EXPECT_EQ(layout.owned_counts({5124, 5824}), (std::vector<std::size_t>{192, 192, 192, 124}));
+  EXPECT_EQ(layout.owned_counts({1100, 1200}), (std::vector<std::size_t>{100, 0, 0, 0}));
+  EXPECT_THROW(layout.owned_counts({1000, 1100}), std::logic_error);  // spans two units
+  EXPECT_THROW(layout.partition(0), std::logic_error);                // one partition per unit, not one in all
+  std::int64_t covered = 0;
+  for (int rank = 0; rank < 4; ++rank) {
+    const FlatShards shards = layout.shards(rank);
+    ASSERT_EQ(shards.ranges().size(), 3u) << rank;
+    covered += shards.size();
+  }
+  EXPECT_EQ(covered, layout.total());
+  // Rank 1's shards end to end: [256, 512), [2112, 3200), [5316, 5508).
+  const FlatShards one = layout.shards(1);
+  EXPECT_EQ(one.size(), 256 + 1088 + 192);
+  EXPECT_EQ(one.offset(256), 0);
+  EXPECT_EQ(one.offset(2112), 256);
+  EXPECT_EQ(one.offset(5316 + 10), 256 + 1088 + 10);
+  EXPECT_THROW(one.offset(600), std::out_of_range);
+  EXPECT_EQ(one.intersect({0, 300}).begin, 256);  // inside the first unit
+  EXPECT_EQ(one.intersect({0, 300}).end, 300);
+  EXPECT_TRUE(one.intersect({600, 1024}).empty());
+  EXPECT_THROW(one.intersect({500, 2200}), std::logic_error);  // meets two shards
+  EXPECT_TRUE(one.holds({2112, 3200}));
+  EXPECT_FALSE(one.holds({2000, 3200}));
+  // Buckets and all-gather chunks never span two units.
+  for (const GradientBucket& bucket : layout.buckets(1500)) {
+    EXPECT_EQ(layout.unit_of(bucket.first), layout.unit_of(bucket.last)) << bucket.range.begin;
+    EXPECT_LE(bucket.range.size(), 1500);
+  }
+  EXPECT_EQ(layout.buckets(0).size(), 3u);
+  EXPECT_EQ(layout.chunks(0).size(), 3u);
+  EXPECT_EQ(layout.chunks(2000).size(), 1u + 3u + 1u);  // 1024; 4100 in 2000, 2000, 100; 700
+}
+
 TEST(FlatLayout, ChunksCoverTheSpace) {
   const FlatLayout layout({100, 7}, 2);
   const std::vector<FlatRange> chunks = layout.chunks(50);

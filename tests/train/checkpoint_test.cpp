@@ -164,7 +164,7 @@ TEST(Checkpoint, ShardsWrittenInPlaceMakeTheWholeFiles) {
 
   auto shard_of = [&](std::int64_t begin, std::int64_t end) {
     OptimizerSnapshot shard = whole;
-    shard.begin = begin;
+    shard.share = FlatRange{begin, end};
     for (std::vector<float>* values : {&shard.master, &shard.first_moment, &shard.second_moment}) {
       *values = std::vector<float>(values->begin() + begin, values->begin() + end);
     }

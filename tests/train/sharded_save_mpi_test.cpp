@@ -50,7 +50,7 @@ OptimizerSnapshot share_of(const OptimizerSnapshot& whole, int rank, int ranks) 
   const auto total = static_cast<std::int64_t>(whole.master.size());
   const std::int64_t begin = total * rank / ranks, end = total * (rank + 1) / ranks;
   OptimizerSnapshot shard = whole;
-  shard.begin = begin;
+  shard.share = FlatRange{begin, end};
   for (std::vector<float>* values : {&shard.master, &shard.first_moment, &shard.second_moment}) {
     *values = std::vector<float>(values->begin() + begin, values->begin() + end);
   }
