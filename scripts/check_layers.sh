@@ -20,7 +20,8 @@ declare -A allowed=(
   [engine/report]="allocator engine/core"
   [engine/snapshot]="allocator engine/core"
   [engine/train]="allocator engine/core models schedule offload engine/comm engine/data engine/grid engine/optim engine/checkpoint engine/pipeline engine/report"
-  [engine/cli]="allocator engine/core models schedule offload engine/comm engine/data engine/grid engine/optim engine/checkpoint engine/pipeline engine/report engine/snapshot engine/train"
+  [engine/plan]="allocator engine/core models schedule offload engine/comm engine/data engine/grid engine/optim engine/checkpoint engine/pipeline engine/report engine/train"
+  [engine/cli]="allocator engine/core models schedule offload engine/comm engine/data engine/grid engine/optim engine/checkpoint engine/pipeline engine/report engine/snapshot engine/train engine/plan"
 )
 
 # The folder a path (a source file's or an include's) belongs to: engine/X for engine/, else its top folder.

@@ -18,6 +18,7 @@
 #include "engine/cli/empty_values.h"
 #include "engine/cli/replay_command.h"
 #include "engine/cli/report_command.h"
+#include "engine/cli/plan_command.h"
 #include "engine/cli/schedule_command.h"
 #include "engine/cli/train_command.h"
 #include "engine/cli/train_flag_parser.h"
@@ -57,6 +58,8 @@ int main(int argc, char** argv) {
   ferry::add_report_command(app, report);
   ferry::BenchMemoryOptions bench_memory;
   ferry::add_bench_command(app, bench_memory);
+  ferry::PlanCommandOptions plan;
+  ferry::add_plan_command(app, plan);
   ferry::refuse_empty_values(app);
   // The config is applied first: its DeepSpeed keys into the options, its "ferry" section as flags that
   // go before the command line's, so that the command line overrides both.
@@ -87,6 +90,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("train")) return ferry::run_train_command(train);
     if (app.got_subcommand("eval")) return ferry::run_eval_command(eval);
     if (app.got_subcommand("report")) return ferry::run_report_command(report);
+    if (app.got_subcommand("plan")) return ferry::run_plan_command(plan);
     if (ferry::bench_memory_requested(app)) return ferry::run_bench_memory_command(bench_memory);
   } catch (const std::bad_alloc&) {  // host memory (device memory has its own error and advice)
     std::fflush(stdout);

@@ -47,34 +47,34 @@ nlohmann::json simulate_every_rank(const TrainingPlan& plan, const PipelineLayou
 
 namespace {
 
-// Each rank's peak reserved bytes in a dry run of `plan` with `layout` (every rank computes the same).
-std::vector<std::int64_t> dry_run_rank_peaks(const TrainingPlan& plan, const PipelineLayout& layout) {
+// Each rank's entry of a dry run of `plan` with `layout` (every rank computes the same).
+nlohmann::json dry_run_ranks(const TrainingPlan& plan, const PipelineLayout& layout) {
   TrainingPlan dry_plan = dry_run_plan(plan);
   dry_plan.recompute = layout.policy;
   const PipelineLayoutChoice given{layout, nullptr};
-  const nlohmann::json summary = simulate_every_rank(dry_plan, &given);
-  std::vector<std::int64_t> peaks;
-  for (const nlohmann::json& rank : summary["ranks"]) peaks.push_back(rank["peak_reserved"].get<std::int64_t>());
-  return peaks;
+  return simulate_every_rank(dry_plan, &given)["ranks"];
 }
 
 }  // namespace
 
 PipelineLayoutChoice choose_grid_layout(const TrainingPlan& plan, bool prints) {
   const std::int32_t stages = plan.grid.pp * pipeline_stages_per_rank(plan.pipeline_schedule);
-  return choose_pipeline_layout(plan, PipelineShape{plan.model, plan.sequence, stages, plan.grid.pp}, prints,
-                                [&](const PipelineLayout& candidate) { return dry_run_rank_peaks(plan, candidate); });
+  return choose_pipeline_layout(plan, PipelineShape{plan.model, plan.sequence, stages, plan.grid.pp}, prints, [&](const PipelineLayout& candidate) {
+    std::vector<std::int64_t> peaks;
+    for (const nlohmann::json& rank : dry_run_ranks(plan, candidate)) peaks.push_back(rank["peak_reserved"].get<std::int64_t>());
+    return peaks;
+  });
+}
+
+nlohmann::json dry_run_every_rank(const TrainingPlan& plan) {
+  if (plan.grid.pp > 1) return dry_run_ranks(plan, choose_grid_layout(plan, false).layout);
+  return simulate_every_rank(dry_run_plan(plan), nullptr)["ranks"];
 }
 
 std::int64_t fullest_rank_peak(const TrainingPlan& plan) {
-  std::vector<std::int64_t> peaks;
-  if (plan.grid.pp > 1) {
-    peaks = dry_run_rank_peaks(plan, choose_grid_layout(plan, false).layout);
-  } else {
-    const nlohmann::json summary = simulate_every_rank(dry_run_plan(plan), nullptr);
-    for (const nlohmann::json& rank : summary["ranks"]) peaks.push_back(rank["peak_reserved"].get<std::int64_t>());
-  }
-  return *std::max_element(peaks.begin(), peaks.end());
+  std::int64_t peak = 0;
+  for (const nlohmann::json& rank : dry_run_every_rank(plan)) peak = std::max(peak, rank["peak_reserved"].get<std::int64_t>());
+  return peak;
 }
 
 }  // namespace ferry

@@ -31,6 +31,10 @@ nlohmann::json simulate_every_rank(const TrainingPlan& plan, const PipelineLayou
 // every rank when --device-memory or --checkpointing auto asks for them.
 PipelineLayoutChoice choose_grid_layout(const TrainingPlan& plan, bool prints);
 
+// Every rank's entry of a dry run of `plan` on meta, without a limit (a pipeline's layout chosen as the
+// run would choose it): peaks, categories and bytes sent per rank, what the planner judges a plan by.
+nlohmann::json dry_run_every_rank(const TrainingPlan& plan);
+
 // The peak reserved bytes of `plan`'s fullest rank, by a dry run of every rank on meta (a pipeline's
 // layout chosen as the run would choose it): what out-of-memory advice measures each variant by.
 std::int64_t fullest_rank_peak(const TrainingPlan& plan);

@@ -1,0 +1,233 @@
+#include "engine/plan/plan_search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+#include "allocator/byte_size.h"
+#include "engine/comm/communicator.h"
+#include "engine/train/rank_training.h"
+#include "engine/train/training_plan.h"
+
+namespace ferry {
+namespace {
+
+std::vector<std::int64_t> divisors(std::int64_t n) {
+  std::vector<std::int64_t> result;
+  for (std::int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) result.push_back(d);
+  }
+  return result;
+}
+
+// Recompute policies the search tries, from the least memory saving to the most.
+const std::vector<std::string>& recompute_choices() {
+  static const std::vector<std::string> choices = {"none", "selective", "full"};
+  return choices;
+}
+
+std::size_t recompute_strength(const std::string& policy) {
+  const auto& choices = recompute_choices();
+  return static_cast<std::size_t>(std::find(choices.begin(), choices.end(), policy) - choices.begin());
+}
+
+// A byte count as --device-memory takes it: whole MiB or GiB where it is one, else bytes.
+std::string memory_flag(std::size_t bytes) {
+  if (bytes % (std::size_t{1} << 30) == 0) return std::to_string(bytes >> 30) + "GiB";
+  if (bytes % (std::size_t{1} << 20) == 0) return std::to_string(bytes >> 20) + "MiB";
+  return std::to_string(bytes) + "B";
+}
+
+TrainOptions candidate_options(const PlanSearchRequest& request, const PlanSettings& settings) {
+  TrainOptions options = request.base;
+  options.device = request.cluster.kind == DeviceKind::cuda ? "cuda" : "cpu";
+  options.device_memory = memory_flag(request.cluster.device_memory);
+  options.tp = 1;
+  options.dp = settings.dp;
+  options.pipeline_stages = settings.pp;
+  options.batch = settings.micro_batch;
+  options.grad_accum = settings.micro_batches;
+  options.batch_given = options.grad_accum_given = true;
+  options.micro_batches.reset();
+  options.train_batch_size.reset();
+  options.checkpointing = settings.recompute;
+  options.zero_stage = settings.zero_stage;
+  options.offload_optimizer = settings.offload_optimizer ? "cpu" : "none";
+  return options;
+}
+
+// The candidate as a dry run of every rank in this process, on meta with the cluster's kernels' sizes.
+TrainingPlan dry_run_plan_of(const TrainOptions& options, const ClusterSpec& cluster) {
+  TrainOptions dry = options;
+  dry.device = "meta";
+  dry.dry_run_of = std::string(device_kind_name(cluster.kind));
+  dry.steps = 1;
+  dry.quiet = true;
+  dry.summary.clear();
+  dry.save.clear();
+  dry.metrics.clear();
+  dry.profile.clear();
+  return make_training_plan(dry, RankEnvironment{});
+}
+
+// The largest category at the fullest rank's peak, for "why not".
+std::string largest_category(const nlohmann::json& rank) {
+  std::string name = "?";
+  std::int64_t most = -1;
+  for (const auto& [category, bytes] : rank["at_peak"].items()) {
+    if (bytes.get<std::int64_t>() > most) {
+      most = bytes.get<std::int64_t>();
+      name = category + " " + format_bytes(static_cast<std::size_t>(most));
+    }
+  }
+  return name;
+}
+
+void measure(PlanCandidate& candidate, const PlanSearchRequest& request, const TrainingPlan& plan) {
+  const nlohmann::json ranks = dry_run_every_rank(plan);
+  candidate.ranks = nlohmann::json::array();
+  for (std::size_t rank = 0; rank < ranks.size(); ++rank) {
+    const nlohmann::json& each = ranks[rank];
+    candidate.ranks.push_back({{"rank", rank}, {"peak_reserved", each["peak_reserved"]}, {"peak_allocated", each["peak_allocated"]},
+                               {"max_by_category", each["max_by_category"]}, {"at_peak", each["at_peak"]}});
+    if (each["peak_reserved"].get<std::int64_t>() > candidate.peak_reserved) {
+      candidate.peak_reserved = each["peak_reserved"].get<std::int64_t>();
+      candidate.fullest_rank = static_cast<int>(rank);
+    }
+  }
+  const auto limit = static_cast<std::int64_t>(request.cluster.device_memory);
+  if (candidate.peak_reserved <= limit) {
+    candidate.status = PlanCandidate::Status::fits;
+    return;
+  }
+  candidate.status = PlanCandidate::Status::too_big;
+  candidate.why_not = "rank " + std::to_string(candidate.fullest_rank) + " needs " + format_bytes(static_cast<std::size_t>(candidate.peak_reserved)) +
+                      ", " + format_bytes(static_cast<std::size_t>(candidate.peak_reserved - limit)) + " over the device's " +
+                      format_bytes(request.cluster.device_memory) + " (the most at its peak: " + largest_category(ranks[static_cast<std::size_t>(candidate.fullest_rank)]) + ")";
+}
+
+// A measured plan too big for the device whose settings hold no more than `candidate`'s (the same grid,
+// ZeRO stage and offload, a micro-batch no larger, recompute no weaker): `candidate` cannot fit either.
+const PlanCandidate* too_big_below(const std::vector<PlanCandidate>& candidates, const PlanCandidate& candidate) {
+  for (const PlanCandidate& other : candidates) {
+    if (other.status != PlanCandidate::Status::too_big) continue;
+    const PlanSettings &a = other.settings, &b = candidate.settings;
+    if (a.dp == b.dp && a.pp == b.pp && a.zero_stage == b.zero_stage && a.offload_optimizer == b.offload_optimizer && a.micro_batch <= b.micro_batch &&
+        recompute_strength(a.recompute) >= recompute_strength(b.recompute)) {
+      return &other;
+    }
+  }
+  return nullptr;
+}
+
+int status_order(PlanCandidate::Status status) {
+  switch (status) {
+    case PlanCandidate::Status::fits: return 0;
+    case PlanCandidate::Status::too_big: return 1;
+    case PlanCandidate::Status::refused: return 2;
+    case PlanCandidate::Status::not_measured: return 3;
+  }
+  return 4;
+}
+
+}  // namespace
+
+std::vector<std::string> PlanSettings::flags() const {
+  std::vector<std::string> flags = {"--dp", std::to_string(dp)};
+  if (pp > 1) flags.insert(flags.end(), {"--pp", std::to_string(pp)});
+  flags.insert(flags.end(), {"--batch", std::to_string(micro_batch), "--grad-accum", std::to_string(micro_batches), "--checkpointing", recompute});
+  if (zero_stage > 0) flags.insert(flags.end(), {"--zero-stage", std::to_string(zero_stage)});
+  if (offload_optimizer) flags.insert(flags.end(), {"--offload-optimizer", "cpu"});
+  return flags;
+}
+
+std::string PlanSettings::text() const {
+  return "dp " + std::to_string(dp) + " x pp " + std::to_string(pp) + ", micro-batch " + std::to_string(micro_batch) + " x " +
+         std::to_string(micro_batches) + ", recompute " + recompute + ", ZeRO " + std::to_string(zero_stage) + ", optimizer " +
+         (offload_optimizer ? "on the host" : "on the device");
+}
+
+const char* plan_status_name(PlanCandidate::Status status) {
+  switch (status) {
+    case PlanCandidate::Status::fits: return "fits";
+    case PlanCandidate::Status::too_big: return "too big";
+    case PlanCandidate::Status::refused: return "refused";
+    case PlanCandidate::Status::not_measured: return "not measured";
+  }
+  return "?";
+}
+
+PlanSearch search_plans(const PlanSearchRequest& request) {
+  const auto start = std::chrono::steady_clock::now();
+  const ClusterSpec& cluster = request.cluster;
+  const int world = cluster.world();
+  if (request.global_batch < 1) throw std::invalid_argument("--global-batch must be positive, got " + std::to_string(request.global_batch));
+  PlanSearch search;
+  std::vector<PlanCandidate> candidates;
+  for (const std::int64_t pp : divisors(world)) {
+    const int dp = world / static_cast<int>(pp);
+    if (request.global_batch % dp != 0) continue;
+    const std::int64_t per_rank = request.global_batch / dp;
+    for (const std::int64_t micro_batch : divisors(per_rank)) {
+      for (const std::string& recompute : recompute_choices()) {
+        for (int stage = 0; stage <= (dp > 1 ? 3 : 0); ++stage) {
+          for (const bool offload : {false, true}) {
+            PlanCandidate candidate;
+            candidate.settings = {dp, static_cast<int>(pp), micro_batch, per_rank / micro_batch, recompute, stage, offload};
+            candidate.options = candidate_options(request, candidate.settings);
+            candidates.push_back(std::move(candidate));
+          }
+        }
+      }
+    }
+  }
+  if (candidates.empty()) {
+    throw std::invalid_argument("no data-parallel size divides --global-batch " + std::to_string(request.global_batch) + " on " + cluster.name +
+                                "'s " + std::to_string(world) + " devices: give a global batch that is a multiple of the devices or of a divisor of them");
+  }
+  // Each candidate's plan as the trainer makes it (its refusals are the candidate's), and its predicted time.
+  std::vector<TrainingPlan> plans(candidates.size());
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    PlanCandidate& candidate = candidates[i];
+    try {
+      plans[i] = dry_run_plan_of(candidate.options, cluster);
+    } catch (const std::invalid_argument& error) {
+      candidate.status = PlanCandidate::Status::refused;
+      candidate.why_not = error.what();
+      continue;
+    }
+    candidate.time = predict_step_time(plans[i], cluster);
+    const double tokens = static_cast<double>(request.global_batch * plans[i].sequence);
+    candidate.tokens_per_second = tokens / candidate.time.total();
+    candidate.mfu = model_flops_per_step(plans[i]) / (candidate.time.total() * world * cluster.peak_flops);
+  }
+  std::vector<std::size_t> order(candidates.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return candidates[a].tokens_per_second > candidates[b].tokens_per_second; });
+  std::size_t fitting = 0;
+  for (const std::size_t i : order) {
+    PlanCandidate& candidate = candidates[i];
+    if (candidate.status == PlanCandidate::Status::refused) continue;
+    if (fitting >= request.wanted || search.dry_runs >= request.budget) {
+      candidate.why_not = fitting >= request.wanted ? "predicted slower than the " + std::to_string(fitting) + " plans that fit"
+                                                     : "the search's " + std::to_string(request.budget) + " dry runs were spent";
+      continue;
+    }
+    if (const PlanCandidate* below = too_big_below(candidates, candidate)) {
+      candidate.why_not = "too big as " + below->settings.text() + " is (" + below->why_not + "): a larger micro-batch or less recompute holds more";
+      continue;
+    }
+    measure(candidate, request, plans[i]);
+    ++search.dry_runs;
+    if (candidate.status == PlanCandidate::Status::fits) ++fitting;
+  }
+  std::vector<std::size_t> ranked = order;
+  std::stable_sort(ranked.begin(), ranked.end(), [&](std::size_t a, std::size_t b) {
+    return status_order(candidates[a].status) < status_order(candidates[b].status);
+  });
+  for (const std::size_t i : ranked) search.candidates.push_back(std::move(candidates[i]));
+  search.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return search;
+}
+
+}  // namespace ferry

@@ -1,0 +1,68 @@
+// The planner's search: every plan the trainer can run for a model, a global batch and a cluster (pp
+// dividing the world, dp the rest; micro-batch and micro-batches; recompute policy; ZeRO stage; optimizer
+// offload), ranked by the step-time model, and judged for memory by dry runs of every rank on meta in
+// that order until the wanted number fit: so a plan called fitting has each rank's exact peak, one
+// called too big names its fullest rank and the bytes it lacks, and the search stays a few dry runs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/plan/cluster.h"
+#include "engine/plan/step_time_model.h"
+#include "engine/train/train_options.h"
+
+namespace ferry {
+
+struct PlanSettings {
+  int dp = 1;
+  int pp = 1;
+  std::int64_t micro_batch = 1;
+  std::int64_t micro_batches = 1;  // per step on each dp rank (a pipeline's micro-batches)
+  std::string recompute = "none";
+  int zero_stage = 0;
+  bool offload_optimizer = false;
+  // The `ferry train` flags that set these.
+  std::vector<std::string> flags() const;
+  std::string text() const;  // "dp 4 x pp 2, micro-batch 2 x 8, recompute none, ZeRO 1, optimizer on the device"
+};
+
+struct PlanCandidate {
+  enum class Status : std::uint8_t { fits, too_big, refused, not_measured };
+  PlanSettings settings;
+  StepTimeEstimate time;
+  double tokens_per_second = 0;
+  double mfu = 0;
+  Status status = Status::not_measured;
+  std::string why_not;           // too big: the fullest rank, its largest category, the bytes over; refused: the trainer's reason
+  std::int64_t peak_reserved = 0;  // the fullest rank's (measured candidates)
+  int fullest_rank = 0;
+  nlohmann::json ranks;          // measured: each rank's peak_reserved, peak_allocated, max_by_category
+  TrainOptions options;          // the candidate as `ferry train` options on the cluster's device
+};
+
+struct PlanSearchRequest {
+  TrainOptions base;             // the model's shape, sequence, precision (and anything else given)
+  ClusterSpec cluster;
+  std::int64_t global_batch = 0;
+  std::size_t wanted = 5;        // fitting plans to find
+  std::size_t budget = 40;       // dry runs at most
+};
+
+struct PlanSearch {
+  std::vector<PlanCandidate> candidates;  // fitting first (by predicted tokens/s), then too big, refused, not measured
+  std::size_t dry_runs = 0;
+  double seconds = 0;
+};
+
+// Throws std::invalid_argument when the request has no plan at all (a global batch the world cannot
+// divide, no pipeline depth that fits the layers).
+PlanSearch search_plans(const PlanSearchRequest& request);
+
+const char* plan_status_name(PlanCandidate::Status status);
+
+}  // namespace ferry

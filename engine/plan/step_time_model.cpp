@@ -1,0 +1,104 @@
+#include "engine/plan/step_time_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/core/dtype.h"
+#include "schedule/recompute_policy.h"
+
+namespace ferry {
+namespace {
+
+double block_matmul_flops(const GptConfig& model) { return 2.0 * 12.0 * static_cast<double>(model.hidden) * static_cast<double>(model.hidden); }
+double attention_flops(const GptConfig& model, std::int64_t sequence) { return 4.0 * static_cast<double>(sequence) * static_cast<double>(model.hidden); }
+double head_flops(const GptConfig& model) { return 2.0 * static_cast<double>(model.vocab) * static_cast<double>(model.hidden); }
+
+// A rank's share of the blocks (the pipeline splits them about evenly; the last stage adds the head).
+double stage_blocks(const TrainingPlan& plan) { return static_cast<double>(plan.model.layers) / std::max(plan.grid.pp, 1); }
+
+}  // namespace
+
+double forward_flops_per_token(const GptConfig& model, std::int64_t sequence) {
+  return static_cast<double>(model.layers) * (block_matmul_flops(model) + attention_flops(model, sequence)) + head_flops(model);
+}
+
+double recompute_flops_per_token(const GptConfig& model, std::int64_t sequence, const RecomputePolicy& policy) {
+  double flops = 0;
+  for (const BlockRecompute block : policy.plan(model.layers)) {
+    if (block == BlockRecompute::full) flops += block_matmul_flops(model) + attention_flops(model, sequence);
+    if (block == BlockRecompute::selective) flops += attention_flops(model, sequence);
+  }
+  return flops;
+}
+
+double model_flops_per_step(const TrainingPlan& plan) {
+  const double tokens = static_cast<double>(plan.global_batch() * plan.sequence);
+  return 3.0 * forward_flops_per_token(plan.model, plan.sequence) * tokens;
+}
+
+nlohmann::json StepTimeEstimate::to_json() const {
+  return {{"compute", compute}, {"recompute", recompute}, {"bubble", bubble}, {"data_parallel", data_parallel},
+          {"zero3_gathers", zero3_gathers}, {"pipeline_transfers", pipeline_transfers}, {"optimizer", optimizer}, {"total", total()}};
+}
+
+StepTimeEstimate predict_step_time(const TrainingPlan& plan, const ClusterSpec& cluster) {
+  StepTimeEstimate estimate;
+  const GptConfig& model = plan.model;
+  const int dp = plan.grid.dp, pp = plan.grid.pp;
+  const double rate = cluster.peak_flops * cluster.compute_efficiency;
+  const double tokens = static_cast<double>(plan.micro_batch * plan.sequence);  // a micro-batch's
+  const auto micro_batches = static_cast<double>(plan.micro_batches);
+  // The slowest stage: its blocks, and the head on the last (the whole model without a pipeline).
+  const double blocks = stage_blocks(plan);
+  const double stage_forward = blocks * (block_matmul_flops(model) + attention_flops(model, plan.sequence)) + head_flops(model);
+  const double stage_recompute = recompute_flops_per_token(model, plan.sequence, plan.recompute) / std::max(pp, 1);
+  const double forward_seconds = tokens * stage_forward / rate;
+  const double recompute_seconds = tokens * stage_recompute / rate;
+  const double backward_seconds = 2 * forward_seconds;
+  const double micro_batch_seconds = forward_seconds + backward_seconds + recompute_seconds;
+  estimate.compute = micro_batches * micro_batch_seconds;
+  estimate.recompute = micro_batches * recompute_seconds;
+  estimate.bubble = (pp - 1) * micro_batch_seconds;  // 1F1B: p - 1 slots of the slowest stage
+
+  // The rank's parameters: its stage's blocks, the tables with the first and the head with the last.
+  const double psi = static_cast<double>(model.parameter_count()) / std::max(pp, 1);
+  const auto parameter_bytes = static_cast<double>(dtype_size(plan.precision));
+  if (dp > 1) {
+    const double bandwidth = cluster.group_bandwidth(dp, plan.grid.tp);
+    const double share = static_cast<double>(dp - 1) / dp;
+    const double bucket = static_cast<double>(default_bucket_elements(model, plan.grid)) * 4 * share / bandwidth;  // the last, never hidden
+    const double reduce_scatter = share * 4 * psi / bandwidth;
+    const double gather_updates = plan.zero_stage == 1 || plan.zero_stage == 2 ? share * parameter_bytes * psi / bandwidth : 0;
+    if (plan.zero_stage == 0) {
+      estimate.data_parallel = std::max(0.0, 2 * reduce_scatter - backward_seconds) + bucket;  // all-reduce in the last backward
+    } else if (plan.zero_stage == 1) {
+      estimate.data_parallel = std::max(0.0, reduce_scatter - backward_seconds) + bucket + gather_updates;
+    } else {  // 2 and 3 reduce every micro-batch's gradients during its backward
+      estimate.data_parallel = micro_batches * std::max(0.0, reduce_scatter - backward_seconds) + bucket + gather_updates;
+    }
+    if (plan.zero_stage == 3) {
+      // Every layer gathered for forward and again for backward (once when blocks stay gathered); the
+      // next layer's gather hides behind this one's compute, the first of each pass does not.
+      const double passes = plan.reshard_after_forward ? 2 : 1;
+      const double gathers = micro_batches * passes * share * parameter_bytes * psi / bandwidth;
+      const double first_layer = micro_batches * 2 * share * parameter_bytes * (psi / std::max(blocks, 1.0)) / bandwidth;
+      estimate.zero3_gathers = std::max(0.0, gathers - estimate.compute) + first_layer;
+    }
+  }
+  if (pp > 1) {
+    // An activation forward and its gradient back across each boundary a micro-batch crosses.
+    const double bytes = tokens * static_cast<double>(model.hidden) * parameter_bytes;
+    estimate.pipeline_transfers = micro_batches * 2 * bytes / cluster.group_bandwidth(2, dp * plan.grid.tp);
+  }
+  // The optimizer: AdamW reads and writes each element's parameter, gradient, moments (and master copy).
+  const double stepped = plan.zero_stage >= 1 && dp > 1 ? psi / dp : psi;
+  const double state_bytes = parameter_bytes + 4 + 8 + (parameter_bytes == 4 ? 0 : 4);
+  if (plan.offload_optimizer) {
+    estimate.optimizer = 2 * stepped * (4 + 8 + 4) / cluster.host_memory_bandwidth + stepped * (4 + parameter_bytes) / cluster.host_link_bandwidth;
+  } else {
+    estimate.optimizer = 2 * stepped * state_bytes / cluster.device_memory_bandwidth;
+  }
+  return estimate;
+}
+
+}  // namespace ferry

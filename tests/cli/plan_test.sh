@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# `ferry plan` on cpu ranks (2 ranks of gpt2-tiny in 9 MiB each): the plans it calls fitting are ranked
+# by predicted tokens/s; the best one's launch command trains under mpirun with every rank's peak
+# exactly as planned; a plan it calls too big runs out of memory; the DeepSpeed-style config it prints
+# trains the same; an impossible global batch and an unknown device kind are refused by name.
+source "$(dirname "$0")/common.sh"
+mpirun=${MPIRUN:-mpirun}
+
+"$ferry" plan --model gpt2-tiny --seq 64 --global-batch 8 --cluster 1x2xcpu --device-memory 9MiB --top 3 --summary "$work/plan.json" \
+  > "$work/plan.txt" 2>&1 || { cat "$work/plan.txt"; exit 1; }
+grep -q "^best: " "$work/plan.txt" || { cat "$work/plan.txt"; echo "no best plan printed"; exit 1; }
+
+# The best plan's and a too-big plan's commands, as this test runs them, and the best's config.
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+summary = json.load(open(f"{work}/plan.json"))
+plans = summary["plans"]
+fits = [p for p in plans if p["status"] == "fits"]
+assert len(fits) == 3, [p["status"] for p in plans]
+rates = [p["tokens_per_second"] for p in fits]
+assert rates == sorted(rates, reverse=True), rates
+limit = summary["cluster"]["device_memory"]
+for plan in fits:
+    assert plan["fits"] and max(r["peak_reserved"] for r in plan["ranks"]) == plan["peak_reserved"] <= limit, plan
+    assert len(plan["ranks"]) == plan["settings"]["dp"] * plan["settings"]["pp"], plan
+    s = plan["settings"]
+    assert s["dp"] * s["micro_batch"] * s["micro_batches"] == 8, s
+    assert plan["deepspeed_config"]["train_batch_size"] == 8, plan["deepspeed_config"]
+too_big = [p for p in plans if p["status"] == "too big"]
+assert too_big and all(p["peak_reserved"] > limit and "over the device" in p["why_not"] for p in too_big), too_big[:1]
+assert all(p["why_not"] for p in plans if p["status"] in ("refused", "not measured")), "a plan left out without a reason"
+def runnable(plan, name):  # "mpirun -np N ferry train ..." -> the arguments after `ferry`, one per line
+    words = plan["command"].split()
+    assert words[:4] == ["mpirun", "-np", str(plan["settings"]["dp"] * plan["settings"]["pp"]), "ferry"], words
+    open(f"{work}/{name}.args", "w").write("\n".join(words[4:]) + "\n")
+runnable(fits[0], "best")
+runnable(too_big[0], "too_big")
+json.dump(fits[0]["deepspeed_config"], open(f"{work}/best_config.json", "w"))
+json.dump(fits[0], open(f"{work}/best_plan.json", "w"))
+PY
+mapfile -t best < "$work/best.args"
+mapfile -t too_big < "$work/too_big.args"
+run=(--steps 2 --threads 1 --lr 1e-4)
+timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -np 2 "$ferry" "${best[@]}" "${run[@]}" --summary "$work/best.json" \
+  > "$work/best.txt" 2>&1 || { cat "$work/best.txt"; exit 1; }
+timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -np 2 "$ferry" train --config "$work/best_config.json" --model gpt2-tiny --seq 64 \
+  "${run[@]}" --summary "$work/config.json" > "$work/config.txt" 2>&1 || { cat "$work/config.txt"; exit 1; }
+if timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -np 2 "$ferry" "${too_big[@]}" "${run[@]}" > "$work/too_big.txt" 2>&1; then
+  echo "a plan called too big trained:"; cat "$work/too_big.txt"; exit 1
+fi
+grep -qi "out of memory\|device memory" "$work/too_big.txt" || { cat "$work/too_big.txt"; echo "the too-big plan did not run out of memory"; exit 1; }
+
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+plan = json.load(open(f"{work}/best_plan.json"))
+for name in ("best", "config"):
+    run = json.load(open(f"{work}/{name}.json"))
+    assert run["grid"]["dp"] == plan["settings"]["dp"] and run["grid"]["zero_stage"] == plan["settings"]["zero_stage"], (name, run["grid"])
+    for predicted, measured in zip(plan["ranks"], run["ranks"]):
+        for key in ("peak_reserved", "peak_allocated", "max_by_category"):
+            assert predicted[key] == measured[key], (name, measured["rank"], key, predicted[key], measured[key])
+PY
+
+# Refusals name the problem and the fix.
+expect_error "no device kind 'TPU-v5'.*H100-80GB" "$ferry" plan --model gpt2-tiny --global-batch 8 --cluster 1x2xTPU-v5
+expect_error "global-batch must be positive" "$ferry" plan --model gpt2-tiny --global-batch 0 --cluster 1x2xcpu
+if "$ferry" plan --model gpt2-tiny --global-batch 3 --cluster 1x4xcpu > "$work/out.txt" 2>&1; then
+  grep -q "dp 1 x pp 4" "$work/out.txt" || { cat "$work/out.txt"; echo "a global batch of 3 on 4 ranks planned more than dp 1"; exit 1; }
+fi
+echo "plan: ok"

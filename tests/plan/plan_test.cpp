@@ -1,0 +1,117 @@
+// The planner's parts: cluster presets and their errors, the step-time model's FLOP counts and parts,
+// and the search's judgement (every plan it calls fitting fits by its dry run, every one too big is
+// over, in the order the model predicts).
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "engine/plan/cluster.h"
+#include "engine/plan/plan_search.h"
+#include "engine/plan/step_time_model.h"
+#include "models/gpt_config.h"
+
+namespace ferry {
+namespace {
+
+TEST(ClusterSpec, PresetsAndTheirLinks) {
+  const ClusterSpec cluster = parse_cluster("8x8xH100-80GB", 1, 0);
+  EXPECT_EQ(cluster.world(), 64);
+  EXPECT_EQ(cluster.kind, DeviceKind::cuda);
+  EXPECT_EQ(cluster.device_memory, std::size_t{81559} << 20);
+  EXPECT_DOUBLE_EQ(cluster.peak_flops, 989e12);
+  // A dp group of 8 consecutive ranks stays in a node; 16 spans two; pipeline neighbours 8 apart cross nodes.
+  EXPECT_DOUBLE_EQ(cluster.group_bandwidth(8, 1), cluster.intra_node_bandwidth);
+  EXPECT_DOUBLE_EQ(cluster.group_bandwidth(16, 1), cluster.inter_node_bandwidth);
+  EXPECT_DOUBLE_EQ(cluster.group_bandwidth(2, 8), cluster.inter_node_bandwidth);
+  EXPECT_DOUBLE_EQ(cluster.group_bandwidth(2, 4), cluster.intra_node_bandwidth);
+  const ClusterSpec local = parse_cluster("local", 4, 8e10);
+  EXPECT_EQ(local.world(), 4);
+  EXPECT_EQ(local.kind, DeviceKind::cpu);
+  EXPECT_DOUBLE_EQ(local.peak_flops, 2e10);  // the machine's rate shared by its ranks
+  for (const char* bad : {"8x8", "0x8xH100-80GB", "1x1xTPU-v5", "ax2xcpu", "2x2x"}) {
+    try {
+      parse_cluster(bad, 1, 1);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const std::invalid_argument& error) {
+      EXPECT_NE(std::string(error.what()).find("H100-80GB"), std::string::npos) << error.what();  // names the presets
+    }
+  }
+}
+
+TEST(StepTimeModel, CountsGpt2sFlopsAndStatesItsParts) {
+  const GptConfig gpt2 = *gpt_preset("gpt2");
+  // 12 blocks of 24 h^2 matmul FLOPs and 4 s h of attention, and the tied head's 2 V h, per token.
+  const double h = 768, s = 1024, v = static_cast<double>(gpt2.vocab);
+  EXPECT_DOUBLE_EQ(forward_flops_per_token(gpt2, 1024), 12 * (24 * h * h + 4 * s * h) + 2 * v * h);
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(gpt2, 1024, RecomputePolicy::parse("full")), 12 * (24 * h * h + 4 * s * h));
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(gpt2, 1024, RecomputePolicy::parse("selective")), 12 * 4 * s * h);
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(gpt2, 1024, RecomputePolicy::parse("none")), 0);
+
+  ClusterSpec cluster = parse_cluster("1x8xH100-80GB", 1, 0);
+  TrainingPlan plan;
+  plan.model = gpt2;
+  plan.sequence = 1024;
+  plan.precision = DType::bf16;
+  plan.grid.dp = 8;
+  plan.micro_batch = 4;
+  plan.micro_batches = 2;
+  const StepTimeEstimate base = predict_step_time(plan, cluster);
+  const double tokens = 4 * 1024;
+  EXPECT_NEAR(base.compute, 2 * 3 * tokens * forward_flops_per_token(gpt2, 1024) / (989e12 * 0.45), 1e-12);
+  EXPECT_EQ(base.bubble, 0);
+  EXPECT_EQ(base.zero3_gathers, 0);
+  EXPECT_GT(base.optimizer, 0);
+  // Full recompute adds the blocks' forward again; a pipeline idles p - 1 micro-batch slots.
+  plan.recompute = RecomputePolicy::parse("full");
+  EXPECT_GT(predict_step_time(plan, cluster).recompute, 0);
+  plan.recompute = RecomputePolicy{};
+  plan.grid = {1, 4, 2};
+  const StepTimeEstimate piped = predict_step_time(plan, cluster);
+  EXPECT_NEAR(piped.bubble, piped.compute / 2, 1e-12);  // (p - 1) of the m = 2 micro-batches' slots
+  EXPECT_GT(piped.pipeline_transfers, 0);
+  // ZeRO 3 gathers; the optimizer on the host costs its host step and transfers.
+  plan.grid = {1, 8, 1};
+  plan.zero_stage = 3;
+  EXPECT_GT(predict_step_time(plan, cluster).zero3_gathers, 0);
+  plan.zero_stage = 2;
+  plan.offload_optimizer = offload::OffloadDevice::cpu;
+  EXPECT_GT(predict_step_time(plan, cluster).optimizer, base.optimizer);
+}
+
+TEST(PlanSearch, FittingMeansTheDryRunFitsAndTooBigMeansOver) {
+  PlanSearchRequest request;
+  request.base.model = "gpt2-tiny";
+  request.base.seq = 64;
+  request.cluster = parse_cluster("1x2xcpu", 1, 1e10);
+  request.cluster.device_memory = std::size_t{9} << 20;
+  request.global_batch = 8;
+  request.wanted = 3;
+  request.budget = 12;
+  const PlanSearch search = search_plans(request);
+  EXPECT_LE(search.dry_runs, request.budget);
+  std::size_t fits = 0, too_big = 0;
+  double last_rate = 1e300;
+  for (const PlanCandidate& candidate : search.candidates) {
+    const auto limit = static_cast<std::int64_t>(request.cluster.device_memory);
+    if (candidate.status == PlanCandidate::Status::fits) {
+      ++fits;
+      EXPECT_LE(candidate.peak_reserved, limit);
+      EXPECT_LE(candidate.tokens_per_second, last_rate);  // ranked by predicted tokens/s
+      last_rate = candidate.tokens_per_second;
+      ASSERT_EQ(candidate.ranks.size(), static_cast<std::size_t>(candidate.settings.dp * candidate.settings.pp));
+    } else if (candidate.status == PlanCandidate::Status::too_big) {
+      ++too_big;
+      EXPECT_GT(candidate.peak_reserved, limit);
+      EXPECT_NE(candidate.why_not.find("rank "), std::string::npos) << candidate.why_not;
+    }
+    EXPECT_EQ(candidate.settings.dp * candidate.settings.micro_batch * candidate.settings.micro_batches, request.global_batch);
+  }
+  EXPECT_EQ(fits, 3u);
+  EXPECT_GT(too_big, 0u) << "9 MiB should leave some plans of gpt2-tiny out";
+  request.global_batch = 3;  // no dp of 2 divides it: only dp 1 x pp 2
+  for (const PlanCandidate& candidate : search_plans(request).candidates) EXPECT_EQ(candidate.settings.pp, 2);
+}
+
+}  // namespace
+}  // namespace ferry
