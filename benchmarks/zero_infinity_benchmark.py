@@ -9,7 +9,8 @@ stage 2 offload 2 psi (its fp16 parameters; ferry's are fp32, so 4 psi), stage 3
 2 psi / dp, and with parameters offloaded 4 x largest layer alone. Then the real step's time split: the
 parameter gathers' waits, the NVMe fetches not read ahead, and the optimizer's step.
 Record the output in docs/benchmarks.md with `lscpu`'s model name.
-Usage: benchmarks/zero_infinity_benchmark.py [FERRY] [BUDGET_MIB] [NVME_DIR]"""
+Usage: benchmarks/zero_infinity_benchmark.py [FERRY] [BUDGET_MIB] [NVME_DIR] [ONLY] [START_LAYERS]
+(ONLY: run the configurations whose names contain it; START_LAYERS: where each search starts doubling)"""
 import json
 import os
 import shutil
@@ -19,7 +20,9 @@ import tempfile
 
 ferry = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/ferry")
 budget_mib = float(sys.argv[2]) if len(sys.argv) > 2 else 32
-nvme_root = sys.argv[3] if len(sys.argv) > 3 else None
+nvme_root = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else None
+only = sys.argv[4] if len(sys.argv) > 4 else ""
+start_layers = int(sys.argv[5]) if len(sys.argv) > 5 else 1
 MiB = 2**20
 budget = int(budget_mib * MiB)
 dp = 4
@@ -46,11 +49,13 @@ def dry_run(work, layers, flags, steps=1):
 
 
 def fits(work, layers, flags):
-    return max(rank["peak_reserved"] for rank in dry_run(work, layers, flags)["ranks"]) <= budget
+    # The two steps the real run takes: a second step can reserve more than the first (the cache the
+    # first left), and a run that reaches the limit frees its cache and goes on, no longer as predicted.
+    return max(rank["peak_reserved"] for rank in dry_run(work, layers, flags, steps=2)["ranks"]) <= budget
 
 
 def deepest(work, flags):
-    low, high = 1, 2
+    low, high = start_layers, 2 * start_layers
     if not fits(work, low, flags):
         return 0
     while fits(work, high, flags):
@@ -71,7 +76,9 @@ def deepspeed_estimate(name, psi, largest):
 
 with tempfile.TemporaryDirectory(dir=nvme_root) as work:
     for name, flags in configs.items():
-        layers = deepest(work, flags)  # by one step's dry runs; the real run's two steps are predicted below
+        if only not in name:
+            continue
+        layers = deepest(work, flags)  # by dry runs of the real run's two steps
         predicted = dry_run(work, layers, flags, steps=2)
         psi = predicted["model"]["parameters"]
         largest = predicted["ranks"][0]["optimizer"]["memory_bound"].get("parameters", {}).get("largest_parameter_elements", 256 * 256)

@@ -61,16 +61,23 @@ int main(int argc, char** argv) {
   ferry::PlanCommandOptions plan;
   ferry::add_plan_command(app, plan);
   ferry::refuse_empty_values(app);
-  // The config is applied first: its DeepSpeed keys into the options, its "ferry" section as flags that
-  // go before the command line's, so that the command line overrides both.
+  // The config is applied first, then a saved plan's (`--plan FILE.json`, `ferry plan --summary`): their
+  // DeepSpeed keys into the options, their "ferry" sections as flags that go before the command line's,
+  // so that the plan overrides the config and the command line both.
   std::vector<std::string> arguments(argv + 1, argv + argc);
   try {
-    if (const auto config = ferry::find_config_path(argc, argv)) {
-      const std::vector<std::string> flags = ferry::apply_config_file(*config, train);
+    std::vector<std::string> flags;
+    if (const auto config = ferry::find_train_flag(argc, argv, "--config")) {
+      flags = ferry::apply_config_file(*config, train);
       ferry::check_config_flags(flags, *config);
-      const auto command = std::find(arguments.begin(), arguments.end(), "train");
-      arguments.insert(command + 1, flags.begin(), flags.end());
     }
+    if (const auto plan_file = ferry::find_train_flag(argc, argv, "--plan")) {
+      const std::vector<std::string> planned = ferry::apply_plan_file(*plan_file, train);
+      ferry::check_config_flags(planned, *plan_file);
+      flags.insert(flags.end(), planned.begin(), planned.end());
+    }
+    const auto command = std::find(arguments.begin(), arguments.end(), "train");
+    if (command != arguments.end()) arguments.insert(command + 1, flags.begin(), flags.end());
   } catch (const std::exception& error) {
     std::fprintf(stderr, "ferry: error: %s\n", error.what());
     return 1;

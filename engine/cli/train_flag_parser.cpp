@@ -166,6 +166,8 @@ void apply_scheduler(const json& scheduler, TrainOptions& options) {
 CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   CLI::App* train = app.add_subcommand("train", "Train a GPT model (default: gpt2-tiny on the embedded corpus, cpu device)");
   train->add_option("--config", o.config_path, "JSON config (DeepSpeed keys + a \"ferry\" section); flags override it");
+  train->add_option("--plan", o.plan_path, "Train the best fitting plan of a `ferry plan --summary` file (its grid, micro-batch, recompute, "
+                                           "ZeRO stage, offload, device and memory; it overrides --config, flags override it)");
   train->add_option("--model", o.model, "Preset: gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-small ... gpt3-30b")
       ->each([&o](const std::string&) { o.model_given = true; });
   train->add_option("--layers", o.layers, "Transformer blocks (overrides the preset)");
@@ -296,25 +298,50 @@ CLI::App* add_eval_command(CLI::App& app, EvalOptions& o) {
   return eval;
 }
 
-std::optional<std::string> find_config_path(int argc, char** argv) {
+std::optional<std::string> find_train_flag(int argc, char** argv, std::string_view flag) {
   bool in_train = false;
+  const std::string with_value = std::string(flag) + "=";
   for (int i = 1; i < argc; ++i) {
     const std::string_view argument = argv[i];
     if (argument == "train") in_train = true;
     if (!in_train) continue;
-    if (argument == "--config" && i + 1 < argc) return std::string(argv[i + 1]);
-    if (argument.starts_with("--config=")) return std::string(argument.substr(9));
+    if (argument == flag && i + 1 < argc) return std::string(argv[i + 1]);
+    if (argument.starts_with(with_value)) return std::string(argument.substr(with_value.size()));
   }
   return std::nullopt;
 }
 
-std::vector<std::string> apply_config_file(const std::string& path, TrainOptions& options) {
-  json config;
+namespace {
+
+json read_json_file(const std::string& path, const char* what) {
   try {
-    config = parse_bounded_json(read_text_file(path));
+    return parse_bounded_json(read_text_file(path));
   } catch (const json::exception& error) {
-    throw std::invalid_argument("config '" + path + "' is not valid JSON: " + describe_json_error(error));
+    throw std::invalid_argument(std::string(what) + " '" + path + "' is not valid JSON: " + describe_json_error(error));
   }
+}
+
+}  // namespace
+
+std::vector<std::string> apply_config_file(const std::string& path, TrainOptions& options) {
+  return apply_config(read_json_file(path, "config"), path, options);
+}
+
+std::vector<std::string> apply_plan_file(const std::string& path, TrainOptions& options) {
+  const json summary = read_json_file(path, "plan");
+  if (!summary.is_object() || summary.value("command", json()) != "plan" || !summary.contains("plans") || !summary["plans"].is_array()) {
+    throw std::invalid_argument("plan '" + path + "' is not a `ferry plan --summary` file (no \"command\": \"plan\" with \"plans\"): write one with "
+                                "ferry plan ... --summary FILE");
+  }
+  for (const json& plan : summary["plans"]) {
+    if (plan.is_object() && plan.value("fits", false) && plan.contains("deepspeed_config")) {
+      return apply_config(plan["deepspeed_config"], path + "'s best plan", options);
+    }
+  }
+  throw std::invalid_argument("plan '" + path + "' holds no plan that fits: plan again with more devices, more memory or a smaller global batch");
+}
+
+std::vector<std::string> apply_config(const json& config, const std::string& path, TrainOptions& options) {
   reject_unknown(config, "", {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
                               "gradient_clipping", "bf16", "fp16", "scheduler", "steps_per_print", "activation_checkpointing",
                               "recompute_granularity", "recompute_method", "recompute_num_layers", "zero_optimization", "aio", "ferry",

@@ -15,6 +15,7 @@ namespace ferry {
 
 struct TrainOptions {
   std::string config_path;
+  std::string plan_path;  // --plan: a `ferry plan --summary` file whose best plan's config applies
   std::string model = "gpt2-tiny";
   bool model_given = false;       // --model was given (a resume checks it against the checkpoint's model)
   std::optional<std::int64_t> layers, hidden, heads, vocab, seq;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `ferry plan` on cpu ranks (2 ranks of gpt2-tiny in 9 MiB each): the plans it calls fitting are ranked
 # by predicted tokens/s; the best one's launch command trains under mpirun with every rank's peak
-# exactly as planned; a plan it calls too big runs out of memory; the DeepSpeed-style config it prints
-# trains the same; an impossible global batch and an unknown device kind are refused by name.
+# exactly as planned, and so does `ferry train --plan` of the summary; a plan it calls too big runs out
+# of memory; a bad plan file, an unknown device kind and an impossible global batch are refused by name.
 source "$(dirname "$0")/common.sh"
 mpirun=${MPIRUN:-mpirun}
 
@@ -44,7 +44,8 @@ mapfile -t too_big < "$work/too_big.args"
 run=(--steps 2 --threads 1 --lr 1e-4)
 timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -np 2 "$ferry" "${best[@]}" "${run[@]}" --summary "$work/best.json" \
   > "$work/best.txt" 2>&1 || { cat "$work/best.txt"; exit 1; }
-timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -np 2 "$ferry" train --config "$work/best_config.json" --model gpt2-tiny --seq 64 \
+# The saved plan trains as its best plan (--plan reads the summary; its config is DeepSpeed's keys).
+timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -np 2 "$ferry" train --plan "$work/plan.json" --model gpt2-tiny --seq 64 \
   "${run[@]}" --summary "$work/config.json" > "$work/config.txt" 2>&1 || { cat "$work/config.txt"; exit 1; }
 if timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -np 2 "$ferry" "${too_big[@]}" "${run[@]}" > "$work/too_big.txt" 2>&1; then
   echo "a plan called too big trained:"; cat "$work/too_big.txt"; exit 1
@@ -66,6 +67,7 @@ PY
 # Refusals name the problem and the fix.
 expect_error "no device kind 'TPU-v5'.*H100-80GB" "$ferry" plan --model gpt2-tiny --global-batch 8 --cluster 1x2xTPU-v5
 expect_error "global-batch must be positive" "$ferry" plan --model gpt2-tiny --global-batch 0 --cluster 1x2xcpu
+expect_error "is not a \`ferry plan --summary\` file" "$ferry" train --plan "$work/best_config.json"
 if "$ferry" plan --model gpt2-tiny --global-batch 3 --cluster 1x4xcpu > "$work/out.txt" 2>&1; then
   grep -q "dp 1 x pp 4" "$work/out.txt" || { cat "$work/out.txt"; echo "a global batch of 3 on 4 ranks planned more than dp 1"; exit 1; }
 fi
