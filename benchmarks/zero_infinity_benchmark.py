@@ -9,8 +9,9 @@ stage 2 offload 2 psi (its fp16 parameters; ferry's are fp32, so 4 psi), stage 3
 2 psi / dp, and with parameters offloaded 4 x largest layer alone. Then the real step's time split: the
 parameter gathers' waits, the NVMe fetches not read ahead, and the optimizer's step.
 Record the output in docs/benchmarks.md with `lscpu`'s model name.
-Usage: benchmarks/zero_infinity_benchmark.py [FERRY] [BUDGET_MIB] [NVME_DIR] [ONLY] [START_LAYERS]
-(ONLY: run the configurations whose names contain it; START_LAYERS: where each search starts doubling)"""
+Usage: benchmarks/zero_infinity_benchmark.py [FERRY] [BUDGET_MIB] [NVME_DIR] [ONLY] [START_LAYERS] [FIRST_HIGH]
+(ONLY: run the configurations whose names contain it; START_LAYERS: a depth that fits, where each search
+starts doubling; FIRST_HIGH: its first depth tried above that, default twice it)"""
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ budget_mib = float(sys.argv[2]) if len(sys.argv) > 2 else 32
 nvme_root = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else None
 only = sys.argv[4] if len(sys.argv) > 4 else ""
 start_layers = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+first_high = int(sys.argv[6]) if len(sys.argv) > 6 else 2 * start_layers
 MiB = 2**20
 budget = int(budget_mib * MiB)
 dp = 4
@@ -55,7 +57,7 @@ def fits(work, layers, flags):
 
 
 def deepest(work, flags):
-    low, high = start_layers, 2 * start_layers
+    low, high = start_layers, first_high
     if not fits(work, low, flags):
         return 0
     while fits(work, high, flags):

@@ -81,7 +81,7 @@ void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
   plan->add_option("--device-memory", o.device_memory, "Each device's memory (overrides the preset; cpu: the --device-memory each rank gets)");
   plan->add_option("--host-memory", o.host_memory, "Each node's host memory (overrides the preset)");
   plan->add_option("--peak-flops", o.peak_flops, "Each device's dense FLOP/s (overrides the preset, or the measured cpu rate)");
-  plan->add_option("--efficiency", o.efficiency, "The share of --peak-flops a training step sustains (default: 0.45 on GPUs, 0.7 on cpu)");
+  plan->add_option("--efficiency", o.efficiency, "The share of --peak-flops a training step sustains (default: 0.45 on GPUs, 0.5 on cpu)");
   plan->add_option("--intra-node-bandwidth", o.intra_node_bandwidth, "Bytes/s per device of collectives inside a node");
   plan->add_option("--inter-node-bandwidth", o.inter_node_bandwidth, "Bytes/s per device of collectives across nodes");
   plan->add_option("--top", o.top, "Fitting plans to find (the search dry-runs plans in predicted order until this many fit)");

@@ -33,9 +33,10 @@ constexpr GpuPreset kGpuPresets[] = {
 };
 
 // The share of peak a training step's kernels sustain: GPUs, a typical 16-bit transformer step (not yet
-// measured on ferry: issue 32); cpu, ferry's step beside its own GEMM rate.
+// measured on ferry: issue 32); cpu, ferry's step beside its own GEMM rate (a 4-block GPT of width 256
+// on 2 ranks, benchmarks/plan_accuracy.py: about half, the rest its attention, norms and copies).
 constexpr double kGpuEfficiency = 0.45;
-constexpr double kCpuEfficiency = 0.7;
+constexpr double kCpuEfficiency = 0.5;
 
 std::size_t physical_memory() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);

@@ -61,7 +61,6 @@ TrainingPlan dry_run_plan_of(const TrainOptions& options, const ClusterSpec& clu
   TrainOptions dry = options;
   dry.device = "meta";
   dry.dry_run_of = std::string(device_kind_name(cluster.kind));
-  dry.steps = 1;
   dry.quiet = true;
   dry.summary.clear();
   dry.save.clear();

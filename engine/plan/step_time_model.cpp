@@ -69,12 +69,14 @@ StepTimeEstimate predict_step_time(const TrainingPlan& plan, const ClusterSpec& 
     const double bucket = static_cast<double>(default_bucket_elements(model, plan.grid)) * 4 * share / bandwidth;  // the last, never hidden
     const double reduce_scatter = share * 4 * psi / bandwidth;
     const double gather_updates = plan.zero_stage == 1 || plan.zero_stage == 2 ? share * parameter_bytes * psi / bandwidth : 0;
-    if (plan.zero_stage == 0) {
-      estimate.data_parallel = std::max(0.0, 2 * reduce_scatter - backward_seconds) + bucket;  // all-reduce in the last backward
-    } else if (plan.zero_stage == 1) {
-      estimate.data_parallel = std::max(0.0, reduce_scatter - backward_seconds) + bucket + gather_updates;
+    // A GPU's collectives run beside its kernels, so backward hides them up to its own length; cpu
+    // ranks copy the bytes with the cores that compute, so nothing hides.
+    const double hides = cluster.kind == DeviceKind::cpu ? 0.0 : backward_seconds;
+    const double reductions = plan.zero_stage == 0 ? 2 * reduce_scatter : reduce_scatter;  // ZeRO 0 all-reduces
+    if (plan.zero_stage < 2) {  // reduced during the step's last backward
+      estimate.data_parallel = std::max(0.0, reductions - hides) + bucket + gather_updates;
     } else {  // 2 and 3 reduce every micro-batch's gradients during its backward
-      estimate.data_parallel = micro_batches * std::max(0.0, reduce_scatter - backward_seconds) + bucket + gather_updates;
+      estimate.data_parallel = micro_batches * std::max(0.0, reductions - hides) + bucket + gather_updates;
     }
     if (plan.zero_stage == 3) {
       // Every layer gathered for forward and again for backward (once when blocks stay gathered); the
@@ -82,7 +84,7 @@ StepTimeEstimate predict_step_time(const TrainingPlan& plan, const ClusterSpec& 
       const double passes = plan.reshard_after_forward ? 2 : 1;
       const double gathers = micro_batches * passes * share * parameter_bytes * psi / bandwidth;
       const double first_layer = micro_batches * 2 * share * parameter_bytes * (psi / std::max(blocks, 1.0)) / bandwidth;
-      estimate.zero3_gathers = std::max(0.0, gathers - estimate.compute) + first_layer;
+      estimate.zero3_gathers = std::max(0.0, gathers - (cluster.kind == DeviceKind::cpu ? 0.0 : estimate.compute)) + first_layer;
     }
   }
   if (pp > 1) {

@@ -8,11 +8,12 @@
 namespace ferry {
 namespace {
 
-// `plan` dry-run on meta, every rank in this process, without a limit (a dry run measures): one step
-// (past a resumed checkpoint's), no output, nothing written.
+// `plan` dry-run on meta, every rank in this process, without a limit (a dry run measures): two steps
+// (past a resumed checkpoint's), since a second step can reserve more than the first (it allocates among
+// the blocks the first left cached) and the steps after it repeat the second; no output, nothing written.
 TrainingPlan dry_run_plan(const TrainingPlan& plan) {
   TrainingPlan dry = plan;
-  dry.steps = plan.io.resume.empty() ? 1 : read_trainer_state(plan.io.resume).step + 1;
+  dry.steps = (plan.io.resume.empty() ? 0 : read_trainer_state(plan.io.resume).step) + 2;
   dry.exit_interval.reset();
   dry.io.quiet = true;
   dry.io.profile.clear();
