@@ -84,6 +84,7 @@ std::string largest_category(const nlohmann::json& rank) {
 
 void measure(PlanCandidate& candidate, const PlanSearchRequest& request, const TrainingPlan& plan) {
   const nlohmann::json ranks = dry_run_every_rank(plan);
+  candidate.exact = plan.grid.pp == 1;
   candidate.ranks = nlohmann::json::array();
   for (std::size_t rank = 0; rank < ranks.size(); ++rank) {
     const nlohmann::json& each = ranks[rank];
