@@ -58,4 +58,16 @@ std::string format_bytes(std::size_t bytes) {
   return buffer;
 }
 
+std::string format_seconds(double seconds) {
+  char text[32];
+  if (seconds < 1e-3) {
+    std::snprintf(text, sizeof text, "%.0f us", seconds * 1e6);
+  } else if (seconds < 1) {
+    std::snprintf(text, sizeof text, "%.1f ms", seconds * 1e3);
+  } else {
+    std::snprintf(text, sizeof text, "%.2f s", seconds);
+  }
+  return text;
+}
+
 }  // namespace ferry

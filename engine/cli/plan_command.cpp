@@ -57,12 +57,6 @@ json deepspeed_config(const PlanSearchRequest& request, const PlanCandidate& can
   return config;
 }
 
-std::string seconds_text(double seconds) {
-  char text[32];
-  std::snprintf(text, sizeof text, seconds < 10 ? "%.3f" : "%.1f", seconds);
-  return text;
-}
-
 }  // namespace
 
 void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
@@ -79,7 +73,7 @@ void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
   plan->add_option("--cluster", o.cluster, "NODESxDEVICESxKIND (KIND: H100-80GB, H200-141GB, A100-80GB, A100-40GB, cpu) or local (this machine's cpu ranks)");
   plan->add_option("--ranks", o.ranks, "--cluster local: cpu ranks (default: the cores)");
   plan->add_option("--device-memory", o.device_memory, "Each device's memory (overrides the preset; cpu: the --device-memory each rank gets)");
-  plan->add_option("--host-memory", o.host_memory, "Each node's host memory (overrides the preset)");
+  plan->add_option("--host-memory", o.host_memory, "Each node's host memory (overrides the preset): it holds an offloaded optimizer's state and gradients, and cpu devices' memory");
   plan->add_option("--peak-flops", o.peak_flops, "Each device's dense FLOP/s (overrides the preset, or the measured cpu rate)");
   plan->add_option("--efficiency", o.efficiency, "The share of --peak-flops a training step sustains (default: 0.45 on GPUs, 0.5 on cpu)");
   plan->add_option("--intra-node-bandwidth", o.intra_node_bandwidth, "Bytes/s per device of collectives inside a node");
@@ -128,6 +122,7 @@ json plan_summary(const PlanSearch& search, const PlanSearchRequest& request) {
       plan["fullest_rank"] = candidate.fullest_rank;
       plan["peak_reserved"] = candidate.peak_reserved;
       plan["headroom"] = static_cast<std::int64_t>(c.device_memory) - candidate.peak_reserved;
+      plan["host_bytes"] = candidate.host_bytes;
       plan["exact"] = candidate.exact;
     }
     if (candidate.status == PlanCandidate::Status::fits) plan["deepspeed_config"] = deepspeed_config(request, candidate);
@@ -158,7 +153,7 @@ int run_plan_command(const PlanCommandOptions& options) {
   std::printf("figures: %s\n", c.source.c_str());
   std::printf("%zu plans considered, %zu dry runs of every rank in %.1f s\n\n", search.candidates.size(), search.dry_runs, search.seconds);
   std::printf("  %-9s %-13s %-10s %-9s %-4s %-8s %-22s %10s %9s %11s %6s\n", "status", "grid", "micro", "recompute", "ZeRO", "optimizer",
-              "fullest rank's peak", "headroom", "step (s)", "tokens/s", "MFU");
+              "fullest rank's peak", "headroom", "step", "tokens/s", "MFU");
   std::size_t shown_refused = 0, not_measured = 0;
   for (const PlanCandidate& candidate : search.candidates) {
     if (candidate.status == PlanCandidate::Status::not_measured) {
@@ -180,7 +175,7 @@ int run_plan_command(const PlanCommandOptions& options) {
     std::printf("  %-9s %-13s %-10s %-9s %-4d %-8s %-22s %10s %9s %11.0f %5.1f%%\n", plan_status_name(candidate.status), grid.c_str(), micro.c_str(),
                 s.recompute.c_str(), s.zero_stage, s.offload_optimizer ? "host" : "device", peak.c_str(),
                 headroom >= 0 ? format_bytes(static_cast<std::size_t>(headroom)).c_str() : ("-" + format_bytes(static_cast<std::size_t>(-headroom))).c_str(),
-                seconds_text(candidate.time.total()).c_str(), candidate.tokens_per_second, 100 * candidate.mfu);
+                format_seconds(candidate.time.total()).c_str(), candidate.tokens_per_second, 100 * candidate.mfu);
     if (candidate.status == PlanCandidate::Status::too_big) std::printf("            why not: %s\n", candidate.why_not.c_str());
   }
   if (std::any_of(search.candidates.begin(), search.candidates.end(), [](const PlanCandidate& each) { return !each.ranks.is_null() && !each.exact; })) {
@@ -194,15 +189,15 @@ int run_plan_command(const PlanCommandOptions& options) {
   const json summary = plan_summary(search, request);
   if (!options.summary.empty()) write_summary_file(options.summary, summary);
   if (best == search.candidates.end()) {
-    std::printf("\nno plan fits %s devices of %s: a larger cluster, more memory per device, or a smaller model or global batch\n", c.name.c_str(),
-                format_bytes(c.device_memory).c_str());
+    std::printf("\nno plan fits %s devices of %s (%s of host memory a node): a larger cluster, more memory, or a smaller model or global batch\n",
+                c.name.c_str(), format_bytes(c.device_memory).c_str(), format_bytes(c.host_memory).c_str());
     return 1;
   }
   const StepTimeEstimate& t = best->time;
-  std::printf("\nbest: %s\n  predicted step %s s = compute %s (recompute %s) + bubble %s + data parallel %s + ZeRO 3 gathers %s + pipeline %s + optimizer %s\n",
-              best->settings.text().c_str(), seconds_text(t.total()).c_str(), seconds_text(t.compute).c_str(), seconds_text(t.recompute).c_str(),
-              seconds_text(t.bubble).c_str(), seconds_text(t.data_parallel).c_str(), seconds_text(t.zero3_gathers).c_str(),
-              seconds_text(t.pipeline_transfers).c_str(), seconds_text(t.optimizer).c_str());
+  std::printf("\nbest: %s\n  predicted step %s = compute %s (recompute %s) + bubble %s + data parallel %s + ZeRO 3 gathers %s + pipeline %s + optimizer %s\n",
+              best->settings.text().c_str(), format_seconds(t.total()).c_str(), format_seconds(t.compute).c_str(), format_seconds(t.recompute).c_str(),
+              format_seconds(t.bubble).c_str(), format_seconds(t.data_parallel).c_str(), format_seconds(t.zero3_gathers).c_str(),
+              format_seconds(t.pipeline_transfers).c_str(), format_seconds(t.optimizer).c_str());
   std::printf("  launch: %s\n  config (ferry train --config FILE): %s\n", command_line(request, *best).c_str(), deepspeed_config(request, *best).dump().c_str());
   return 0;
 }

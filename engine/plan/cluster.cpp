@@ -1,9 +1,9 @@
 #include "engine/plan/cluster.h"
 
-#include <unistd.h>
-
 #include <cstdlib>
 #include <stdexcept>
+
+#include "engine/core/cpu_device.h"
 
 namespace ferry {
 namespace {
@@ -38,18 +38,13 @@ constexpr GpuPreset kGpuPresets[] = {
 constexpr double kGpuEfficiency = 0.45;
 constexpr double kCpuEfficiency = 0.5;
 
-std::size_t physical_memory() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 16 * kGiB;
-}
-
 ClusterSpec cpu_cluster(int nodes, int ranks, double machine_flops) {
   ClusterSpec spec;
   spec.device_name = "cpu";
   spec.nodes = nodes;
   spec.devices_per_node = ranks;
   spec.kind = DeviceKind::cpu;
-  spec.host_memory = physical_memory();
+  spec.host_memory = physical_memory_bytes();
   spec.device_memory = spec.host_memory / static_cast<std::size_t>(std::max(ranks, 1));
   spec.peak_flops = machine_flops / std::max(ranks, 1);  // the ranks share the machine's cores
   spec.compute_efficiency = kCpuEfficiency;

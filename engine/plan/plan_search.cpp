@@ -6,6 +6,7 @@
 
 #include "allocator/byte_size.h"
 #include "engine/comm/communicator.h"
+#include "engine/report/model_state_report.h"
 #include "engine/train/rank_training.h"
 #include "engine/train/training_plan.h"
 
@@ -82,6 +83,40 @@ std::string largest_category(const nlohmann::json& rank) {
   return name;
 }
 
+// A plan that fits its devices fits if each node's host memory holds what its ranks keep there: with the
+// optimizer offloaded, ZeRO-Offload's state and gradients (the formula; pinned staging buffers on top),
+// and on cpu devices each rank's device memory too (the same RAM).
+void judge_host_memory(PlanCandidate& candidate, const PlanSearchRequest& request, const TrainingPlan& plan) {
+  const ClusterSpec& cluster = request.cluster;
+  const std::int64_t stage_parameters = plan.model.parameter_count() / std::max(plan.grid.pp, 1);
+  const std::int64_t offloaded =
+      candidate.settings.offload_optimizer ? offloaded_host_bytes(stage_parameters, plan.precision, candidate.settings.zero_stage, plan.grid.dp).total() : 0;
+  const bool device_in_ram = cluster.kind == DeviceKind::cpu;
+  std::int64_t fullest = 0;
+  int fullest_node = 0;
+  for (std::size_t first = 0; first < candidate.ranks.size(); first += static_cast<std::size_t>(cluster.devices_per_node)) {
+    std::int64_t bytes = 0;
+    for (std::size_t rank = first; rank < std::min(candidate.ranks.size(), first + static_cast<std::size_t>(cluster.devices_per_node)); ++rank) {
+      bytes += offloaded + (device_in_ram ? candidate.ranks[rank]["peak_reserved"].get<std::int64_t>() : 0);
+    }
+    if (bytes > fullest) {
+      fullest = bytes;
+      fullest_node = static_cast<int>(first / static_cast<std::size_t>(cluster.devices_per_node));
+    }
+  }
+  candidate.host_bytes = fullest;
+  if (fullest <= static_cast<std::int64_t>(cluster.host_memory)) {
+    candidate.status = PlanCandidate::Status::fits;
+    return;
+  }
+  candidate.status = PlanCandidate::Status::too_big;
+  std::string what = offloaded > 0 ? "the offloaded optimizer's state and gradients (" + format_bytes(static_cast<std::size_t>(offloaded)) + " a rank)" : "";
+  if (device_in_ram) what += (what.empty() ? "" : " and ") + std::string("the cpu devices' memory (the same RAM)");
+  candidate.why_not = "node " + std::to_string(fullest_node) + "'s host memory holds " + what + ": " + format_bytes(static_cast<std::size_t>(fullest)) +
+                      ", " + format_bytes(static_cast<std::size_t>(fullest) - cluster.host_memory) + " over its " + format_bytes(cluster.host_memory) +
+                      " (--host-memory)";
+}
+
 void measure(PlanCandidate& candidate, const PlanSearchRequest& request, const TrainingPlan& plan) {
   const nlohmann::json ranks = dry_run_every_rank(plan);
   candidate.exact = plan.grid.pp == 1;
@@ -97,7 +132,7 @@ void measure(PlanCandidate& candidate, const PlanSearchRequest& request, const T
   }
   const auto limit = static_cast<std::int64_t>(request.cluster.device_memory);
   if (candidate.peak_reserved <= limit) {
-    candidate.status = PlanCandidate::Status::fits;
+    judge_host_memory(candidate, request, plan);
     return;
   }
   candidate.status = PlanCandidate::Status::too_big;

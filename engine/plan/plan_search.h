@@ -1,10 +1,10 @@
 // The planner's search: every plan the trainer can run for a model, a global batch and a cluster (pp
 // dividing the world, dp the rest; micro-batch and micro-batches; recompute policy; ZeRO stage; optimizer
 // offload), ranked by the step-time model, and judged for memory by dry runs of every rank on meta in
-// that order until the wanted number fit: so a plan called fitting has each rank's exact peak (a
-// pipeline's within one activation message in flight, whose buffer MPI frees when it completes the
-// send), one called too big names its fullest rank and the bytes it lacks, and the search stays a few
-// dry runs.
+// that order until the wanted number fit (each node's host memory by ZeRO-Offload's formula): so a plan
+// called fitting has each rank's exact peak (a pipeline's within one activation message in flight, whose
+// buffer MPI frees when it completes the send), one called too big names its fullest rank or node and
+// the bytes it lacks, and the search stays a few dry runs.
 #pragma once
 
 #include <cstddef>
@@ -42,6 +42,9 @@ struct PlanCandidate {
   Status status = Status::not_measured;
   std::string why_not;           // too big: the fullest rank, its largest category, the bytes over; refused: the trainer's reason
   std::int64_t peak_reserved = 0;  // the fullest rank's (measured candidates)
+  // The fullest node's host bytes (measured candidates that fit their devices): ZeRO-Offload's state and
+  // gradients by the formula, and on cpu devices the ranks' device memory (the same RAM).
+  std::int64_t host_bytes = 0;
   int fullest_rank = 0;
   // The dry run's peaks are each rank's exactly; false for a pipeline, whose ranks can hold one more
   // activation message than the dry run when MPI completes a send later than the dry run assumes.

@@ -8,6 +8,11 @@
 
 namespace ferry {
 
+OffloadedHostBytes offloaded_host_bytes(std::int64_t parameters, DType parameter_dtype, int zero_stage, int dp) {
+  const std::int64_t updated = zero_stage >= 1 ? (parameters + dp - 1) / dp : parameters;
+  return {(parameter_dtype == DType::f32 ? 8 : 12) * updated, 4 * updated};
+}
+
 nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, std::int64_t parameters, DType parameter_dtype,
                                   const std::string& optimizer_offload, int zero_stage, int dp, const nlohmann::json& memory_bound) {
   const bool offloaded = optimizer_offload != "none";
@@ -31,13 +36,12 @@ nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, 
   // the gathered working set (the bound's, not the formula's).
   const bool parameters_offloaded = memory_bound.is_object() && memory_bound.contains("parameters") &&
                                     memory_bound["parameters"].value("offloaded", std::string("none")) != "none";
+  const OffloadedHostBytes host = offloaded_host_bytes(psi, parameter_dtype, zero_stage, dp);
   nlohmann::json formula = {
       {"parameters", parameters_offloaded ? 0 : parameter_bytes * (zero_stage >= 3 ? share : psi)},
       {"gradients", offloaded ? 0 : gradient_bytes * (zero_stage >= 2 ? share : psi)},
       {"optimizer_states", offloaded ? 0 : state_bytes * (zero_stage >= 1 ? share : psi)},
-      {"host", offloaded ? nlohmann::json{{"optimizer_states", state_bytes * (zero_stage >= 1 ? share : psi)},
-                                          {"optimizer_states_on", optimizer_offload},
-                                          {"gradients", 4 * (zero_stage >= 1 ? share : psi)}}
+      {"host", offloaded ? nlohmann::json{{"optimizer_states", host.optimizer_states}, {"optimizer_states_on", optimizer_offload}, {"gradients", host.gradients}}
                          : nlohmann::json::object()},
       {"name", parameters_offloaded ? "ZeRO-Infinity (stage 3 over " + std::to_string(dp) + " ranks): " + std::string(dtype_name(parameter_dtype)) +
                                           " parameters / dp off the device (" + memory_bound["parameters"]["offloaded"].get<std::string>() +

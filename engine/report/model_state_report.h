@@ -24,6 +24,16 @@ nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, 
 // Lines for the terminal, e.g. "  parameters  237.3 MiB on the device | ZeRO-Offload 2Ψ = 237.3 MiB".
 std::string describe_model_state_report(const nlohmann::json& report);
 
+// What ZeRO-Offload keeps on the host for a rank whose model part has `parameters` (ZeRO's formula):
+// the f32 optimizer state (moments, and master weights for 16-bit parameters) and the f32 gradients of
+// the parameters it updates, ceil(parameters / dp) from stage 1 on. Its pinned staging buffers come on top.
+struct OffloadedHostBytes {
+  std::int64_t optimizer_states = 0;
+  std::int64_t gradients = 0;
+  std::int64_t total() const { return optimizer_states + gradients; }
+};
+OffloadedHostBytes offloaded_host_bytes(std::int64_t parameters, DType parameter_dtype, int zero_stage, int dp);
+
 // DeepSpeed's stage-3 estimator (estimate_zero3_model_states_mem_needs), model states only, in bytes per
 // rank: 4 bytes per element of the largest layer (gathered), plus 18 bytes per parameter over the ranks
 // (2 with the optimizer offloaded, none with the parameters offloaded too).

@@ -14,18 +14,6 @@
 namespace ferry {
 namespace {
 
-std::string seconds_text(double seconds) {
-  char text[32];
-  if (seconds < 1e-3) {
-    std::snprintf(text, sizeof text, "%.0f us", seconds * 1e6);
-  } else if (seconds < 1) {
-    std::snprintf(text, sizeof text, "%.1f ms", seconds * 1e3);
-  } else {
-    std::snprintf(text, sizeof text, "%.2f s", seconds);
-  }
-  return text;
-}
-
 // Parameters a rank holds (a pipeline stage its share).
 double rank_parameters(const TrainingPlan& plan) {
   return static_cast<double>(plan.model.parameter_count()) / static_cast<double>(std::max(plan.grid.pp, 1));
@@ -59,7 +47,7 @@ StepCostRates StepCostRates::for_device(DeviceKind kind) {
 std::string StepCostRates::describe() const {
   char text[160];
   std::snprintf(text, sizeof text, "%.0e FLOP/s, device memory %.0e B/s, host link %.0e B/s, %s a call", flops, device_bytes, host_link_bytes,
-                seconds_text(launch_seconds).c_str());
+                format_seconds(launch_seconds).c_str());
   return text;
 }
 
@@ -291,7 +279,7 @@ std::string describe_memory_advice(const MemorySearch& search, std::size_t memor
     for (const MemoryCandidate& candidate : search.fitting) {
       char line[512];
       std::snprintf(line, sizeof line, "\n  %-60s peak reserved %10s  fits, +%s a step", candidate.flags.c_str(),
-                    format_bytes(static_cast<std::size_t>(candidate.peak_reserved)).c_str(), seconds_text(candidate.seconds).c_str());
+                    format_bytes(static_cast<std::size_t>(candidate.peak_reserved)).c_str(), format_seconds(candidate.seconds).c_str());
       text += line;
     }
     return text;

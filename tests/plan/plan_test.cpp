@@ -113,5 +113,53 @@ TEST(PlanSearch, FittingMeansTheDryRunFitsAndTooBigMeansOver) {
   for (const PlanCandidate& candidate : search_plans(request).candidates) EXPECT_EQ(candidate.settings.pp, 2);
 }
 
+// --host-memory judges what a node keeps on the host: an offloaded optimizer's state and gradients
+// (ZeRO-Offload's formula), and on cpu devices the ranks' device memory, the same RAM.
+TEST(PlanSearch, HostMemoryHoldsTheOffloadedOptimizer) {
+  PlanSearchRequest request;
+  request.base.model = "gpt2-tiny";
+  request.base.seq = 64;
+  request.cluster = parse_cluster("1x2xA100-40GB", 1, 0);
+  request.global_batch = 2;
+  request.wanted = request.budget = 1000;  // measure every plan
+  const std::int64_t parameters = gpt_preset("gpt2-tiny")->parameter_count();
+  const auto judged = [&](std::size_t host_memory) {
+    request.cluster.host_memory = host_memory;
+    std::size_t offloaded_fits = 0, offloaded_too_big = 0;
+    for (const PlanCandidate& candidate : search_plans(request).candidates) {
+      const PlanSettings& s = candidate.settings;
+      if (candidate.status == PlanCandidate::Status::refused) continue;
+      if (candidate.status == PlanCandidate::Status::not_measured) {  // a smaller micro-batch of it was too big already
+        EXPECT_TRUE(s.offload_optimizer) << s.text();
+        EXPECT_EQ(candidate.why_not.find("too big as"), 0u) << candidate.why_not;
+        continue;
+      }
+      // f32: 8 bytes of moments and 4 of gradients for each parameter a rank updates, two ranks a node.
+      const std::int64_t updated = s.zero_stage >= 1 ? (parameters / s.pp + s.dp - 1) / s.dp : parameters / s.pp;
+      EXPECT_EQ(candidate.host_bytes, s.offload_optimizer ? 2 * 12 * updated : 0) << s.text();
+      if (!s.offload_optimizer) {
+        EXPECT_EQ(candidate.status, PlanCandidate::Status::fits) << s.text() << ": " << candidate.why_not;
+      } else if (candidate.status == PlanCandidate::Status::fits) {
+        ++offloaded_fits;
+        EXPECT_LE(candidate.host_bytes, static_cast<std::int64_t>(host_memory));
+      } else {
+        ++offloaded_too_big;
+        EXPECT_GT(candidate.host_bytes, static_cast<std::int64_t>(host_memory));
+        EXPECT_NE(candidate.why_not.find("node 0's host memory"), std::string::npos) << candidate.why_not;
+      }
+    }
+    return std::pair{offloaded_fits, offloaded_too_big};
+  };
+  const auto [fits_small, too_big_small] = judged(std::size_t{8} << 20);  // 8 MiB: under any plan's 9.6 MiB (ZeRO 1+) or 20 MiB
+  EXPECT_EQ(fits_small, 0u);
+  EXPECT_GT(too_big_small, 0u);
+  const auto [fits_some, too_big_some] = judged(std::size_t{16} << 20);  // the partitioned optimizer fits, the whole one does not
+  EXPECT_GT(fits_some, 0u);
+  EXPECT_GT(too_big_some, 0u);
+  const auto [fits_all, too_big_none] = judged(std::size_t{1} << 30);
+  EXPECT_GT(fits_all, 0u);
+  EXPECT_EQ(too_big_none, 0u);
+}
+
 }  // namespace
 }  // namespace ferry
