@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
       flags = ferry::apply_config_file(*config, train);
       ferry::check_config_flags(flags, *config);
     }
-    if (const auto plan_file = ferry::find_train_flag(argc, argv, "--plan")) {
+    if (const auto plan_file = ferry::find_train_flag(argc, argv, "--plan"); plan_file && *plan_file != "auto") {
       const std::vector<std::string> planned = ferry::apply_plan_file(*plan_file, train);
       ferry::check_config_flags(planned, *plan_file);
       flags.insert(flags.end(), planned.begin(), planned.end());

@@ -107,8 +107,7 @@ json plan_summary(const PlanSearch& search, const PlanSearchRequest& request) {
   json plans = json::array();
   for (const PlanCandidate& candidate : search.candidates) {
     const PlanSettings& s = candidate.settings;
-    json plan = {{"settings", {{"dp", s.dp}, {"pp", s.pp}, {"tp", 1}, {"micro_batch", s.micro_batch}, {"micro_batches", s.micro_batches},
-                               {"recompute", s.recompute}, {"zero_stage", s.zero_stage}, {"offload_optimizer", s.offload_optimizer ? "cpu" : "none"}}},
+    json plan = {{"settings", s.to_json()},
                  {"status", plan_status_name(candidate.status)}, {"fits", candidate.status == PlanCandidate::Status::fits},
                  {"why_not", candidate.why_not}, {"command", command_line(request, candidate)}};
     if (candidate.status != PlanCandidate::Status::refused) {

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/cli/auto_plan.h"
 #include "engine/core/atomic_file.h"
 #include "engine/report/summary_file.h"
 #include "engine/train/trainer.h"
@@ -12,6 +13,13 @@ int run_train_command(const TrainOptions& options) {
   // Outputs are checked before the run, so a long run does not lose them at its end.
   if (!options.summary.empty()) check_output_file(options.summary, "--summary");
   if (!options.save.empty()) check_output_directory(options.save, "--save");
+  if (options.plan_path == "auto") {
+    const AutoPlan plan = resolve_auto_plan(options);
+    nlohmann::json summary = run_training(plan.options);
+    if (!summary.is_null()) summary["plan"] = plan.record;
+    if (!options.summary.empty() && !summary.is_null()) write_summary_file(options.summary, summary);  // null: not rank 0
+    return 0;
+  }
   const nlohmann::json summary = run_training(options);
   if (!options.summary.empty() && !summary.is_null()) write_summary_file(options.summary, summary);  // null: not rank 0
   return 0;

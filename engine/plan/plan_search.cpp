@@ -39,10 +39,12 @@ std::string memory_flag(std::size_t bytes) {
   return std::to_string(bytes) + "B";
 }
 
-TrainOptions candidate_options(const PlanSearchRequest& request, const PlanSettings& settings) {
-  TrainOptions options = request.base;
-  options.device = request.cluster.kind == DeviceKind::cuda ? "cuda" : "cpu";
-  options.device_memory = memory_flag(request.cluster.device_memory);
+}  // namespace
+
+TrainOptions plan_train_options(const TrainOptions& base, const PlanSettings& settings, const ClusterSpec& cluster) {
+  TrainOptions options = base;
+  options.device = cluster.kind == DeviceKind::cuda ? "cuda" : "cpu";
+  options.device_memory = memory_flag(cluster.device_memory);
   options.tp = 1;
   options.dp = settings.dp;
   options.pipeline_stages = settings.pp;
@@ -56,6 +58,8 @@ TrainOptions candidate_options(const PlanSearchRequest& request, const PlanSetti
   options.offload_optimizer = settings.offload_optimizer ? "cpu" : "none";
   return options;
 }
+
+namespace {
 
 // The candidate as a dry run of every rank in this process, on meta with the cluster's kernels' sizes.
 TrainingPlan dry_run_plan_of(const TrainOptions& options, const ClusterSpec& cluster) {
@@ -182,6 +186,23 @@ std::string PlanSettings::text() const {
          (offload_optimizer ? "on the host" : "on the device");
 }
 
+nlohmann::json PlanSettings::to_json() const {
+  return {{"dp", dp}, {"pp", pp}, {"tp", 1}, {"micro_batch", micro_batch}, {"micro_batches", micro_batches}, {"recompute", recompute},
+          {"zero_stage", zero_stage}, {"offload_optimizer", offload_optimizer ? "cpu" : "none"}};
+}
+
+PlanSettings PlanSettings::from_json(const nlohmann::json& json) {
+  PlanSettings settings;
+  settings.dp = json.at("dp").get<int>();
+  settings.pp = json.at("pp").get<int>();
+  settings.micro_batch = json.at("micro_batch").get<std::int64_t>();
+  settings.micro_batches = json.at("micro_batches").get<std::int64_t>();
+  settings.recompute = json.at("recompute").get<std::string>();
+  settings.zero_stage = json.at("zero_stage").get<int>();
+  settings.offload_optimizer = json.at("offload_optimizer").get<std::string>() != "none";
+  return settings;
+}
+
 const char* plan_status_name(PlanCandidate::Status status) {
   switch (status) {
     case PlanCandidate::Status::fits: return "fits";
@@ -209,7 +230,7 @@ PlanSearch search_plans(const PlanSearchRequest& request) {
           for (const bool offload : {false, true}) {
             PlanCandidate candidate;
             candidate.settings = {dp, static_cast<int>(pp), micro_batch, per_rank / micro_batch, recompute, stage, offload};
-            candidate.options = candidate_options(request, candidate.settings);
+            candidate.options = plan_train_options(request.base, candidate.settings, cluster);
             candidates.push_back(std::move(candidate));
           }
         }

@@ -31,6 +31,8 @@ struct PlanSettings {
   // The `ferry train` flags that set these.
   std::vector<std::string> flags() const;
   std::string text() const;  // "dp 4 x pp 2, micro-batch 2 x 8, recompute none, ZeRO 1, optimizer on the device"
+  nlohmann::json to_json() const;  // as the summary's "settings"
+  static PlanSettings from_json(const nlohmann::json& json);
 };
 
 struct PlanCandidate {
@@ -72,5 +74,9 @@ struct PlanSearch {
 PlanSearch search_plans(const PlanSearchRequest& request);
 
 const char* plan_status_name(PlanCandidate::Status status);
+
+// `base` (the model, sequence, precision and the rest) trained as `settings` on `cluster`'s device, with
+// its memory as --device-memory: the options of a candidate, and of `ferry train --plan auto`.
+TrainOptions plan_train_options(const TrainOptions& base, const PlanSettings& settings, const ClusterSpec& cluster);
 
 }  // namespace ferry

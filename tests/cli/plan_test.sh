@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `ferry plan` on cpu ranks (2 ranks of gpt2-tiny in 9 MiB each): the plans it calls fitting are ranked
 # by predicted tokens/s; the best one's launch command trains under mpirun with every rank's peak
-# exactly as planned, and so does `ferry train --plan` of the summary; a plan it calls too big runs out
-# of memory; a bad plan file, an unknown device kind and an impossible global batch are refused by name.
+# exactly as planned, and so does `ferry train --plan` of the summary and `--plan auto`; a plan it calls
+# too big runs out of memory; a bad plan file, an unknown device kind, an impossible global batch and an
+# --plan auto that nothing fits are refused by name.
 source "$(dirname "$0")/common.sh"
 mpirun=${MPIRUN:-mpirun}
 
@@ -64,6 +65,30 @@ for name in ("best", "config"):
         for key in ("peak_reserved", "peak_allocated", "max_by_category"):
             assert predicted[key] == measured[key], (name, measured["rank"], key, predicted[key], measured[key])
 PY
+
+# --plan auto: rank 0 plans the launched ranks at this --device-memory, every rank trains its choice, and
+# each rank's peaks are the plan's (global batch: --batch 4 x 2 ranks).
+timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -np 2 "$ferry" train --plan auto --model gpt2-tiny --seq 64 --batch 4 \
+  --device-memory 9MiB "${run[@]}" --summary "$work/auto.json" > "$work/auto.txt" 2>&1 || { cat "$work/auto.txt"; exit 1; }
+grep -q "^ferry: --plan auto: dp " "$work/auto.txt" || { cat "$work/auto.txt"; echo "--plan auto did not say its plan"; exit 1; }
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+run = json.load(open(f"{sys.argv[1]}/auto.json"))
+plan = run["plan"]
+assert plan["source"] == "auto" and plan["global_batch"] == 8 and plan["device_memory"] == 9 << 20, plan
+s = plan["settings"]
+assert (run["grid"]["dp"], run["grid"]["pp"], run["grid"]["micro_batch"], run["grid"]["micro_batches"], run["grid"]["zero_stage"]) == \
+    (s["dp"], s["pp"], s["micro_batch"], s["micro_batches"], s["zero_stage"]), (run["grid"], s)
+assert run["grid"]["global_batch"] == 8 and run["grid"]["checkpointing"] == s["recompute"], run["grid"]
+assert len(run["ranks"]) == len(plan["ranks"]) == 2
+for predicted, measured in zip(plan["ranks"], run["ranks"]):
+    assert measured["peak_reserved"] <= 9 << 20, measured
+    if plan["exact"]:
+        for key in ("peak_reserved", "peak_allocated", "max_by_category"):
+            assert predicted[key] == measured[key], ("auto", measured["rank"], key, predicted[key], measured[key])
+PY
+expect_error "no plan of .* fits .* 2.00 MiB each" "$ferry" train --plan auto --model gpt2-tiny --seq 64 --batch 4 --device-memory 2MiB --steps 1
+expect_error "plans cpu ranks, not --device meta" "$ferry" train --plan auto --model gpt2-tiny --device meta --steps 1
 
 # Refusals name the problem and the fix.
 expect_error "no device kind 'TPU-v5'.*H100-80GB" "$ferry" plan --model gpt2-tiny --global-batch 8 --cluster 1x2xTPU-v5
