@@ -27,6 +27,7 @@ constexpr std::array kPresets = {
     Preset{"gpt3-6.7b", 32, 4096, 32, 50257, 2048},
     Preset{"gpt3-13b", 40, 5120, 40, 50257, 2048},
     Preset{"gpt3-30b", 48, 7168, 56, 50257, 2048},
+    Preset{"gpt3-175b", 96, 12288, 96, 50257, 2048},
 };
 
 }  // namespace

@@ -133,12 +133,15 @@ std::vector<std::pair<std::string, Shape>> GptParameters::whole_model_shapes(con
 }
 
 Tensor& GptParameters::tensor_at(std::size_t index) {
-  Tensor* found = nullptr;
-  visit_every_tensor(*this, [&](const std::string&, const Tensor* tensor, std::size_t at) {
-    if (at == index) found = const_cast<Tensor*>(tensor);  // a member of *this, which is not const here
-  });
-  if (found == nullptr) throw std::out_of_range("no GPT parameter has index " + std::to_string(index));
-  return *found;
+  // named()'s order by arithmetic: a layer's every use looks its tensors up (ZeRO 3), so no walk of the model.
+  if (index == kWteIndex) return wte;
+  if (index == kWpeIndex) return wpe;
+  const std::size_t layer = (index - block_index(0)) / GptBlockParameters::kCount;
+  if (layer < blocks.size()) return const_cast<Tensor&>(blocks[layer].field((index - block_index(0)) % GptBlockParameters::kCount));  // a member of *this
+  const std::size_t after = index - block_index(static_cast<std::int64_t>(blocks.size()));
+  if (after == 0) return ln_f_weight;
+  if (after == 1) return ln_f_bias;
+  throw std::out_of_range("no GPT parameter has index " + std::to_string(index));
 }
 
 std::vector<ParameterSpec> GptParameters::part_specs(const GptConfig& config, const GptModelPart& part) {

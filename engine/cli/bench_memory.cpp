@@ -77,7 +77,7 @@ void add_bench_command(CLI::App& app, BenchMemoryOptions& o) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
   CLI::App* memory = bench->add_subcommand("memory", "Peak memory of a training step per configuration (dry runs), beside theory");
-  memory->add_option("--model", o.run.model, "Preset (gpt2-tiny, gpt2, ..., gpt3-30b)");
+  memory->add_option("--model", o.run.model, "Preset (gpt2-tiny, gpt2, ..., gpt3-175b)");
   memory->add_option("--layers", o.run.layers, "Transformer blocks (overrides the preset)");
   memory->add_option("--hidden", o.run.hidden, "Hidden width (overrides the preset)");
   memory->add_option("--heads", o.run.heads, "Attention heads (overrides the preset)");

@@ -170,7 +170,7 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                                            "ZeRO stage, offload, device and memory; it overrides --config, flags override it), or `auto`: "
                                            "plan the launched cpu ranks at this --device-memory and train the best (it sets the grid, "
                                            "--batch, --grad-accum, --checkpointing, --zero-stage, --offload-optimizer)");
-  train->add_option("--model", o.model, "Preset: gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-small ... gpt3-30b")
+  train->add_option("--model", o.model, "Preset: gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-small ... gpt3-30b, gpt3-175b")
       ->each([&o](const std::string&) { o.model_given = true; });
   train->add_option("--layers", o.layers, "Transformer blocks (overrides the preset)");
   train->add_option("--hidden", o.hidden, "Hidden width (overrides the preset)");

@@ -7,6 +7,7 @@
 #include "allocator/byte_size.h"
 #include "engine/comm/communicator.h"
 #include "engine/report/model_state_report.h"
+#include "engine/train/model_config.h"
 #include "engine/train/rank_training.h"
 #include "engine/train/training_plan.h"
 
@@ -218,6 +219,7 @@ PlanSearch search_plans(const PlanSearchRequest& request) {
   const ClusterSpec& cluster = request.cluster;
   const int world = cluster.world();
   if (request.global_batch < 1) throw std::invalid_argument("--global-batch must be positive, got " + std::to_string(request.global_batch));
+  resolve_model_config(request.base);  // a model that does not exist is the request's error, not each plan's
   PlanSearch search;
   std::vector<PlanCandidate> candidates;
   for (const std::int64_t pp : divisors(world)) {

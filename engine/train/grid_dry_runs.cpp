@@ -17,6 +17,7 @@ TrainingPlan dry_run_plan(const TrainingPlan& plan) {
   dry.exit_interval.reset();
   dry.io.quiet = true;
   dry.io.profile.clear();
+  dry.io.memory_profile = false;  // no limit to fail at: the allocator's statistics are the answer
   dry.io.metrics.clear();
   dry.io.save.clear();
   dry.io.save_every = 0;

@@ -177,7 +177,7 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
                           {{"command", "train"}, {"model", config.name}, {"parameters", config.parameter_count()}, {"grid", plan.to_json()},
                            {"rank", grid.rank()}, {"device", std::string(device_kind_name(device->kind()))}, {"precision", precision_name(plan.precision)},
                            {"micro_batch", plan.micro_batch}, {"seq", sequence}, {"grad_accum", plan.micro_batches}, {"checkpointing", policy.name()}},
-                          std::string(TrainingProfile::kFailureDirectory) + rank_directory);
+                          std::string(TrainingProfile::kFailureDirectory) + rank_directory, plan.io.memory_profile);
   ProgressPrinter progress(speaks ? stdout : nullptr, speaks && plan.world == 1 && is_terminal(stdout), plan.io.log_every);
   nlohmann::json steps = nlohmann::json::array();
   std::vector<double> throughputs;
@@ -345,7 +345,7 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
                              (current_step == 0 ? std::string(" while building the model and optimizer")
                                                 : " in step " + std::to_string(current_step)) +
                              ": " + error.what() + "\n" + describe_memory_advice(advice, limit) +
-                             "\nthe memory profile up to the failure is in " + directory + ": run `ferry report " + directory + "`");
+                             (directory.empty() ? std::string() : "\nthe memory profile up to the failure is in " + directory + ": run `ferry report " + directory + "`"));
   }
 
   nlohmann::json summary = {

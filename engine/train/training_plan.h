@@ -45,6 +45,9 @@ struct RunIo {
   ProfileSteps profile_steps;
   std::int64_t log_every = 10;
   bool quiet = false;                 // no banner or progress lines
+  // false: no memory profile at all, not even a failure's (the dry runs behind `ferry plan` and
+  // out-of-memory advice, which have no limit to fail at and need only the allocator's statistics).
+  bool memory_profile = true;
 };
 
 struct TrainingPlan {

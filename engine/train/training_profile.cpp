@@ -30,16 +30,18 @@ ProfileSteps ProfileSteps::parse(const std::string& text) {
 }
 
 TrainingProfile::TrainingProfile(Device& device, std::string directory, ProfileSteps steps, nlohmann::json metadata,
-                                 std::string failure_directory)
+                                 std::string failure_directory, bool enabled)
     : profiler_(device),
       directory_(std::move(directory)),
       failure_directory_(std::move(failure_directory)),
       steps_(steps),
-      metadata_(std::move(metadata)) {
-  profiler_.start();  // building the model belongs to a window that opens at the run's first step
+      metadata_(std::move(metadata)),
+      enabled_(enabled) {
+  if (enabled_) profiler_.start();  // building the model belongs to a window that opens at the run's first step
 }
 
 void TrainingProfile::begin_step(std::int64_t step) {
+  if (!enabled_) return;
   if (!any_step_ && steps_.from_run_start) {
     steps_.last = step + steps_.last - steps_.first;
     steps_.first = step;
@@ -62,6 +64,7 @@ void TrainingProfile::begin_step(std::int64_t step) {
 }
 
 void TrainingProfile::end_step(std::int64_t step) {
+  if (!enabled_) return;
   if (window_open_ && step >= steps_.last) close_window();
 }
 
@@ -82,6 +85,7 @@ void TrainingProfile::finish() {
 }
 
 std::string TrainingProfile::save_failure(const std::string& failure) {
+  if (!enabled_) return {};
   MemoryProfile profile = profiler_.stop();
   end_at_last_out_of_memory(profile);
   profile.failure = failure;

@@ -27,16 +27,18 @@ class TrainingProfile {
   static constexpr const char* kFailureDirectory = "ferry-oom-profile";
 
   // Starts recording at once. `directory` empty: the window is recorded but only written on failure, to
-  // `failure_directory` (a pipeline rank's is kFailureDirectory/rank-R).
+  // `failure_directory` (a pipeline rank's is kFailureDirectory/rank-R). `enabled` false: records
+  // nothing, writes nothing, not even on failure.
   TrainingProfile(Device& device, std::string directory, ProfileSteps steps, nlohmann::json metadata,
-                  std::string failure_directory = kFailureDirectory);
+                  std::string failure_directory = kFailureDirectory, bool enabled = true);
 
   // `step`: the step's number (1-based, as printed).
   void begin_step(std::int64_t step);
   void end_step(std::int64_t step);
   // Closes the window if it is still open (a run that ended inside it).
   void finish();
-  // Stops recording, ends the profile at the failure, notes it and writes it; returns the directory.
+  // Stops recording, ends the profile at the failure, notes it and writes it; returns the directory
+  // (empty when disabled).
   std::string save_failure(const std::string& failure);
 
   // The directory the window was written to, empty if not (yet).
@@ -50,6 +52,7 @@ class TrainingProfile {
   std::string failure_directory_;
   ProfileSteps steps_;
   nlohmann::json metadata_;
+  bool enabled_ = true;
   bool any_step_ = false;     // a step has begun
   bool window_open_ = false;  // recording the asked-for window
   bool window_done_ = false;

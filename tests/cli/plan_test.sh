@@ -92,6 +92,7 @@ expect_error "plans cpu ranks, not --device meta" "$ferry" train --plan auto --m
 
 # Refusals name the problem and the fix.
 expect_error "no device kind 'TPU-v5'.*H100-80GB" "$ferry" plan --model gpt2-tiny --global-batch 8 --cluster 1x2xTPU-v5
+expect_error "unknown --model 'gpt9'" "$ferry" plan --model gpt9 --global-batch 8 --cluster 1x2xcpu
 expect_error "global-batch must be positive" "$ferry" plan --model gpt2-tiny --global-batch 0 --cluster 1x2xcpu
 expect_error "is not a \`ferry plan --summary\` file" "$ferry" train --plan "$work/best_config.json"
 if "$ferry" plan --model gpt2-tiny --global-batch 3 --cluster 1x4xcpu > "$work/out.txt" 2>&1; then

@@ -150,6 +150,27 @@ int check_parameter_gradients(GptModel& model, Loss&& loss, std::uint64_t seed) 
   return significant;
 }
 
+// tensor_at(i) is the tensor named() lists at index i, for the whole model and a pipeline stage's part.
+TEST(GptParameters, TensorAtIsNamedsIndex) {
+  DeviceOptions meta;
+  meta.kind = DeviceKind::meta;
+  const auto device = create_device(meta);
+  for (const GptModelPart& part : {GptModelPart{}, GptModelPart::layers(1, 2, 2, false, true)}) {
+    GptParameters parameters = GptParameters::allocate(*device, tiny_config(), DType::f32, MemoryCategory::parameters, "", part);
+    const std::size_t whole = parameters.whole_model_names().size();
+    std::size_t held = 0;
+    for (const NamedTensor& each : parameters.named()) {
+      EXPECT_EQ(&parameters.tensor_at(each.index), each.tensor) << each.name;
+      ++held;
+    }
+    EXPECT_EQ(held, part.whole() ? whole : 1 + GptBlockParameters::kCount + 2);  // the tied table, h.1, ln_f
+    if (!part.whole()) {
+      EXPECT_FALSE(parameters.tensor_at(GptParameters::kWpeIndex).defined());  // held by the first stage
+    }
+    EXPECT_THROW(parameters.tensor_at(whole), std::out_of_range);
+  }
+}
+
 TEST(GptModel, ParameterGradientsMatchFiniteDifferencesOfEvaluate) {
   auto device = create_device(DeviceOptions{});
   const GptConfig config = tiny_config();
