@@ -98,18 +98,35 @@ class NvmeParameterHome final : public ParameterHome {
   std::string name() const override { return "nvme"; }
   std::int64_t host_bytes() const override { return static_cast<std::int64_t>(buffers_.size() * buffer_bytes_); }
   std::uint64_t nvme_bytes() const override { return bytes_; }
+  std::uint64_t bytes_read() const override { return read_; }
+  std::uint64_t bytes_read_on_fetch() const override { return read_on_fetch_; }
 
   void read_ahead(std::span<const ElementRange> ranges) override {
-    drop_pieces();
-    if (!written_) return;
-    std::vector<Piece> pieces;
+    if (!written_) return drop_pieces();
+    std::vector<Piece> wanted;
     for (const ElementRange& range : ranges) {
       check_range(*this, range);
-      for (const Piece& piece : pieces_of(range)) pieces.push_back(piece);
+      for (const Piece& piece : pieces_of(range)) wanted.push_back(piece);
     }
-    if (pieces.size() > free_.size()) return;  // more than the buffers hold: read when fetched
-    for (Piece& piece : pieces) start_read(piece);
-    held_.assign(pieces.begin(), pieces.end());
+    // Keep what is read ahead already and still wanted; free the buffers of the rest.
+    std::vector<Piece> kept;
+    for (Piece& piece : held_) {
+      const bool asked = std::any_of(wanted.begin(), wanted.end(), [&](const Piece& each) { return each.begin == piece.begin && each.end == piece.end; });
+      if (asked) {
+        kept.push_back(std::move(piece));
+      } else {
+        store_.wait(*piece.request);
+        free_.push_back(piece.buffer);
+      }
+    }
+    held_ = std::move(kept);
+    // Then the wanted pieces in order, while buffers are free.
+    for (Piece& piece : wanted) {
+      if (free_.empty()) break;
+      if (std::any_of(held_.begin(), held_.end(), [&](const Piece& each) { return each.begin == piece.begin && each.end == piece.end; })) continue;
+      start_read(piece);
+      held_.push_back(std::move(piece));
+    }
   }
 
   void fetch(ElementRange range, void* destination) override {
@@ -128,6 +145,7 @@ class NvmeParameterHome final : public ParameterHome {
       held_.erase(held);
       land(found, range, destination);
     }
+    for (const Piece& piece : wanted) read_on_fetch_ += piece.end - piece.begin;
     std::deque<Piece> reading;  // the rest, through every free buffer
     while (!wanted.empty() || !reading.empty()) {
       // The rest of the read-ahead (another range of the same layer) stays unless its buffers are needed.
@@ -202,6 +220,7 @@ class NvmeParameterHome final : public ParameterHome {
   }
   void start_read(Piece& piece) {
     piece.buffer = take_buffer();
+    read_ += piece.end - piece.begin;
     piece.request = store_.read_async(file_, piece.begin, buffers_[static_cast<std::size_t>(piece.buffer)].data(), piece.end - piece.begin);
   }
   // Waits for a piece's read, copies its part of `range` to the device and frees its buffer.
@@ -254,6 +273,8 @@ class NvmeParameterHome final : public ParameterHome {
   std::optional<int> filling_;  // the buffer stores copy into
   std::uint64_t written_bytes_ = 0;
   bool written_ = false;        // a whole pass has been stored
+  std::uint64_t read_ = 0;           // bytes read from the file
+  std::uint64_t read_on_fetch_ = 0;  // of them, read by fetch() (not read ahead)
 };
 
 }  // namespace

@@ -25,8 +25,9 @@ class ParameterHome {
   std::int64_t elements() const { return elements_; }
   DType dtype() const { return dtype_; }
 
-  // A hint: `ranges` will be fetched next. An NVMe home starts reading them into its buffers when they
-  // all fit (at most one read-ahead: a new one drops the last); host memory needs none.
+  // A hint: `ranges` will be fetched next, in this order. An NVMe home reads as many of them, from the
+  // first, as its free buffers hold, keeps what it read ahead before that is still asked for, and drops
+  // the rest; host memory needs none.
   virtual void read_ahead(std::span<const ElementRange> ranges) { (void)ranges; }
   // Copies `range` to `destination` (device memory) on the device's default stream; returns once the
   // copy is queued and the home's host memory is free again.
@@ -39,6 +40,9 @@ class ParameterHome {
   // Host memory the home holds (pinned unless pin_memory is off): the partition, or the NVMe buffers.
   virtual std::int64_t host_bytes() const = 0;
   virtual std::uint64_t nvme_bytes() const { return 0; }
+  // Bytes read from NVMe since construction, and the part of them fetch() read itself (not ahead).
+  virtual std::uint64_t bytes_read() const { return 0; }
+  virtual std::uint64_t bytes_read_on_fetch() const { return 0; }
 
  protected:
   ParameterHome(std::int64_t elements, DType dtype) : elements_(elements), dtype_(dtype) {}

@@ -139,19 +139,31 @@ std::vector<Tensor> PartitionedParameters::acquire(std::span<const std::size_t> 
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   gathered->requests.clear();
   gathered->state = Gathered::State::acquired;
-  last_acquired_.assign(indices.begin(), indices.end());
   return gathered->views;
 }
 
+void PartitionedParameters::begin_step() {
+  wait_seconds_ = fetch_seconds_ = 0;
+  last_step_prefetched_ = std::move(prefetched_);
+  prefetched_.clear();
+}
+
 void PartitionedParameters::prefetch(std::span<const std::size_t> indices) {
-  if (!last_acquired_.empty()) successor_[last_acquired_].assign(indices.begin(), indices.end());
+  const std::size_t position = prefetched_.size();
+  prefetched_.emplace_back(indices.begin(), indices.end());
   if (find(indices) != nullptr) return;  // gathered already (kept from the forward, or prefetched)
   // One prefetch at most: a second while the first waits to be acquired is not started.
   if (std::any_of(gathered_.begin(), gathered_.end(), [](const Gathered& each) { return each.state == Gathered::State::prefetched; })) return;
   gathered_.push_back(start_gather(indices));
-  // The home reads the layer after this one while this one's gather and the running layer proceed.
-  const std::vector<std::size_t> key(indices.begin(), indices.end());
-  if (const auto next = successor_.find(key); home_ != nullptr && next != successor_.end()) home_->read_ahead(owned_ranges(next->second));
+  // The home reads the layers after this one, as last step ran them, while this one's gather and the
+  // running layer proceed (the first step, or a step that left last step's order, reads nothing ahead).
+  if (home_ == nullptr || position >= last_step_prefetched_.size() || !same(indices, last_step_prefetched_[position])) return;
+  std::vector<ElementRange> ahead;
+  const std::size_t end = std::min(last_step_prefetched_.size(), position + 1 + kReadAheadLayers);
+  for (std::size_t next = position + 1; next < end; ++next) {
+    for (const ElementRange& range : owned_ranges(last_step_prefetched_[next])) ahead.push_back(range);
+  }
+  home_->read_ahead(ahead);
 }
 
 void PartitionedParameters::release(std::span<const std::size_t> indices, bool again) {

@@ -6,12 +6,11 @@
 // whatever the timing: the layer running, the one prefetched, and (reshard_after_forward off, FSDP2's
 // option) every block kept gathered from its forward to its backward. With a ParameterHome (parameter
 // offload) the partition is not on the device: the rank's slice of a layer is fetched from the home into
-// the gather buffer, and the home reads ahead the layer that followed the prefetched one last time (the
-// plan runs the same layers in the same order every micro-batch).
+// the gather buffer, and the home reads ahead the layers that followed the prefetched one last step, as
+// many as its buffers hold (the plan runs the same layers in the same order every step).
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -57,7 +56,7 @@ class PartitionedParameters final : public ParameterProvider {
   double wait_seconds() const { return wait_seconds_; }
   // Seconds spent fetching this rank's slices from the home (the part of its reads not done ahead).
   double fetch_seconds() const { return fetch_seconds_; }
-  void begin_step() { wait_seconds_ = fetch_seconds_ = 0; }
+  void begin_step();
 
  private:
   struct Gathered {
@@ -89,9 +88,11 @@ class PartitionedParameters final : public ParameterProvider {
   ParameterHome* home_;
   Tensor partition_;
   std::vector<Gathered> gathered_;
-  std::vector<std::size_t> last_acquired_;
-  // What was prefetched while each layer ran: the layer a home reads ahead once that one is prefetched.
-  std::map<std::vector<std::size_t>, std::vector<std::size_t>> successor_;
+  // The layers prefetched this step and last step, in order: the plan runs the same layers in the same
+  // order every step, so a home reads ahead the layers that followed this one last step.
+  std::vector<std::vector<std::size_t>> prefetched_;
+  static constexpr std::size_t kReadAheadLayers = 16;  // asked of the home, which reads what its buffers hold
+  std::vector<std::vector<std::size_t>> last_step_prefetched_;
   std::int64_t gathers_ = 0;
   double wait_seconds_ = 0;
   double fetch_seconds_ = 0;

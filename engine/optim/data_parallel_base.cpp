@@ -94,7 +94,8 @@ nlohmann::json DataParallelBase::describe() const {
     const ParameterHome& home = parameter_offload_->home();
     description["parameter_offload"] = {{"device", home.name()}, {"partition_bytes", home.elements() * static_cast<std::int64_t>(dtype_size(home.dtype()))},
                                         {"host_bytes", home.host_bytes()}, {"host_pinned_peak", parameter_offload_->host_pinned_peak()},
-                                        {"nvme_bytes", home.nvme_bytes()}};
+                                        {"nvme_bytes", home.nvme_bytes()}, {"nvme_bytes_read", home.bytes_read()},
+                                        {"nvme_bytes_read_on_fetch", home.bytes_read_on_fetch()}};
   }
   if (provided_) {
     description["parameter_gathers"] = provided_->gathers();

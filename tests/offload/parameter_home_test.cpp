@@ -1,7 +1,8 @@
 // ParameterHome (ZeRO-Infinity's parameter offload): a partition stored in uneven ranges comes back
 // byte for byte from any range, from pinned host memory and from an NVMe file read through buffers
 // smaller than the range (several pieces, the file's odd tail included, f32 and bf16); a read-ahead is
-// used when its range is fetched and dropped when another is; a second pass replaces the first; the
+// used when its range is fetched and dropped when another is, and reads as many layers ahead as its
+// buffers hold, keeping what a later one still asks for; a second pass replaces the first; the
 // NVMe home holds its buffers and no more host memory whatever the partition's size; misuse and an
 // injected read or write error fail with the range or the file named, and after a failed write the store
 // refuses further work.
@@ -110,6 +111,33 @@ INSTANTIATE_TEST_SUITE_P(ParameterHome, EveryHome,
                          [](const auto& test) {
                            return std::string(std::get<0>(test.param) ? "nvme_" : "cpu_") + std::string(dtype_name(std::get<1>(test.param)));
                          });
+
+// The read-ahead of several layers: as many pieces, from the first, as the free buffers hold; what a
+// later read-ahead still asks for stays read (not read again); fetch() reads only what was not ahead.
+TEST(ParameterHome, NvmeReadsAheadSeveralLayersAndKeepsWhatIsStillAsked) {
+  const std::int64_t elements = 8 * 1024;  // f32: 8 chunks, one a layer of 1024 elements
+  Home home(true, elements, DType::f32, 3, kChunk);
+  const std::vector<std::byte> values = random_values(elements, DType::f32, 5);
+  home.store_pass(values, {});
+  const auto layer = [](std::int64_t i) { return ElementRange{i * 1024, 1024}; };
+  const std::uint64_t stored_reads = home.home->bytes_read();
+  // Four layers asked, three buffers: the first three are read ahead, the fourth is not.
+  const std::vector<ElementRange> four = {layer(1), layer(2), layer(3), layer(4)};
+  home.home->read_ahead(four);
+  EXPECT_EQ(home.home->bytes_read() - stored_reads, 3 * kChunk);
+  EXPECT_EQ(home.fetched(layer(1)), slice(values, layer(1), DType::f32));
+  EXPECT_EQ(home.home->bytes_read_on_fetch(), 0u);
+  // The next read-ahead keeps layers 2 and 3 as they are and reads layer 4 into the freed buffer.
+  const std::vector<ElementRange> next = {layer(2), layer(3), layer(4)};
+  home.home->read_ahead(next);
+  EXPECT_EQ(home.home->bytes_read() - stored_reads, 4 * kChunk);
+  for (const ElementRange& range : next) EXPECT_EQ(home.fetched(range), slice(values, range, DType::f32));
+  EXPECT_EQ(home.home->bytes_read_on_fetch(), 0u);
+  // A layer not read ahead is read by fetch(), and counted so.
+  EXPECT_EQ(home.fetched(layer(6)), slice(values, layer(6), DType::f32));
+  EXPECT_EQ(home.home->bytes_read_on_fetch(), kChunk);
+  EXPECT_EQ(home.home->bytes_read() - stored_reads, 5 * kChunk);
+}
 
 TEST(ParameterHome, NvmeHoldsItsBuffersAndNoMoreHostMemory) {
   Home large(true, 1'000'000, DType::f32, 3, 2 * kChunk + 100);  // rounded down to whole chunks
