@@ -51,6 +51,7 @@ json deepspeed_config(const PlanSearchRequest& request, const PlanCandidate& can
   json config = {{"train_batch_size", request.global_batch}, {"train_micro_batch_size_per_gpu", s.micro_batch},
                  {"gradient_accumulation_steps", s.micro_batches}, {"zero_optimization", {{"stage", s.zero_stage}}}};
   if (s.offload_optimizer) config["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+  if (s.offload_parameters) config["zero_optimization"]["offload_param"] = {{"device", "cpu"}};
   if (request.base.precision == "bf16") config["bf16"] = {{"enabled", true}};
   if (request.base.precision == "fp16") config["fp16"] = {{"enabled", true}};
   config["ferry"] = {{"pp", s.pp}, {"checkpointing", s.recompute}, {"device", candidate.options.device}, {"device_memory", candidate.options.device_memory}};
@@ -151,7 +152,7 @@ int run_plan_command(const PlanCommandOptions& options) {
               c.compute_efficiency, static_cast<long long>(request.global_batch), options.model.precision.c_str());
   std::printf("figures: %s\n", c.source.c_str());
   std::printf("%zu plans considered, %zu dry runs of every rank in %.1f s\n\n", search.candidates.size(), search.dry_runs, search.seconds);
-  std::printf("  %-9s %-13s %-10s %-9s %-4s %-8s %-22s %10s %9s %11s %6s\n", "status", "grid", "micro", "recompute", "ZeRO", "optimizer",
+  std::printf("  %-9s %-13s %-10s %-9s %-4s %-11s %-22s %10s %9s %11s %6s\n", "status", "grid", "micro", "recompute", "ZeRO", "offload",
               "fullest rank's peak", "headroom", "step", "tokens/s", "MFU");
   std::size_t shown_refused = 0, not_measured = 0;
   for (const PlanCandidate& candidate : search.candidates) {
@@ -164,15 +165,15 @@ int run_plan_command(const PlanCommandOptions& options) {
     const std::string grid = "dp " + std::to_string(s.dp) + " x pp " + std::to_string(s.pp);
     const std::string micro = std::to_string(s.micro_batch) + " x " + std::to_string(s.micro_batches);
     if (candidate.status == PlanCandidate::Status::refused) {
-      std::printf("  %-9s %-13s %-10s %-9s %-4d %-8s %s\n", plan_status_name(candidate.status), grid.c_str(), micro.c_str(), s.recompute.c_str(),
-                  s.zero_stage, s.offload_optimizer ? "host" : "device", candidate.why_not.c_str());
+      std::printf("  %-9s %-13s %-10s %-9s %-4d %-11s %s\n", plan_status_name(candidate.status), grid.c_str(), micro.c_str(), s.recompute.c_str(),
+                  s.zero_stage, s.offload_text(), candidate.why_not.c_str());
       continue;
     }
     const std::string peak = "rank " + std::to_string(candidate.fullest_rank) + " " + format_bytes(static_cast<std::size_t>(candidate.peak_reserved)) +
                              (candidate.exact ? "" : "*");
     const std::int64_t headroom = static_cast<std::int64_t>(c.device_memory) - candidate.peak_reserved;
-    std::printf("  %-9s %-13s %-10s %-9s %-4d %-8s %-22s %10s %9s %11.0f %5.1f%%\n", plan_status_name(candidate.status), grid.c_str(), micro.c_str(),
-                s.recompute.c_str(), s.zero_stage, s.offload_optimizer ? "host" : "device", peak.c_str(),
+    std::printf("  %-9s %-13s %-10s %-9s %-4d %-11s %-22s %10s %9s %11.0f %5.1f%%\n", plan_status_name(candidate.status), grid.c_str(), micro.c_str(),
+                s.recompute.c_str(), s.zero_stage, s.offload_text(), peak.c_str(),
                 headroom >= 0 ? format_bytes(static_cast<std::size_t>(headroom)).c_str() : ("-" + format_bytes(static_cast<std::size_t>(-headroom))).c_str(),
                 format_seconds(candidate.time.total()).c_str(), candidate.tokens_per_second, 100 * candidate.mfu);
     if (candidate.status == PlanCandidate::Status::too_big) std::printf("            why not: %s\n", candidate.why_not.c_str());
@@ -193,10 +194,10 @@ int run_plan_command(const PlanCommandOptions& options) {
     return 1;
   }
   const StepTimeEstimate& t = best->time;
-  std::printf("\nbest: %s\n  predicted step %s = compute %s (recompute %s) + bubble %s + data parallel %s + ZeRO 3 gathers %s + pipeline %s + optimizer %s\n",
+  std::printf("\nbest: %s\n  predicted step %s = compute %s (recompute %s) + bubble %s + data parallel %s + ZeRO 3 gathers %s + pipeline %s + optimizer %s + parameter copies %s\n",
               best->settings.text().c_str(), format_seconds(t.total()).c_str(), format_seconds(t.compute).c_str(), format_seconds(t.recompute).c_str(),
               format_seconds(t.bubble).c_str(), format_seconds(t.data_parallel).c_str(), format_seconds(t.zero3_gathers).c_str(),
-              format_seconds(t.pipeline_transfers).c_str(), format_seconds(t.optimizer).c_str());
+              format_seconds(t.pipeline_transfers).c_str(), format_seconds(t.optimizer).c_str(), format_seconds(t.parameter_offload).c_str());
   std::printf("  launch: %s\n  config (ferry train --config FILE): %s\n", command_line(request, *best).c_str(), deepspeed_config(request, *best).dump().c_str());
   return 0;
 }

@@ -57,6 +57,7 @@ TrainOptions plan_train_options(const TrainOptions& base, const PlanSettings& se
   options.checkpointing = settings.recompute;
   options.zero_stage = settings.zero_stage;
   options.offload_optimizer = settings.offload_optimizer ? "cpu" : "none";
+  options.offload_param = settings.offload_parameters ? "cpu" : "none";
   return options;
 }
 
@@ -94,8 +95,9 @@ std::string largest_category(const nlohmann::json& rank) {
 void judge_host_memory(PlanCandidate& candidate, const PlanSearchRequest& request, const TrainingPlan& plan) {
   const ClusterSpec& cluster = request.cluster;
   const std::int64_t stage_parameters = plan.model.parameter_count() / std::max(plan.grid.pp, 1);
+  const PlanSettings& s = candidate.settings;
   const std::int64_t offloaded =
-      candidate.settings.offload_optimizer ? offloaded_host_bytes(stage_parameters, plan.precision, candidate.settings.zero_stage, plan.grid.dp).total() : 0;
+      s.offload_optimizer ? offloaded_host_bytes(stage_parameters, plan.precision, s.zero_stage, plan.grid.dp, s.offload_parameters).total() : 0;
   const bool device_in_ram = cluster.kind == DeviceKind::cpu;
   std::int64_t fullest = 0;
   int fullest_node = 0;
@@ -115,7 +117,9 @@ void judge_host_memory(PlanCandidate& candidate, const PlanSearchRequest& reques
     return;
   }
   candidate.status = PlanCandidate::Status::too_big;
-  std::string what = offloaded > 0 ? "the offloaded optimizer's state and gradients (" + format_bytes(static_cast<std::size_t>(offloaded)) + " a rank)" : "";
+  std::string what = offloaded > 0 ? std::string(s.offload_parameters ? "the offloaded parameters, optimizer state and gradients (" : "the offloaded optimizer's state and gradients (") +
+                                         format_bytes(static_cast<std::size_t>(offloaded)) + " a rank)"
+                                   : "";
   if (device_in_ram) what += (what.empty() ? "" : " and ") + std::string("the cpu devices' memory (the same RAM)");
   candidate.why_not = "node " + std::to_string(fullest_node) + "'s host memory holds " + what + ": " + format_bytes(static_cast<std::size_t>(fullest)) +
                       ", " + format_bytes(static_cast<std::size_t>(fullest) - cluster.host_memory) + " over its " + format_bytes(cluster.host_memory) +
@@ -152,7 +156,8 @@ const PlanCandidate* too_big_below(const std::vector<PlanCandidate>& candidates,
   for (const PlanCandidate& other : candidates) {
     if (other.status != PlanCandidate::Status::too_big) continue;
     const PlanSettings &a = other.settings, &b = candidate.settings;
-    if (a.dp == b.dp && a.pp == b.pp && a.zero_stage == b.zero_stage && a.offload_optimizer == b.offload_optimizer && a.micro_batch <= b.micro_batch &&
+    if (a.dp == b.dp && a.pp == b.pp && a.zero_stage == b.zero_stage && a.offload_optimizer == b.offload_optimizer &&
+        a.offload_parameters == b.offload_parameters && a.micro_batch <= b.micro_batch &&
         recompute_strength(a.recompute) >= recompute_strength(b.recompute)) {
       return &other;
     }
@@ -178,18 +183,23 @@ std::vector<std::string> PlanSettings::flags() const {
   flags.insert(flags.end(), {"--batch", std::to_string(micro_batch), "--grad-accum", std::to_string(micro_batches), "--checkpointing", recompute});
   if (zero_stage > 0) flags.insert(flags.end(), {"--zero-stage", std::to_string(zero_stage)});
   if (offload_optimizer) flags.insert(flags.end(), {"--offload-optimizer", "cpu"});
+  if (offload_parameters) flags.insert(flags.end(), {"--offload-param", "cpu"});
   return flags;
 }
 
 std::string PlanSettings::text() const {
   return "dp " + std::to_string(dp) + " x pp " + std::to_string(pp) + ", micro-batch " + std::to_string(micro_batch) + " x " +
          std::to_string(micro_batches) + ", recompute " + recompute + ", ZeRO " + std::to_string(zero_stage) + ", optimizer " +
-         (offload_optimizer ? "on the host" : "on the device");
+         (offload_parameters ? "and parameters on the host" : offload_optimizer ? "on the host" : "on the device");
+}
+
+const char* PlanSettings::offload_text() const {
+  return offload_parameters ? "host+params" : offload_optimizer ? "host" : "device";
 }
 
 nlohmann::json PlanSettings::to_json() const {
   return {{"dp", dp}, {"pp", pp}, {"tp", 1}, {"micro_batch", micro_batch}, {"micro_batches", micro_batches}, {"recompute", recompute},
-          {"zero_stage", zero_stage}, {"offload_optimizer", offload_optimizer ? "cpu" : "none"}};
+          {"zero_stage", zero_stage}, {"offload_optimizer", offload_optimizer ? "cpu" : "none"}, {"offload_param", offload_parameters ? "cpu" : "none"}};
 }
 
 PlanSettings PlanSettings::from_json(const nlohmann::json& json) {
@@ -201,6 +211,7 @@ PlanSettings PlanSettings::from_json(const nlohmann::json& json) {
   settings.recompute = json.at("recompute").get<std::string>();
   settings.zero_stage = json.at("zero_stage").get<int>();
   settings.offload_optimizer = json.at("offload_optimizer").get<std::string>() != "none";
+  settings.offload_parameters = json.value("offload_param", std::string("none")) != "none";
   return settings;
 }
 
@@ -228,10 +239,13 @@ PlanSearch search_plans(const PlanSearchRequest& request) {
     const std::int64_t per_rank = request.global_batch / dp;
     for (const std::int64_t micro_batch : divisors(per_rank)) {
       for (const std::string& recompute : recompute_choices()) {
-        for (int stage = 0; stage <= (dp > 1 ? 3 : 0); ++stage) {
-          for (const bool offload : {false, true}) {
+        // Offload: none, the optimizer, and at stage 3 (on one rank too: ZeRO-Infinity's single device)
+        // the parameters with it.
+        for (int stage = 0; stage <= 3; ++stage) {
+          for (const int offload : {0, 1, 2}) {
+            if ((stage > 0 && dp == 1 && offload < 2) || (offload == 2 && stage != 3)) continue;
             PlanCandidate candidate;
-            candidate.settings = {dp, static_cast<int>(pp), micro_batch, per_rank / micro_batch, recompute, stage, offload};
+            candidate.settings = {dp, static_cast<int>(pp), micro_batch, per_rank / micro_batch, recompute, stage, offload >= 1, offload == 2};
             candidate.options = plan_train_options(request.base, candidate.settings, cluster);
             candidates.push_back(std::move(candidate));
           }

@@ -1,6 +1,6 @@
 // The planner's search: every plan the trainer can run for a model, a global batch and a cluster (pp
 // dividing the world, dp the rest; micro-batch and micro-batches; recompute policy; ZeRO stage; optimizer
-// offload), ranked by the step-time model, and judged for memory by dry runs of every rank on meta in
+// offload, and at stage 3 parameter offload), ranked by the step-time model, and judged for memory by dry runs of every rank on meta in
 // that order until the wanted number fit (each node's host memory by ZeRO-Offload's formula): so a plan
 // called fitting has each rank's exact peak (a pipeline's within one activation message in flight, whose
 // buffer MPI frees when it completes the send), one called too big names its fullest rank or node and
@@ -28,9 +28,11 @@ struct PlanSettings {
   std::string recompute = "none";
   int zero_stage = 0;
   bool offload_optimizer = false;
+  bool offload_parameters = false;  // ZeRO-Infinity's parameter partition in pinned host memory (stage 3, optimizer offloaded)
   // The `ferry train` flags that set these.
   std::vector<std::string> flags() const;
   std::string text() const;  // "dp 4 x pp 2, micro-batch 2 x 8, recompute none, ZeRO 1, optimizer on the device"
+  const char* offload_text() const;  // "device", "host" (the optimizer), "host+params"
   nlohmann::json to_json() const;  // as the summary's "settings"
   static PlanSettings from_json(const nlohmann::json& json);
 };

@@ -38,7 +38,8 @@ double model_flops_per_step(const TrainingPlan& plan) {
 
 nlohmann::json StepTimeEstimate::to_json() const {
   return {{"compute", compute}, {"recompute", recompute}, {"bubble", bubble}, {"data_parallel", data_parallel},
-          {"zero3_gathers", zero3_gathers}, {"pipeline_transfers", pipeline_transfers}, {"optimizer", optimizer}, {"total", total()}};
+          {"zero3_gathers", zero3_gathers}, {"pipeline_transfers", pipeline_transfers}, {"optimizer", optimizer},
+          {"parameter_offload", parameter_offload}, {"total", total()}};
 }
 
 StepTimeEstimate predict_step_time(const TrainingPlan& plan, const ClusterSpec& cluster) {
@@ -99,6 +100,12 @@ StepTimeEstimate predict_step_time(const TrainingPlan& plan, const ClusterSpec& 
     estimate.optimizer = 2 * stepped * (4 + 8 + 4) / cluster.host_memory_bandwidth + stepped * (4 + parameter_bytes) / cluster.host_link_bandwidth;
   } else {
     estimate.optimizer = 2 * stepped * state_bytes / cluster.device_memory_bandwidth;
+  }
+  if (plan.offload_param && plan.zero_stage == 3) {
+    // Each pass over the layers copies the rank's slice of each from the home, on the compute stream
+    // before the layer's gather: nothing hides it.
+    const double passes = plan.reshard_after_forward ? 2 : 1;
+    estimate.parameter_offload = micro_batches * passes * (psi / dp) * parameter_bytes / cluster.host_link_bandwidth;
   }
   return estimate;
 }

@@ -1,8 +1,8 @@
 // The planner's step-time model: a plan's predicted step time on a cluster, stated by its parts so a
 // user can see why one plan beats another: compute (FLOPs over the devices' sustained rate), the
 // recompute's extra forward, the pipeline bubble, what of the data-parallel reductions and ZeRO 3's
-// gathers backward cannot hide, the pipeline's activation transfers, and the optimizer step (on the
-// device, or ZeRO-Offload's host step and its transfers).
+// gathers backward cannot hide, the pipeline's activation transfers, the optimizer step (on the
+// device, or ZeRO-Offload's host step and its transfers) and ZeRO-Infinity's parameter copies.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,8 @@ struct StepTimeEstimate {
   double zero3_gathers = 0;   // ZeRO 3's parameter gathers compute does not hide
   double pipeline_transfers = 0;  // activations and their gradients between stages
   double optimizer = 0;       // the optimizer step (on the device, or offloaded with its transfers)
-  double total() const { return compute + bubble + data_parallel + zero3_gathers + pipeline_transfers + optimizer; }
+  double parameter_offload = 0;  // ZeRO-Infinity: each layer's slice copied from pinned host memory before its gather
+  double total() const { return compute + bubble + data_parallel + zero3_gathers + pipeline_transfers + optimizer + parameter_offload; }
   nlohmann::json to_json() const;
 };
 

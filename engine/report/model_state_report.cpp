@@ -8,9 +8,10 @@
 
 namespace ferry {
 
-OffloadedHostBytes offloaded_host_bytes(std::int64_t parameters, DType parameter_dtype, int zero_stage, int dp) {
+OffloadedHostBytes offloaded_host_bytes(std::int64_t parameters, DType parameter_dtype, int zero_stage, int dp, bool parameters_offloaded) {
   const std::int64_t updated = zero_stage >= 1 ? (parameters + dp - 1) / dp : parameters;
-  return {(parameter_dtype == DType::f32 ? 8 : 12) * updated, 4 * updated};
+  return {(parameter_dtype == DType::f32 ? 8 : 12) * updated, 4 * updated,
+          parameters_offloaded ? static_cast<std::int64_t>(dtype_size(parameter_dtype)) * updated : 0};
 }
 
 nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, std::int64_t parameters, DType parameter_dtype,

@@ -26,13 +26,15 @@ std::string describe_model_state_report(const nlohmann::json& report);
 
 // What ZeRO-Offload keeps on the host for a rank whose model part has `parameters` (ZeRO's formula):
 // the f32 optimizer state (moments, and master weights for 16-bit parameters) and the f32 gradients of
-// the parameters it updates, ceil(parameters / dp) from stage 1 on. Its pinned staging buffers come on top.
+// the parameters it updates, ceil(parameters / dp) from stage 1 on; with ZeRO-Infinity's parameter
+// offload (stage 3) also that partition in the parameters' dtype. Pinned staging buffers come on top.
 struct OffloadedHostBytes {
   std::int64_t optimizer_states = 0;
   std::int64_t gradients = 0;
-  std::int64_t total() const { return optimizer_states + gradients; }
+  std::int64_t parameters = 0;
+  std::int64_t total() const { return optimizer_states + gradients + parameters; }
 };
-OffloadedHostBytes offloaded_host_bytes(std::int64_t parameters, DType parameter_dtype, int zero_stage, int dp);
+OffloadedHostBytes offloaded_host_bytes(std::int64_t parameters, DType parameter_dtype, int zero_stage, int dp, bool parameters_offloaded = false);
 
 // DeepSpeed's stage-3 estimator (estimate_zero3_model_states_mem_needs), model states only, in bytes per
 // rank: 4 bytes per element of the largest layer (gathered), plus 18 bytes per parameter over the ranks

@@ -66,6 +66,27 @@ for name in ("best", "config"):
             assert predicted[key] == measured[key], (name, measured["rank"], key, predicted[key], measured[key])
 PY
 
+# One rank in 4500 KiB: nothing fits but ZeRO-Infinity (stage 3, the optimizer and the parameters on the
+# host); its plan trains with the rank's peaks as planned.
+"$ferry" plan --model gpt2-tiny --seq 64 --global-batch 2 --cluster 1x1xcpu --device-memory 4500KiB --top 1 --summary "$work/infinity.json" \
+  > "$work/infinity.txt" 2>&1 || { cat "$work/infinity.txt"; exit 1; }
+"$ferry" train --plan "$work/infinity.json" --model gpt2-tiny --seq 64 "${run[@]}" --summary "$work/infinity_run.json" > "$work/infinity_run.txt" 2>&1 \
+  || { cat "$work/infinity_run.txt"; exit 1; }
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+plans = json.load(open(f"{work}/infinity.json"))["plans"]
+fits = [p for p in plans if p["fits"]]
+assert len(fits) == 1 and fits[0]["settings"]["offload_param"] == "cpu" and fits[0]["settings"]["zero_stage"] == 3, fits
+assert fits[0]["deepspeed_config"]["zero_optimization"]["offload_param"] == {"device": "cpu"}, fits[0]["deepspeed_config"]
+assert all(p["settings"]["offload_param"] == "cpu" for p in plans if p["status"] == "fits"), "a plan without parameter offload fit"
+assert any(p["status"] == "too big" and p["settings"]["offload_param"] == "none" for p in plans), "no smaller offload was judged"
+run = json.load(open(f"{work}/infinity_run.json"))
+assert run["run"]["offload_param"] == "cpu" and run["grid"]["zero_stage"] == 3, run["run"]
+for key in ("peak_reserved", "peak_allocated", "max_by_category"):
+    assert fits[0]["ranks"][0][key] == run["ranks"][0][key], (key, fits[0]["ranks"][0][key], run["ranks"][0][key])
+PY
+
 # --plan auto: rank 0 plans the launched ranks at this --device-memory, every rank trains its choice, and
 # each rank's peaks are the plan's (global batch: --batch 4 x 2 ranks).
 timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -np 2 "$ferry" train --plan auto --model gpt2-tiny --seq 64 --batch 4 \

@@ -134,9 +134,11 @@ TEST(PlanSearch, HostMemoryHoldsTheOffloadedOptimizer) {
         EXPECT_EQ(candidate.why_not.find("too big as"), 0u) << candidate.why_not;
         continue;
       }
-      // f32: 8 bytes of moments and 4 of gradients for each parameter a rank updates, two ranks a node.
+      // f32: 8 bytes of moments and 4 of gradients for each parameter a rank updates (and 4 of the
+      // parameter itself when ZeRO-Infinity offloads the partition), two ranks a node.
       const std::int64_t updated = s.zero_stage >= 1 ? (parameters / s.pp + s.dp - 1) / s.dp : parameters / s.pp;
-      EXPECT_EQ(candidate.host_bytes, s.offload_optimizer ? 2 * 12 * updated : 0) << s.text();
+      EXPECT_EQ(candidate.host_bytes, s.offload_optimizer ? 2 * (s.offload_parameters ? 16 : 12) * updated : 0) << s.text();
+      EXPECT_TRUE(!s.offload_parameters || (s.offload_optimizer && s.zero_stage == 3)) << s.text();
       if (!s.offload_optimizer) {
         EXPECT_EQ(candidate.status, PlanCandidate::Status::fits) << s.text() << ": " << candidate.why_not;
       } else if (candidate.status == PlanCandidate::Status::fits) {
