@@ -62,8 +62,12 @@ nlohmann::json dry_run_ranks(const TrainingPlan& plan, const PipelineLayout& lay
 PipelineLayoutChoice choose_grid_layout(const TrainingPlan& plan, bool prints) {
   const std::int32_t stages = plan.grid.pp * pipeline_stages_per_rank(plan.pipeline_schedule);
   return choose_pipeline_layout(plan, PipelineShape{plan.model, plan.sequence, stages, plan.grid.pp}, prints, [&](const PipelineLayout& candidate) {
-    std::vector<std::int64_t> peaks;
-    for (const nlohmann::json& rank : dry_run_ranks(plan, candidate)) peaks.push_back(rank["peak_reserved"].get<std::int64_t>());
+    // Each pipeline rank's peak: the fullest of the dp (and tp) ranks that hold its stages.
+    std::vector<std::int64_t> peaks(static_cast<std::size_t>(plan.grid.pp), 0);
+    for (const nlohmann::json& rank : dry_run_ranks(plan, candidate)) {
+      std::int64_t& peak = peaks.at(rank["pp"].get<std::size_t>());
+      peak = std::max(peak, rank["peak_reserved"].get<std::int64_t>());
+    }
     return peaks;
   });
 }

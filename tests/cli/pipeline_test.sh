@@ -150,6 +150,10 @@ done
 launch 4 train "${grid[@]}" --steps 3 --pp 2 --micro-batches 4 --zero-stage 1 --precision bf16 --summary "$work/grid_bf16.json" > "$work/out.txt" 2>&1 \
   || { cat "$work/out.txt"; exit 1; }
 "$ferry" train "${grid[@]}" --steps 2 --pp 2 --dp 2 --micro-batches 4 --zero-stage 1 --device meta --summary "$work/grid_dry.json" > /dev/null
+# With --device-memory the split is chosen by dry runs of every rank of the grid (each pipeline rank's
+# peak the fullest of its dp ranks'); it fits, so it is the cost-balanced split and the peaks are the same.
+"$ferry" train "${grid[@]}" --steps 2 --pp 2 --dp 2 --micro-batches 4 --zero-stage 1 --device meta --device-memory 64MiB \
+  --summary "$work/grid_dry_limited.json" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
 bucketed=(--steps 2 --pp 2 --micro-batches 4 --reduce-bucket-size 3000)
 wide=(--model gpt2-tiny --layers 4 --hidden 64 --heads 2 --vocab 256 --seq 16 --batch 2 --lr 3e-3 --threads 1 --dropout 0.1)
 "$ferry" train "${wide[@]}" --steps 2 --grad-accum 8 --summary "$work/wide_one.json" > /dev/null
@@ -178,6 +182,7 @@ same(losses(load("grid_bf16")), losses(load("grid_one_bf16")), 1e-4, "dp 2 x pp 
 for r in load("grid_1")["ranks"]:
     stage_states = [x for x in load("grid_0")["ranks"] if x["pp"] == r["pp"]][0]["max_by_category"]["optimizer_states"]
     assert abs(r["max_by_category"]["optimizer_states"] - stage_states / 2) <= 2 * 64 * 4 * 2, (r["rank"], r["max_by_category"], stage_states)
+assert [r["peak_reserved"] for r in load("grid_dry_limited")["ranks"]] == [r["peak_reserved"] for r in load("grid_dry")["ranks"]]
 for dry, measured, hidden in (("grid_dry", "grid_1", 32), ("small_dry", "small_1f1b_2", 64)):
     message = 2 * 16 * hidden * 4
     for d, m in zip(load(dry)["ranks"], load(measured)["ranks"]):
