@@ -116,6 +116,7 @@ json plan_summary(const PlanSearch& search, const PlanSearchRequest& request) {
       plan["predicted_parts"] = candidate.time.to_json();
       plan["tokens_per_second"] = candidate.tokens_per_second;
       plan["mfu"] = candidate.mfu;
+      plan["model_states_floor"] = candidate.model_states_floor;
     }
     if (!candidate.ranks.is_null()) {
       plan["ranks"] = candidate.ranks;
@@ -169,9 +170,11 @@ int run_plan_command(const PlanCommandOptions& options) {
                   s.zero_stage, s.offload_text(), candidate.why_not.c_str());
       continue;
     }
-    const std::string peak = "rank " + std::to_string(candidate.fullest_rank) + " " + format_bytes(static_cast<std::size_t>(candidate.peak_reserved)) +
-                             (candidate.exact ? "" : "*");
-    const std::int64_t headroom = static_cast<std::int64_t>(c.device_memory) - candidate.peak_reserved;
+    const bool measured = !candidate.ranks.is_null();
+    const std::string peak = measured ? "rank " + std::to_string(candidate.fullest_rank) + " " + format_bytes(static_cast<std::size_t>(candidate.peak_reserved)) +
+                                            (candidate.exact ? "" : "*")
+                                      : "states " + format_bytes(static_cast<std::size_t>(candidate.model_states_floor)) + " (formula)";
+    const std::int64_t headroom = static_cast<std::int64_t>(c.device_memory) - (measured ? candidate.peak_reserved : candidate.model_states_floor);
     std::printf("  %-9s %-13s %-10s %-9s %-4d %-11s %-22s %10s %9s %11.0f %5.1f%%\n", plan_status_name(candidate.status), grid.c_str(), micro.c_str(),
                 s.recompute.c_str(), s.zero_stage, s.offload_text(), peak.c_str(),
                 headroom >= 0 ? format_bytes(static_cast<std::size_t>(headroom)).c_str() : ("-" + format_bytes(static_cast<std::size_t>(-headroom))).c_str(),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 
 #include "allocator/byte_size.h"
@@ -89,41 +90,38 @@ std::string largest_category(const nlohmann::json& rank) {
   return name;
 }
 
-// A plan that fits its devices fits if each node's host memory holds what its ranks keep there: with the
-// optimizer offloaded, ZeRO-Offload's state and gradients (the formula; pinned staging buffers on top),
-// and on cpu devices each rank's device memory too (the same RAM).
-void judge_host_memory(PlanCandidate& candidate, const PlanSearchRequest& request, const TrainingPlan& plan) {
+// Each node's host memory must hold what its ranks keep there: with the optimizer offloaded, ZeRO-Offload's
+// state and gradients (the formula; pinned staging buffers on top), and on cpu devices each rank's device
+// memory too (the same RAM: measured candidates only). Sets candidate.host_bytes (the fullest node's);
+// returns why not when a node is over.
+std::optional<std::string> host_memory_over(PlanCandidate& candidate, const PlanSearchRequest& request, const TrainingPlan& plan) {
   const ClusterSpec& cluster = request.cluster;
   const std::int64_t stage_parameters = plan.model.parameter_count() / std::max(plan.grid.pp, 1);
   const PlanSettings& s = candidate.settings;
   const std::int64_t offloaded =
       s.offload_optimizer ? offloaded_host_bytes(stage_parameters, plan.precision, s.zero_stage, plan.grid.dp, s.offload_parameters).total() : 0;
   const bool device_in_ram = cluster.kind == DeviceKind::cpu;
+  const auto world = static_cast<std::size_t>(cluster.world()), per_node = static_cast<std::size_t>(cluster.devices_per_node);
   std::int64_t fullest = 0;
-  int fullest_node = 0;
-  for (std::size_t first = 0; first < candidate.ranks.size(); first += static_cast<std::size_t>(cluster.devices_per_node)) {
+  std::size_t fullest_node = 0;
+  for (std::size_t first = 0; first < world; first += per_node) {
     std::int64_t bytes = 0;
-    for (std::size_t rank = first; rank < std::min(candidate.ranks.size(), first + static_cast<std::size_t>(cluster.devices_per_node)); ++rank) {
-      bytes += offloaded + (device_in_ram ? candidate.ranks[rank]["peak_reserved"].get<std::int64_t>() : 0);
+    for (std::size_t rank = first; rank < std::min(world, first + per_node); ++rank) {
+      bytes += offloaded + (device_in_ram ? candidate.ranks.at(rank)["peak_reserved"].get<std::int64_t>() : 0);
     }
     if (bytes > fullest) {
       fullest = bytes;
-      fullest_node = static_cast<int>(first / static_cast<std::size_t>(cluster.devices_per_node));
+      fullest_node = first / per_node;
     }
   }
   candidate.host_bytes = fullest;
-  if (fullest <= static_cast<std::int64_t>(cluster.host_memory)) {
-    candidate.status = PlanCandidate::Status::fits;
-    return;
-  }
-  candidate.status = PlanCandidate::Status::too_big;
+  if (fullest <= static_cast<std::int64_t>(cluster.host_memory)) return std::nullopt;
   std::string what = offloaded > 0 ? std::string(s.offload_parameters ? "the offloaded parameters, optimizer state and gradients (" : "the offloaded optimizer's state and gradients (") +
                                          format_bytes(static_cast<std::size_t>(offloaded)) + " a rank)"
                                    : "";
   if (device_in_ram) what += (what.empty() ? "" : " and ") + std::string("the cpu devices' memory (the same RAM)");
-  candidate.why_not = "node " + std::to_string(fullest_node) + "'s host memory holds " + what + ": " + format_bytes(static_cast<std::size_t>(fullest)) +
-                      ", " + format_bytes(static_cast<std::size_t>(fullest) - cluster.host_memory) + " over its " + format_bytes(cluster.host_memory) +
-                      " (--host-memory)";
+  return "node " + std::to_string(fullest_node) + "'s host memory holds " + what + ": " + format_bytes(static_cast<std::size_t>(fullest)) + ", " +
+         format_bytes(static_cast<std::size_t>(fullest) - cluster.host_memory) + " over its " + format_bytes(cluster.host_memory) + " (--host-memory)";
 }
 
 void measure(PlanCandidate& candidate, const PlanSearchRequest& request, const TrainingPlan& plan) {
@@ -141,7 +139,9 @@ void measure(PlanCandidate& candidate, const PlanSearchRequest& request, const T
   }
   const auto limit = static_cast<std::int64_t>(request.cluster.device_memory);
   if (candidate.peak_reserved <= limit) {
-    judge_host_memory(candidate, request, plan);
+    const std::optional<std::string> over = host_memory_over(candidate, request, plan);
+    candidate.status = over ? PlanCandidate::Status::too_big : PlanCandidate::Status::fits;
+    candidate.why_not = over.value_or("");
     return;
   }
   candidate.status = PlanCandidate::Status::too_big;
@@ -269,6 +269,10 @@ PlanSearch search_plans(const PlanSearchRequest& request) {
       continue;
     }
     candidate.time = predict_step_time(plans[i], cluster);
+    const PlanSettings& s = candidate.settings;
+    // The average stage's parameters (a pipeline's fullest rank holds at least as many).
+    candidate.model_states_floor = device_model_states(plans[i].model.parameter_count() / s.pp, plans[i].precision, s.offload_optimizer, s.zero_stage,
+                                                       s.dp, s.offload_parameters).total();
     const double tokens = static_cast<double>(request.global_batch * plans[i].sequence);
     candidate.tokens_per_second = tokens / candidate.time.total();
     candidate.mfu = model_flops_per_step(plans[i]) / (candidate.time.total() * world * cluster.peak_flops);
@@ -287,6 +291,20 @@ PlanSearch search_plans(const PlanSearchRequest& request) {
     }
     if (const PlanCandidate* below = too_big_below(candidates, candidate)) {
       candidate.why_not = "too big as " + below->settings.text() + " is (" + below->why_not + "): a larger micro-batch or less recompute holds more";
+      continue;
+    }
+    // GPUs' host memory holds the formula's bytes alone: judged before a dry run.
+    if (cluster.kind != DeviceKind::cpu) {
+      if (const std::optional<std::string> over = host_memory_over(candidate, request, plans[i])) {
+        candidate.status = PlanCandidate::Status::too_big;
+        candidate.why_not = *over + " (no dry run spent)";
+        continue;
+      }
+    }
+    if (candidate.model_states_floor > static_cast<std::int64_t>(cluster.device_memory)) {
+      candidate.status = PlanCandidate::Status::too_big;
+      candidate.why_not = "its model states alone need " + format_bytes(static_cast<std::size_t>(candidate.model_states_floor)) +
+                          " a rank by ZeRO's formula, over the device's " + format_bytes(cluster.device_memory) + " (no dry run spent)";
       continue;
     }
     measure(candidate, request, plans[i]);

@@ -49,6 +49,9 @@ struct PlanCandidate {
   // The fullest node's host bytes (measured candidates that fit their devices): ZeRO-Offload's state and
   // gradients by the formula, and on cpu devices the ranks' device memory (the same RAM).
   std::int64_t host_bytes = 0;
+  // ZeRO's formula for the fullest rank's model states on the device (no peak is below it): a plan whose
+  // formula alone is over the device is too big without a dry run (ranks stays null).
+  std::int64_t model_states_floor = 0;
   int fullest_rank = 0;
   // The dry run's peaks are each rank's exactly; false for a pipeline, whose ranks can hold one more
   // activation message than the dry run when MPI completes a send later than the dry run assumes.

@@ -14,6 +14,16 @@ OffloadedHostBytes offloaded_host_bytes(std::int64_t parameters, DType parameter
           parameters_offloaded ? static_cast<std::int64_t>(dtype_size(parameter_dtype)) * updated : 0};
 }
 
+DeviceModelStates device_model_states(std::int64_t parameters, DType parameter_dtype, bool optimizer_offloaded, int zero_stage, int dp,
+                                      bool parameters_offloaded) {
+  const std::int64_t share = (parameters + dp - 1) / dp;
+  const auto parameter_bytes = static_cast<std::int64_t>(dtype_size(parameter_dtype));
+  const std::int64_t state_bytes = parameter_dtype == DType::f32 ? 8 : 12;  // moments, and f32 master weights for 16-bit ones
+  return {parameters_offloaded ? 0 : parameter_bytes * (zero_stage >= 3 ? share : parameters),
+          optimizer_offloaded ? 0 : 4 * (zero_stage >= 2 ? share : parameters),
+          optimizer_offloaded ? 0 : state_bytes * (zero_stage >= 1 ? share : parameters)};
+}
+
 nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, std::int64_t parameters, DType parameter_dtype,
                                   const std::string& optimizer_offload, int zero_stage, int dp, const nlohmann::json& memory_bound) {
   const bool offloaded = optimizer_offload != "none";
@@ -31,17 +41,17 @@ nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, 
                                     std::string(dtype_name(parameter_dtype)) + " parameters, f32 gradients, " +
                                     (parameter_dtype == DType::f32 ? "f32 moments" : "f32 master weights and moments");
   // ZeRO partitions over dp ranks: stage 1 the optimizer state, stage 2 the gradients too (a rank's
-  // share is ceil(Ψ/dp), before alignment and the buckets in flight).
-  const std::int64_t share = (psi + dp - 1) / dp;
+  // share is ceil(Ψ/dp), before alignment and the buckets in flight): device_model_states.
   // ZeRO-Infinity's parameter offload: the partition lives on the host or NVMe, the device holds only
   // the gathered working set (the bound's, not the formula's).
   const bool parameters_offloaded = memory_bound.is_object() && memory_bound.contains("parameters") &&
                                     memory_bound["parameters"].value("offloaded", std::string("none")) != "none";
   const OffloadedHostBytes host = offloaded_host_bytes(psi, parameter_dtype, zero_stage, dp);
+  const DeviceModelStates device = device_model_states(psi, parameter_dtype, offloaded, zero_stage, dp, parameters_offloaded);
   nlohmann::json formula = {
-      {"parameters", parameters_offloaded ? 0 : parameter_bytes * (zero_stage >= 3 ? share : psi)},
-      {"gradients", offloaded ? 0 : gradient_bytes * (zero_stage >= 2 ? share : psi)},
-      {"optimizer_states", offloaded ? 0 : state_bytes * (zero_stage >= 1 ? share : psi)},
+      {"parameters", device.parameters},
+      {"gradients", device.gradients},
+      {"optimizer_states", device.optimizer_states},
       {"host", offloaded ? nlohmann::json{{"optimizer_states", host.optimizer_states}, {"optimizer_states_on", optimizer_offload}, {"gradients", host.gradients}}
                          : nlohmann::json::object()},
       {"name", parameters_offloaded ? "ZeRO-Infinity (stage 3 over " + std::to_string(dp) + " ranks): " + std::string(dtype_name(parameter_dtype)) +

@@ -36,6 +36,19 @@ struct OffloadedHostBytes {
 };
 OffloadedHostBytes offloaded_host_bytes(std::int64_t parameters, DType parameter_dtype, int zero_stage, int dp, bool parameters_offloaded = false);
 
+// The model states ZeRO's formula puts on the device of a rank whose model part has `parameters`: the
+// parameters in their dtype (a 1/dp partition at stage 3, none when offloaded), f32 gradients (1/dp from
+// stage 2, none with the optimizer offloaded) and the optimizer's f32 state (1/dp from stage 1, none
+// offloaded). All are resident at once when the optimizer steps, so no rank's peak is below them.
+struct DeviceModelStates {
+  std::int64_t parameters = 0;
+  std::int64_t gradients = 0;
+  std::int64_t optimizer_states = 0;
+  std::int64_t total() const { return parameters + gradients + optimizer_states; }
+};
+DeviceModelStates device_model_states(std::int64_t parameters, DType parameter_dtype, bool optimizer_offloaded, int zero_stage, int dp,
+                                      bool parameters_offloaded = false);
+
 // DeepSpeed's stage-3 estimator (estimate_zero3_model_states_mem_needs), model states only, in bytes per
 // rank: 4 bytes per element of the largest layer (gathered), plus 18 bytes per parameter over the ranks
 // (2 with the optimizer offloaded, none with the parameters offloaded too).
