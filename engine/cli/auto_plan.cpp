@@ -82,7 +82,7 @@ AutoPlan resolve_auto_plan(const TrainOptions& options) {
     plan.record = chosen;
     if (!options.quiet) {
       std::printf("ferry: --plan auto: %s (global batch %lld on %s; %zu dry runs; it sets --dp, --pp, --batch, --grad-accum, "
-                  "--checkpointing, --zero-stage and --offload-optimizer)\n",
+                  "--checkpointing, --zero-stage, --offload-optimizer and --offload-param)\n",
                   chosen["text"].get<std::string>().c_str(), static_cast<long long>(chosen["global_batch"].get<std::int64_t>()),
                   chosen["cluster"].get<std::string>().c_str(), chosen["dry_runs"].get<std::size_t>());
     }

@@ -169,7 +169,7 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
   train->add_option("--plan", o.plan_path, "Train the best fitting plan of a `ferry plan --summary` file (its grid, micro-batch, recompute, "
                                            "ZeRO stage, offload, device and memory; it overrides --config, flags override it), or `auto`: "
                                            "plan the launched cpu ranks at this --device-memory and train the best (it sets the grid, "
-                                           "--batch, --grad-accum, --checkpointing, --zero-stage, --offload-optimizer)");
+                                           "--batch, --grad-accum, --checkpointing, --zero-stage, --offload-optimizer, --offload-param)");
   train->add_option("--model", o.model, "Preset: gpt2-tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt3-small ... gpt3-30b, gpt3-175b")
       ->each([&o](const std::string&) { o.model_given = true; });
   train->add_option("--layers", o.layers, "Transformer blocks (overrides the preset)");
