@@ -111,7 +111,7 @@ class NvmeParameterHome final : public ParameterHome {
     // Keep what is read ahead already and still wanted; free the buffers of the rest.
     std::vector<Piece> kept;
     for (Piece& piece : held_) {
-      const bool asked = std::any_of(wanted.begin(), wanted.end(), [&](const Piece& each) { return each.begin == piece.begin && each.end == piece.end; });
+      const bool asked = std::any_of(wanted.begin(), wanted.end(), [&](const Piece& each) { return each.same_bytes(piece); });
       if (asked) {
         kept.push_back(std::move(piece));
       } else {
@@ -123,7 +123,7 @@ class NvmeParameterHome final : public ParameterHome {
     // Then the wanted pieces in order, while buffers are free.
     for (Piece& piece : wanted) {
       if (free_.empty()) break;
-      if (std::any_of(held_.begin(), held_.end(), [&](const Piece& each) { return each.begin == piece.begin && each.end == piece.end; })) continue;
+      if (std::any_of(held_.begin(), held_.end(), [&](const Piece& each) { return each.same_bytes(piece); })) continue;
       start_read(piece);
       held_.push_back(std::move(piece));
     }
@@ -136,7 +136,7 @@ class NvmeParameterHome final : public ParameterHome {
     finish_writes();
     std::deque<Piece> wanted;
     for (const Piece& piece : pieces_of(range)) {
-      const auto held = std::find_if(held_.begin(), held_.end(), [&](const Piece& each) { return each.begin == piece.begin && each.end == piece.end; });
+      const auto held = std::find_if(held_.begin(), held_.end(), [&](const Piece& each) { return each.same_bytes(piece); });
       if (held == held_.end()) {
         wanted.push_back(piece);
         continue;
@@ -202,6 +202,7 @@ class NvmeParameterHome final : public ParameterHome {
     std::uint64_t begin = 0, end = 0;  // file bytes
     int buffer = -1;
     std::optional<IoRequest> request;
+    bool same_bytes(const Piece& other) const { return begin == other.begin && end == other.end; }
   };
 
   std::vector<Piece> pieces_of(ElementRange range) const {

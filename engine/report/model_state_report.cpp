@@ -7,10 +7,18 @@
 #include "allocator/byte_size.h"
 
 namespace ferry {
+namespace {
+
+// The optimizer's f32 bytes a parameter: AdamW's moments, and master weights for 16-bit parameters.
+std::int64_t optimizer_state_bytes(DType parameter_dtype) { return parameter_dtype == DType::f32 ? 8 : 12; }
+// The gradients are f32 whatever the parameters' dtype.
+constexpr std::int64_t kGradientBytes = 4;
+
+}  // namespace
 
 OffloadedHostBytes offloaded_host_bytes(std::int64_t parameters, DType parameter_dtype, int zero_stage, int dp, bool parameters_offloaded) {
   const std::int64_t updated = zero_stage >= 1 ? (parameters + dp - 1) / dp : parameters;
-  return {(parameter_dtype == DType::f32 ? 8 : 12) * updated, 4 * updated,
+  return {optimizer_state_bytes(parameter_dtype) * updated, kGradientBytes * updated,
           parameters_offloaded ? static_cast<std::int64_t>(dtype_size(parameter_dtype)) * updated : 0};
 }
 
@@ -18,10 +26,9 @@ DeviceModelStates device_model_states(std::int64_t parameters, DType parameter_d
                                       bool parameters_offloaded) {
   const std::int64_t share = (parameters + dp - 1) / dp;
   const auto parameter_bytes = static_cast<std::int64_t>(dtype_size(parameter_dtype));
-  const std::int64_t state_bytes = parameter_dtype == DType::f32 ? 8 : 12;  // moments, and f32 master weights for 16-bit ones
   return {parameters_offloaded ? 0 : parameter_bytes * (zero_stage >= 3 ? share : parameters),
-          optimizer_offloaded ? 0 : 4 * (zero_stage >= 2 ? share : parameters),
-          optimizer_offloaded ? 0 : state_bytes * (zero_stage >= 1 ? share : parameters)};
+          optimizer_offloaded ? 0 : kGradientBytes * (zero_stage >= 2 ? share : parameters),
+          optimizer_offloaded ? 0 : optimizer_state_bytes(parameter_dtype) * (zero_stage >= 1 ? share : parameters)};
 }
 
 nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, std::int64_t parameters, DType parameter_dtype,
@@ -35,8 +42,8 @@ nlohmann::json model_state_report(const AllocatorStatistics& device_statistics, 
   // parameters come with 4 + 12 (fp32 master, m, v): 18 bytes per parameter, Megatron's figure for bf16
   // parameters with fp32 gradients (ZeRO's 16 assumes 16-bit gradients). In fp32 the parameters are the
   // master weights: 4 + 4 + 8 = 16.
-  const std::int64_t gradient_bytes = 4;
-  const std::int64_t state_bytes = parameter_dtype == DType::f32 ? 8 : 12;
+  const std::int64_t gradient_bytes = kGradientBytes;
+  const std::int64_t state_bytes = optimizer_state_bytes(parameter_dtype);
   const std::string per_parameter = std::to_string(parameter_bytes + gradient_bytes + state_bytes) + " bytes per parameter: " +
                                     std::string(dtype_name(parameter_dtype)) + " parameters, f32 gradients, " +
                                     (parameter_dtype == DType::f32 ? "f32 moments" : "f32 master weights and moments");
