@@ -3,8 +3,8 @@
 # device tool's machines have CUDA, CMake and PyTorch but no apt packages and no network): an -O2 CUDA
 # build (sm_90, RelWithDebInfo as the CPU benchmarks, debug info stripped) of `ferry`, `cuda_tests` and
 # `allocator_benchmark` (its cudaMalloc / cudaMallocAsync rows run only on a GPU) with the shared
-# libraries they load beyond glibc, libstdc++ and CUDA's own, in build-gpu/bundle.tar.xz (the tool
-# carries 64 MiB at most).
+# libraries they load beyond glibc, libstdc++ and CUDA's own, and Open MPI's mpirun (scripts/pack_openmpi.sh),
+# in build-gpu/bundle.tar.xz (the tool carries 64 MiB at most).
 #   [BUILD=build] bash scripts/gpu_bundle.sh   # here, on the build machine (BUILD: reuse a build folder of
 #       the same settings, as the default `build` is, instead of a build-gpu of its own)
 #   bash scripts/gpu_check.sh [benchmark PART...]   # there, with build-gpu/bundle.tar.xz carried
@@ -37,6 +37,8 @@ ldd "$stage"/bin/* | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u | while
     *) cp -L "$library" "$stage/lib/" ;;
   esac
 done
+# Open MPI's runtime for scripts/gpu_grid_check.sh's two ranks (the GPU machine has no mpirun).
+bash scripts/pack_openmpi.sh "$stage/openmpi"
 tar -C build-gpu -cJf build-gpu/bundle.tar.xz bundle
 bytes=$(stat -c %s build-gpu/bundle.tar.xz)
 echo "build-gpu/bundle.tar.xz: $((bytes >> 20)) MiB ($(ls "$stage/lib" | wc -l) libraries: $(ls "$stage/lib" | tr '\n' ' '))"

@@ -5,7 +5,8 @@
 #       the cpu device; fails if any skipped), then `ferry train --device cuda` beside the cpu device
 #   bash scripts/gpu_check.sh benchmark [PART..] # benchmarks/gpu_benchmark.sh, those parts (default all),
 #       and with the part `allocator` the allocator benchmark's cuda rows beside the cache hit
-#   bash scripts/gpu_check.sh all [SECONDS]      # issue 32 in one call: the tests, the allocator rows, each
+#   bash scripts/gpu_check.sh all [SECONDS]      # issues 32 and 34 in one call: the tests, two ranks on the
+#       GPU (scripts/gpu_grid_check.sh), the allocator rows, each
 #       kernel's time in a gpt2 step (dev/gpu_kernel_times.sh), then the benchmark parts (PARTS, default
 #       all), all of it inside SECONDS (default 420); the tables in summary.txt, every log and JSON in
 #       results.tar.gz, the kernel table in kernel_times.tsv, PyTorch's snapshot in torch_snapshot.pickle.xz
@@ -61,6 +62,8 @@ if [ "$mode" = all ]; then  # the rest of this script, then the benchmarks, insi
   status=0
   OUT=$results timeout 200 bash "$0" tests > "$results/tests.txt" 2>&1 || status=1
   grep -E "^cuda_tests:|FAILED|skipped|smoke|stray|  (f32|bf16)" "$results/tests.txt" | head -40 | tee -a "$out/summary.txt"
+  OPENMPI=$bundle/openmpi timeout 200 bash scripts/gpu_grid_check.sh "$bundle/bin/ferry" "$results/grid" 2>&1 | tee -a "$out/summary.txt"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
   timeout 60 "$bundle/bin/allocator_benchmark" --benchmark_filter='CacheHit.*/(4096|2097152|134217728)/.*threads:1|Cuda' --benchmark_repetitions=3 \
     --benchmark_report_aggregates_only=true --benchmark_min_time=0.1 > "$results/allocator_benchmark.txt" 2>&1 || status=1
   grep -E "median|error" "$results/allocator_benchmark.txt" | tee -a "$out/summary.txt"

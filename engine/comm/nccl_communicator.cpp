@@ -10,6 +10,7 @@
 #include <limits>
 #include <thread>
 
+#include "engine/comm/host_staged_communicator.h"
 #include "engine/comm/nccl_check.h"
 #include "engine/comm/nccl_communicator_impl.h"
 #include "engine/comm/nccl_loader.h"
@@ -20,8 +21,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+}  // namespace
+
 // The device this rank uses: `device_ordinal`, or local_rank modulo the visible devices.
-int choose_device(int local_rank, int device_ordinal) {
+int choose_cuda_device(int local_rank, int device_ordinal) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
@@ -37,8 +40,6 @@ int choose_device(int local_rank, int device_ordinal) {
   }
   return device_ordinal;
 }
-
-}  // namespace
 
 bool nccl_backend_built() { return true; }
 
@@ -65,7 +66,16 @@ NcclComm init_nccl_over_bootstrap(Communicator& bootstrap, int device, std::opti
   }
   const DeviceGuard guard(device);
   ncclComm_t comm = nullptr;
-  FERRY_NCCL_CHECK(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()));
+  const ncclResult_t result = ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank());
+  if (result == ncclInvalidUsage) {
+    // Most often two ranks on one GPU ("Duplicate GPU detected"): say what to do about it.
+    throw CommunicationError(self + ": " + what + ": ncclCommInitRank on device " + std::to_string(device) + " failed: " +
+                             describe_nccl_error(result) + ". NCCL needs a GPU of its own for every rank: start as many ranks per "
+                             "node as it has GPUs (or give each its own with CUDA_VISIBLE_DEVICES), or set " +
+                             kCudaCollectivesVariable + "=host to carry device buffers through host memory over MPI (ranks may "
+                             "share a GPU; slow)");
+  }
+  FERRY_NCCL_CHECK(result);
   return NcclComm(comm);
 }
 
@@ -75,7 +85,7 @@ std::unique_ptr<NcclCommunicator> make_nccl_communicator(Communicator& bootstrap
   std::optional<std::string> failure;
   try {
     load_nccl_library();
-    device = choose_device(bootstrap.local_rank(), device_ordinal);
+    device = choose_cuda_device(bootstrap.local_rank(), device_ordinal);
   } catch (const CommunicationError& error) {
     failure = error.what();
   }

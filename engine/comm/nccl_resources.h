@@ -10,6 +10,10 @@
 
 namespace ferry {
 
+// The GPU a rank uses: `device_ordinal` (checked against the visible devices), or, when that is
+// kChooseDeviceByLocalRank, `local_rank` modulo the visible devices. Throws CommunicationError when none is visible.
+int choose_cuda_device(int local_rank, int device_ordinal);
+
 // Makes `device` current for its lifetime and then restores the device that was current before.
 class DeviceGuard {
  public:

@@ -1,5 +1,6 @@
 // The NCCL backend of a build without it (no CUDA, or no NCCL found when it was configured): callers
 // compile the same way and learn at run time, from nccl_backend_built() or the factory's error.
+#include "engine/comm/host_staged_communicator.h"
 #include "engine/comm/nccl_communicator.h"
 
 namespace ferry {
@@ -12,6 +13,11 @@ std::unique_ptr<NcclCommunicator> make_nccl_communicator(Communicator& bootstrap
   throw CommunicationError("rank " + std::to_string(bootstrap.rank()) +
                            ": make_nccl_communicator: this build of ferry has no NCCL backend (it needs CUDA and "
                            "NCCL 2.10 or newer when configured: see CMake's \"ferry: NCCL\" message)");
+}
+
+std::unique_ptr<NcclCommunicator> make_host_staged_communicator(Communicator& bootstrap, int /*device_ordinal*/) {
+  throw CommunicationError("rank " + std::to_string(bootstrap.rank()) +
+                           ": make_host_staged_communicator: this build of ferry has no CUDA (device buffers need it)");
 }
 
 }  // namespace ferry

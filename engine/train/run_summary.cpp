@@ -41,6 +41,7 @@ nlohmann::json rank_entry(const ProcessGrid& grid, const Device& device, const n
     has_stream = has_stream || group.backend() == "nccl";
   }
   entry["bytes_sent"] = sent;
+  entry["communication_backend"] = grid.group(GridAxis::dp).backend();  // every group's: "nccl", "host-staged", "mpi", "single"
   // NCCL's communication streams' busy time (null where the groups have none: MPI, one rank).
   entry["communication_stream_seconds"] = has_stream ? nlohmann::json(stream_seconds) : nlohmann::json(nullptr);
   entry["bytes_sent_per_step"] = steps_run > 0 ? sent / static_cast<std::uint64_t>(steps_run) : 0;

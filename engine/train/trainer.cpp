@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "engine/checkpoint/checkpoint_directory.h"
-#include "engine/comm/nccl_communicator.h"
+#include "engine/comm/host_staged_communicator.h"
 #include "engine/core/safetensors.h"
 #include "engine/train/evaluation.h"
 #include "engine/train/job_agreement.h"
@@ -54,7 +54,7 @@ nlohmann::json run_training(const TrainOptions& options) {
       throw std::invalid_argument("--device cuda on " + std::to_string(plan.world) + " ranks: this ferry was built without NCCL (it needs CUDA "
                                   "and NCCL 2.10 or newer when configured); use --device cpu, or one GPU without a launcher");
     }
-    const std::unique_ptr<Communicator> nccl_world = plan.device == DeviceKind::cuda ? make_nccl_communicator(*world) : nullptr;
+    const std::unique_ptr<Communicator> nccl_world = plan.device == DeviceKind::cuda ? make_cuda_communicator(*world) : nullptr;
     summary = train_on_grid(plan, ProcessGrid::split(nccl_world ? *nccl_world : *world, plan.grid), nullptr);
     gathered = world->gather_strings(json_text(summary["ranks"][0]), 0);
   } catch (const std::exception& error) {

@@ -11,7 +11,7 @@ source "$(dirname "$0")/common.sh"
 export FERRY_CUDA_EMULATION_ORDERS=forward ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 launch() {  # launch RANKS ARGS...: ferry-emulated under mpirun
   local ranks=$1; shift
-  timeout 600 mpirun --allow-run-as-root --oversubscribe -np "$ranks" -x FERRY_CUDA_EMULATION_ORDERS -x ASAN_OPTIONS "$ferry" "$@"
+  timeout 600 mpirun --allow-run-as-root --oversubscribe -np "$ranks" -x FERRY_CUDA_EMULATION_ORDERS -x ASAN_OPTIONS -x FERRY_CUDA_COLLECTIVES "$ferry" "$@"
 }
 model=(--model gpt2-tiny --steps 2 --batch 2 --seq 32 --lr 1e-3 --threads 1)
 
@@ -87,6 +87,23 @@ import json, sys
 two, one = ([s["loss"] for s in json.load(open(p))["steps"]] for p in sys.argv[1:])
 assert two[1:] != one[1:], "dp 2 trained as one rank"
 PY
+
+# Device buffers through host memory over MPI (FERRY_CUDA_COLLECTIVES=host: ranks may share a GPU, as on
+# a one-GPU machine): dp 2 at ZeRO 2 and pp 2 give the NCCL runs' losses and the dry run's peaks.
+FERRY_CUDA_COLLECTIVES=host launch 2 train "${model[@]}" --device cuda --zero-stage 2 --summary "$work/staged_2.json" > /dev/null
+same_losses 1e-6 "$work/staged_2.json" "$work/cuda_2.json"
+same_peaks "$work/staged_2.json" "$work/dry_2.json"
+FERRY_CUDA_COLLECTIVES=host launch 2 train "${model[@]}" --device cuda --pp 2 --summary "$work/staged_pp.json" > /dev/null
+launch 2 train "${model[@]}" --device cuda --pp 2 --summary "$work/nccl_pp.json" > /dev/null
+same_losses 1e-6 "$work/staged_pp.json" "$work/nccl_pp.json"
+python3 - "$work/staged_2.json" "$work/staged_pp.json" "$work/cuda_2.json" <<'PY'
+import json, sys
+for path, backend in zip(sys.argv[1:], ("host-staged", "host-staged", "nccl")):
+    ranks = json.load(open(path))["ranks"]
+    assert [r["communication_backend"] for r in ranks] == [backend] * 2, (path, [r["communication_backend"] for r in ranks])
+    assert all(r["bytes_sent"] > 0 for r in ranks), (path, [r["bytes_sent"] for r in ranks])
+PY
+expect_error "FERRY_CUDA_COLLECTIVES=shm is not a choice" env FERRY_CUDA_COLLECTIVES=shm mpirun --allow-run-as-root --oversubscribe -np 2 -x FERRY_CUDA_COLLECTIVES "$ferry" train "${model[@]}" --device cuda
 
 # fp16 with loss scaling, and ZeRO-Offload to pinned host memory, at stage 2.
 launch 2 train "${model[@]}" --device cuda --precision fp16 --zero-stage 2 --summary "$work/fp16_cuda.json" > /dev/null

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "engine/comm/communicator.h"
+#include "engine/comm/host_staged_communicator.h"
 #include "tests/comm/comm_test_support.h"
 
 namespace ferry {
@@ -134,6 +135,19 @@ TEST(CommTimeout, DefaultAndWholeSeconds) {
   expect_timeout_rejected<kTimeoutHuge>("FERRY_COMM_TIMEOUT_SECONDS='9223372036854775807'");
   expect_timeout_rejected<kTimeoutPastClock>("from 1 to 31536000");
   EXPECT_EQ(comm_timeout_from_environment(fake_lookup<kTimeoutYear>), std::chrono::seconds(31536000));
+}
+
+constexpr FakeVariable kCollectivesNccl[] = {{"FERRY_CUDA_COLLECTIVES", "nccl"}};
+constexpr FakeVariable kCollectivesHost[] = {{"FERRY_CUDA_COLLECTIVES", "host"}};
+constexpr FakeVariable kCollectivesMisspelt[] = {{"FERRY_CUDA_COLLECTIVES", "Host"}};
+
+TEST(CudaCollectives, NcclUnlessHostIsAsked) {
+  EXPECT_EQ(cuda_collectives_from_environment(fake_lookup<kNoLauncher>), CudaCollectives::nccl);
+  EXPECT_EQ(cuda_collectives_from_environment(fake_lookup<kCollectivesNccl>), CudaCollectives::nccl);
+  EXPECT_EQ(cuda_collectives_from_environment(fake_lookup<kCollectivesHost>), CudaCollectives::host);
+  const std::string error =
+      error_of<std::invalid_argument>([] { cuda_collectives_from_environment(fake_lookup<kCollectivesMisspelt>); });
+  EXPECT_TRUE(contains(error, "FERRY_CUDA_COLLECTIVES=Host is not a choice: nccl")) << error;
 }
 
 }  // namespace
