@@ -190,7 +190,8 @@ fi
 
 if wanted offload; then
   echo
-  echo "== 3b. ZeRO-Offload: gpt2-large (774M parameters: 16 bytes each are 5.1x --device-memory 2300MiB), batch 1, full recompute"
+  echo "== 3b. ZeRO-Offload: gpt2-large (774M parameters: 16 bytes each are 5.1x --device-memory 2300MiB), batch 1, full recompute;"
+  echo "   ZeRO-Infinity (stage 3, parameters offloaded too) in 700MiB: 17.6x"
   offload_flags=(--checkpointing full --steps 3)
   ferry_train offload_none 120 gpt2-large 1 --device cuda "${offload_flags[@]}" || status=1
   ferry_train offload_cpu 150 gpt2-large 1 --device cuda --device-memory 2300MiB --offload-optimizer cpu "${offload_flags[@]}" || status=1
@@ -198,11 +199,18 @@ if wanted offload; then
   mkdir -p "$nvme_dir"
   ferry_train offload_nvme 120 gpt2-large 1 --device cuda --device-memory 2300MiB --offload-optimizer nvme --nvme-path "$nvme_dir" \
     --checkpointing full --steps 2 || status=1
+  # ZeRO-Infinity (issue 30): the parameters too live on the host or on NVMe, fetched a layer at a time.
+  infinity_flags=(--zero-stage 3 --device-memory 700MiB --checkpointing full)
+  ferry_train infinity_cpu 150 gpt2-large 1 --device cuda "${infinity_flags[@]}" --offload-param cpu --offload-optimizer cpu --steps 3 || status=1
+  ferry_train infinity_cpu_meta 60 gpt2-large 1 --device meta --dry-run-of cuda "${infinity_flags[@]}" --offload-param cpu --offload-optimizer cpu \
+    --steps 3 || status=1
+  ferry_train infinity_nvme 150 gpt2-large 1 --device cuda "${infinity_flags[@]}" --offload-param nvme --offload-optimizer nvme \
+    --nvme-path "$nvme_dir" --steps 2 || status=1
   python3 - "$work" <<'PY' || status=1
 import json, os, statistics, sys
 work = sys.argv[1]
 budget = 2300 * 2**20
-for name in ("offload_none", "offload_cpu", "offload_nvme"):
+for name in ("offload_none", "offload_cpu", "offload_nvme", "infinity_cpu", "infinity_nvme"):
     path = os.path.join(work, name + ".json")
     if not os.path.exists(path):
         print(f"  {name:13s} did not finish (see {name}.log)")
@@ -213,9 +221,11 @@ for name in ("offload_none", "offload_cpu", "offload_nvme"):
     print(f"  {name:13s} step {seconds:6.2f} s  peak allocated {m['peak_allocated'] / 2**30:5.2f} GiB  reserved {m['peak_reserved'] / 2**30:5.2f} GiB"
           f"  pinned host {m.get('host_pinned_peak', 0) / 2**30:5.2f} GiB  nvme {m.get('nvme_bytes', 0) / 2**30:5.2f} GiB"
           f"  losses {s['steps'][0]['loss']:.3f} -> {s['final_loss']:.3f}"
-          + (f"  (16 bytes x {s['model']['parameters']:,} = {16 * s['model']['parameters'] / budget:.2f}x the limit)" if name != "offload_none" else ""))
+          + (f"  (16 bytes x {s['model']['parameters']:,} = {16 * s['model']['parameters'] / (700 * 2**20 if name.startswith('infinity') else budget):.2f}x the limit)"
+             if name != "offload_none" else ""))
 PY
   same_peaks "gpt2-large offloaded to cpu" "$work/offload_cpu.json" "$work/offload_cpu_meta.json" || status=1
+  same_peaks "gpt2-large, ZeRO-Infinity to cpu" "$work/infinity_cpu.json" "$work/infinity_cpu_meta.json" || status=1
 fi
 
 if wanted snapshot; then
