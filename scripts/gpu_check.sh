@@ -7,8 +7,8 @@
 #       and with the part `allocator` the allocator benchmark's cuda rows beside the cache hit
 #   bash scripts/gpu_check.sh all [SECONDS]      # issues 32 and 34 in one call: the tests, two ranks on the
 #       GPU (scripts/gpu_grid_check.sh), the allocator rows, each
-#       kernel's time in a gpt2 step (dev/gpu_kernel_times.sh), then the benchmark parts (PARTS, default
-#       all), all of it inside SECONDS (default 420); the tables in summary.txt, every log and JSON in
+#       kernel's time in a gpt2 step (dev/gpu_kernel_times.sh) (CHECKS: which of "tests grid allocator
+#       kernels", default all), then the benchmark parts (PARTS, default all), all of it inside SECONDS (default 420); the tables in summary.txt, every log and JSON in
 #       results.tar.gz, the kernel table in kernel_times.tsv, PyTorch's snapshot in torch_snapshot.pickle.xz
 # Logs and JSON go to $OUT (the device tool's) or build-gpu/out.
 set -euo pipefail
@@ -60,16 +60,25 @@ if [ "$mode" = all ]; then  # the rest of this script, then the benchmarks, insi
     lscpu | grep -m1 'Model name' || true
   } 2>&1 | tee "$out/summary.txt"
   status=0
+  checks=${CHECKS:-tests grid allocator kernels}  # which of these run before the benchmark parts
+  if [[ " $checks " == *" tests "* ]]; then
   OUT=$results timeout 200 bash "$0" tests > "$results/tests.txt" 2>&1 || status=1
   grep -E "^cuda_tests:|FAILED|skipped|smoke|stray|  (f32|bf16)" "$results/tests.txt" | head -40 | tee -a "$out/summary.txt"
+  fi
+  if [[ " $checks " == *" grid "* ]]; then
   OPENMPI=$bundle/openmpi timeout 200 bash scripts/gpu_grid_check.sh "$bundle/bin/ferry" "$results/grid" 2>&1 | tee -a "$out/summary.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  fi
+  if [[ " $checks " == *" allocator "* ]]; then
   timeout 60 "$bundle/bin/allocator_benchmark" --benchmark_filter='CacheHit.*/(4096|2097152|134217728)/.*threads:1|Cuda' --benchmark_repetitions=3 \
     --benchmark_report_aggregates_only=true --benchmark_min_time=0.1 > "$results/allocator_benchmark.txt" 2>&1 || status=1
   grep -E "median|error" "$results/allocator_benchmark.txt" | tee -a "$out/summary.txt"
+  fi
+  if [[ " $checks " == *" kernels "* ]]; then
   OUT=$results timeout 120 bash dev/gpu_kernel_times.sh gpt2 16 > "$results/kernel_times.log" 2>&1 || status=1
   head -30 "$results/kernel_times.txt" 2>/dev/null | tee -a "$out/summary.txt"
   cp "$results/kernel_times.tsv" "$out/" 2>/dev/null || true
+  fi
   RESULTS=$results DEADLINE=$((start + budget - 25)) bash benchmarks/gpu_benchmark.sh "$bundle/bin/ferry" 6 "$PWD/build-gpu/nvme" 2>&1 | tee -a "$out/summary.txt" || status=1
   cp "$results"/cuda_tests.json "$out/" 2>/dev/null || true
   if [ -f "$results/torch_snapshot.pickle" ]; then xz -T0 -3 -c "$results/torch_snapshot.pickle" > "$out/torch_snapshot.pickle.xz" && rm "$results/torch_snapshot.pickle"; fi

@@ -3,7 +3,7 @@
 # ranks on one GPU ("Duplicate GPU detected"): the first run shows ferry's error for it; then
 # FERRY_CUDA_COLLECTIVES=host carries the device buffers through host memory over MPI, and dp 2 (ZeRO 2
 # and 3) and pp 2 must give the cpu device's losses (the same launch, f32) and the dry run's peaks with
-# cuda kernel sizes on every rank. Uses the machine's mpirun, else the Open MPI that scripts/gpu_bundle.sh
+# cuda kernel sizes on every rank; so must one GPU at ZeRO 1 and 3 and with ZeRO-Infinity. Uses the machine's mpirun, else the Open MPI that scripts/gpu_bundle.sh
 # packed into the bundle (OPENMPI=its folder).
 #   [OPENMPI=DIR] bash scripts/gpu_grid_check.sh FERRY OUT    # rehearsed with build-sanitize/ferry-emulated
 set -uo pipefail
@@ -16,6 +16,7 @@ if ! command -v mpirun > /dev/null; then
   export PATH=$ompi/bin:$PATH LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$ompi/deps
 fi
 launch() { timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$ferry" "$@"; }
+one() { timeout 120 "$ferry" "$@"; }
 model=(--model gpt2-tiny --steps 3 --batch 2 --seq 64 --lr 1e-3)
 status=0
 echo "== issue 34: 2 ranks of --device cuda on one GPU (mpirun: $(command -v mpirun))"
@@ -26,11 +27,13 @@ else
   echo "  NCCL, dp 2: refused: $(grep -m1 -o 'ncclCommInitRank.*' "$out/grid_nccl.log" | cut -c1-300)"
   grep -q "FERRY_CUDA_COLLECTIVES=host" "$out/grid_nccl.log" || { echo "  the refusal does not name FERRY_CUDA_COLLECTIVES=host"; status=1; }
 fi
-for grid in "dp2-zero2 --dp 2 --zero-stage 2" "dp2-zero3 --dp 2 --zero-stage 3" "pp2 --pp 2 --micro-batches 2"; do
-  read -r name flags <<< "$grid"
+# Then one GPU at ZeRO 1 and 3, and ZeRO-Infinity: the one-rank collectives are copies on the device.
+for grid in "launch dp2-zero2 --dp 2 --zero-stage 2" "launch dp2-zero3 --dp 2 --zero-stage 3" "launch pp2 --pp 2 --micro-batches 2" \
+            "one 1gpu-zero1 --zero-stage 1" "one 1gpu-zero3 --zero-stage 3" "one 1gpu-infinity --zero-stage 3 --offload-param cpu --offload-optimizer cpu"; do
+  read -r how name flags <<< "$grid"
   # shellcheck disable=SC2086
-  { FERRY_CUDA_COLLECTIVES=host launch train "${model[@]}" --device cuda $flags --summary "$out/grid_$name.json" > "$out/grid_$name.log" 2>&1 &&
-    launch train "${model[@]}" --device cpu $flags --summary "$out/grid_${name}_cpu.json" > "$out/grid_${name}_cpu.log" 2>&1 &&
+  { FERRY_CUDA_COLLECTIVES=host $how train "${model[@]}" --device cuda $flags --summary "$out/grid_$name.json" > "$out/grid_$name.log" 2>&1 &&
+    $how train "${model[@]}" --device cpu $flags --summary "$out/grid_${name}_cpu.json" > "$out/grid_${name}_cpu.log" 2>&1 &&
     "$ferry" train "${model[@]}" --device meta --dry-run-of cuda $flags --summary "$out/grid_${name}_dry.json" > "$out/grid_${name}_dry.log" 2>&1; } ||
     { echo "  $name: a run failed:"; tail -5 "$out/grid_$name.log" "$out/grid_${name}_cpu.log" 2>/dev/null; status=1; continue; }
   python3 - "$name" "$out/grid_$name.json" "$out/grid_${name}_cpu.json" "$out/grid_${name}_dry.json" <<'PY' || status=1

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/comm/collective_layout.h"
+#include "engine/comm/completed_request.h"
 #include "engine/comm/host_staged_communicator.h"
 #include "engine/comm/nccl_resources.h"
 
@@ -60,6 +61,9 @@ class StagedRequest final : public CommRequest {
     if (destination_ != nullptr && bytes_ != 0) {
       const DeviceGuard guard(device_);
       FERRY_NCCL_CUDA_CHECK(cudaMemcpy(destination_, staging_.data() + offset_, bytes_, cudaMemcpyHostToDevice));
+      // From pageable memory cudaMemcpy may return before the copy has landed, and ferry's compute
+      // streams do not wait for the legacy stream it runs on.
+      FERRY_NCCL_CUDA_CHECK(cudaDeviceSynchronize());
     }
     done_ = true;
   }
@@ -102,6 +106,7 @@ class HostStagedCommunicator final : public NcclCommunicator {
                                                 ReduceOperation operation) override {
     const std::size_t bytes = count * comm_data_type_size(type);
     if (!is_device_memory(data, bytes)) return counted([&] { return bootstrap_->all_reduce_async(data, count, type, operation); });
+    if (size() == 1) return std::make_unique<CompletedRequest>();  // in place: one rank's values are the result
     return staged(to_host(data, bytes), 0, data, bytes,
                   [&](std::byte* host) { return bootstrap_->all_reduce_async(host, count, type, operation); });
   }
@@ -114,6 +119,7 @@ class HostStagedCommunicator final : public NcclCommunicator {
     if (!is_device_memory(input, total)) {
       return counted([&] { return bootstrap_->reduce_scatter_async(input, output, counts, type, operation); });
     }
+    if (size() == 1) return copy_on_device(output, input, own);
     // One host block: the input, then this rank's output after it.
     return staged(to_host(input, total, own), total, output, own, [&](std::byte* host) {
       return bootstrap_->reduce_scatter_async(host, host + total, counts, type, operation);
@@ -126,6 +132,7 @@ class HostStagedCommunicator final : public NcclCommunicator {
     const std::size_t total = total_count(counts) * element;
     if (!is_device_memory(output, total)) return counted([&] { return bootstrap_->all_gather_async(input, output, counts, type); });
     const auto own_rank = static_cast<std::size_t>(rank());
+    if (size() == 1) return copy_on_device(output, input, total);
     const std::size_t offset = block_offset(counts, rank()) * element;
     // The host copy of the whole output with this rank's block in place (the bootstrap's in-place form).
     synchronize_device();
@@ -146,6 +153,10 @@ class HostStagedCommunicator final : public NcclCommunicator {
       });
       return;
     }
+    if (size() == 1) {
+      bootstrap_->broadcast(nullptr, 0, root);  // checks the root
+      return;
+    }
     std::vector<std::byte> staging = to_host(data, bytes);
     counted([&] {
       bootstrap_->broadcast(staging.data(), bytes, root);
@@ -153,6 +164,7 @@ class HostStagedCommunicator final : public NcclCommunicator {
     });
     const DeviceGuard guard(device_);
     FERRY_NCCL_CUDA_CHECK(cudaMemcpy(data, staging.data(), bytes, cudaMemcpyHostToDevice));
+    FERRY_NCCL_CUDA_CHECK(cudaDeviceSynchronize());  // landed before later work on other streams reads it
   }
   std::vector<std::string> gather_strings(const std::string& value, int root) override {
     std::vector<std::string> gathered;
@@ -182,6 +194,17 @@ class HostStagedCommunicator final : public NcclCommunicator {
   void synchronize_device() const {
     const DeviceGuard guard(device_);
     FERRY_NCCL_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  // One rank's reduce-scatter or all-gather: `bytes` from `source` to `destination` on the device, between
+  // the device's queued work and what is queued after it.
+  std::unique_ptr<CommRequest> copy_on_device(void* destination, const void* source, std::size_t bytes) const {
+    if (destination != source && bytes != 0) {
+      synchronize_device();
+      const DeviceGuard guard(device_);
+      FERRY_NCCL_CUDA_CHECK(cudaMemcpy(destination, source, bytes, cudaMemcpyDeviceToDevice));
+      FERRY_NCCL_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    return std::make_unique<CompletedRequest>();
   }
   // A host copy of `bytes` of device memory, with `extra` bytes after it.
   std::vector<std::byte> to_host(const void* data, std::size_t bytes, std::size_t extra = 0) const {

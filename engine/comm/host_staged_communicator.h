@@ -2,7 +2,9 @@
 // refuses that: "Duplicate GPU detected"). Each operation on device memory waits for the device's
 // queued work, copies its buffers to host memory, runs the bootstrap's MPI operation there and copies
 // the result back when the request completes. Exact and slow (no overlap with compute, two copies a
-// buffer): for checks on one GPU, chosen by FERRY_CUDA_COLLECTIVES=host, never by default.
+// buffer): for checks on one GPU, chosen by FERRY_CUDA_COLLECTIVES=host, never by default. Over one rank
+// (one GPU without a launcher) a collective is a copy on the device, or nothing when in place: the
+// single-rank communicator's copies are host memcpys, which a device pointer crashes on a real GPU.
 #pragma once
 
 #include <memory>

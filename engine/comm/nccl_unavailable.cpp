@@ -17,7 +17,8 @@ std::unique_ptr<NcclCommunicator> make_nccl_communicator(Communicator& bootstrap
 
 std::unique_ptr<NcclCommunicator> make_host_staged_communicator(Communicator& bootstrap, int /*device_ordinal*/) {
   throw CommunicationError("rank " + std::to_string(bootstrap.rank()) +
-                           ": make_host_staged_communicator: this build of ferry has no CUDA (device buffers need it)");
+                           ": make_host_staged_communicator: this build of ferry has no NCCL backend, and the device-buffer "
+                           "communicators are built with it (they need CUDA and NCCL 2.10 or newer when configured)");
 }
 
 }  // namespace ferry

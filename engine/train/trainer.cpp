@@ -36,9 +36,17 @@ nlohmann::json run_training(const TrainOptions& options) {
     return summary;
   }
   if (plan.world == 1) {
-    // A dry run's groups move nothing (on meta there is nothing to move, not even a one-rank copy).
-    nlohmann::json summary = train_on_grid(plan, plan.dry_run ? ProcessGrid::dry_run(plan.grid, 0) : ProcessGrid::split(*make_single_rank_communicator(), plan.grid),
-                                           nullptr);
+    // A dry run's groups move nothing (on meta there is nothing to move, not even a one-rank copy); one
+    // GPU's collectives (ZeRO's at dp 1) copy device memory, which the single-rank communicator cannot.
+    const std::unique_ptr<Communicator> single = make_single_rank_communicator();
+    const bool gpu = plan.device == DeviceKind::cuda && !plan.dry_run;
+    if (gpu && plan.zero_stage > 0 && !nccl_backend_built()) {
+      throw std::invalid_argument("--zero-stage " + std::to_string(plan.zero_stage) + " on one GPU: this ferry was built without NCCL, and "
+                                  "with it without the device-buffer communicators ZeRO's partitions use; use --zero-stage 0, or a build with NCCL");
+    }
+    const std::unique_ptr<Communicator> one_gpu = gpu && nccl_backend_built() ? make_host_staged_communicator(*single) : nullptr;
+    nlohmann::json summary = train_on_grid(
+        plan, plan.dry_run ? ProcessGrid::dry_run(plan.grid, 0) : ProcessGrid::split(one_gpu ? *one_gpu : *single, plan.grid), nullptr);
     merge_rank_entries(summary, summary["ranks"]);
     if (!plan.io.quiet) print_training_result(summary);
     return summary;

@@ -46,6 +46,13 @@ PY
 "$ferry" train "${model[@]}" --device cpu --summary "$work/cpu.json" > /dev/null
 same_losses 1e-5 "$work/cuda.json" "$work/cpu.json"
 
+# One GPU at ZeRO 3 with the parameters and the optimizer offloaded (ZeRO-Infinity at dp 1): its one-rank
+# collectives are copies on the device (a host memcpy of device memory crashed a real GPU), the cpu's losses.
+"$ferry" train "${model[@]}" --device cuda --zero-stage 3 --offload-param cpu --offload-optimizer cpu --summary "$work/infinity_cuda.json" > /dev/null
+"$ferry" train "${model[@]}" --device cpu --zero-stage 3 --offload-param cpu --offload-optimizer cpu --summary "$work/infinity_cpu.json" > /dev/null
+same_losses 1e-5 "$work/infinity_cuda.json" "$work/infinity_cpu.json"
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))["ranks"]; assert [e["communication_backend"] for e in r] == ["host-staged"], r' "$work/infinity_cuda.json"
+
 # dp 2 at each ZeRO stage (3: parameters gathered by NCCL from the ranks' partitions): the cpu device's losses;
 # the dry run's peaks on every rank.
 for stage in 0 1 2 3; do
