@@ -174,9 +174,15 @@ class HostStagedCommunicator final : public NcclCommunicator {
     });
     return gathered;
   }
+  // A send is done with the device memory once its host copy is made: its request is complete at once, so
+  // the caller frees the buffer where a dry run's would, whatever the peer's timing. The message goes on
+  // from the host copy, which this communicator keeps until MPI completes it (a failure then surfaces in
+  // a later send, or ends the job when the communicator goes).
   std::unique_ptr<CommRequest> send_async(const void* data, std::size_t bytes, int peer, int tag) override {
     if (!is_device_memory(data, bytes)) return counted([&] { return bootstrap_->send_async(data, bytes, peer, tag); });
-    return staged(to_host(data, bytes), 0, nullptr, 0, [&](std::byte* host) { return bootstrap_->send_async(host, bytes, peer, tag); });
+    std::erase_if(sending_, [](const std::unique_ptr<CommRequest>& send) { return send->test(); });
+    sending_.push_back(staged(to_host(data, bytes), 0, nullptr, 0, [&](std::byte* host) { return bootstrap_->send_async(host, bytes, peer, tag); }));
+    return std::make_unique<CompletedRequest>();
   }
   std::unique_ptr<CommRequest> receive_async(void* data, std::size_t bytes, int peer, int tag) override {
     if (!is_device_memory(data, bytes)) return bootstrap_->receive_async(data, bytes, peer, tag);
@@ -234,6 +240,7 @@ class HostStagedCommunicator final : public NcclCommunicator {
   std::unique_ptr<Communicator> owned_bootstrap_;  // a group's; first, so it outlives every use
   Communicator* bootstrap_;
   int device_;
+  std::vector<std::unique_ptr<CommRequest>> sending_;  // sends of host copies MPI has not completed; last: waited for first
 };
 
 }  // namespace
