@@ -42,9 +42,10 @@ class DataParallelAdamW final : public DataParallelBase {
     return shard;
   }
   void restore(const OptimizerSnapshot& snapshot) override {
-    const SnapshotValues values = values_of(snapshot, state_range());
-    drop_gathered();
-    adam_.import_share(values.master, values.first_moment, values.second_moment);
+    import_values_of(snapshot, state_range(), [&](const std::vector<float>& master, const std::vector<float>& first, const std::vector<float>& second) {
+      drop_gathered();  // once the snapshot is known to cover the share
+      adam_.import_share(master, first, second);
+    });
     gather_updated_parameters();
     adam_.set_steps_taken(snapshot.steps);
   }
@@ -118,11 +119,12 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
     return held;
   }
   void restore(const OptimizerSnapshot& snapshot) override {
-    const SnapshotValues values = values_of(snapshot, state_range());
     // The rank's pieces of the parameters from its master weights (import_state returns them where they
     // live); the other ranks' pieces gathered.
-    drop_gathered();
-    optimizer_.import_state(values.master, values.first_moment, values.second_moment);
+    import_values_of(snapshot, state_range(), [&](const std::vector<float>& master, const std::vector<float>& first, const std::vector<float>& second) {
+      drop_gathered();
+      optimizer_.import_state(master, first, second);
+    });
     optimizer_.set_steps_taken(snapshot.steps);
     gather_updated_parameters();
   }

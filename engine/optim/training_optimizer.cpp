@@ -109,6 +109,15 @@ SnapshotValues values_of(const OptimizerSnapshot& snapshot, const FlatShards& sh
   return values;
 }
 
+void import_values_of(const OptimizerSnapshot& snapshot, const FlatShards& shards, const SnapshotImport& import) {
+  if (snapshot.share == shards) {
+    import(snapshot.master, snapshot.first_moment, snapshot.second_moment);
+    return;
+  }
+  const SnapshotValues values = values_of(snapshot, shards);
+  import(values.master, values.first_moment, values.second_moment);
+}
+
 void require_matching_snapshot(const OptimizerSnapshot& snapshot, const GptModel& model) {
   const std::vector<ParameterSpec> parameters = model.parameter_specs();
   std::int64_t elements = 0;

@@ -99,6 +99,11 @@ struct SnapshotValues {
   std::vector<float> master, first_moment, second_moment;
 };
 SnapshotValues values_of(const OptimizerSnapshot& snapshot, const FlatShards& shards);
+// Calls `import` with the values of `shards` (master, first moment, second moment): the snapshot's own
+// vectors when it holds exactly those ranges (no copy: a rank's initial shard is 12 bytes a parameter,
+// which ZeRO-Infinity keeps off the device because the host cannot hold it twice), else values_of's.
+using SnapshotImport = std::function<void(const std::vector<float>&, const std::vector<float>&, const std::vector<float>&)>;
+void import_values_of(const OptimizerSnapshot& snapshot, const FlatShards& shards, const SnapshotImport& import);
 
 // AdamW on the model's device over its whole gradients.
 std::unique_ptr<TrainingOptimizer> make_device_optimizer(GptModel& model, const cpu::AdamWHyperparameters& hyperparameters);

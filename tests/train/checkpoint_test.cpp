@@ -14,6 +14,7 @@
 #include "engine/checkpoint/save_root_lock.h"
 #include "engine/core/atomic_file.h"
 #include "engine/core/safetensors.h"
+#include "engine/optim/training_optimizer.h"
 #include "models/gpt_weights.h"
 
 namespace ferry {
@@ -364,6 +365,33 @@ TEST(Checkpoint, AnImpossibleStepInTheTrainerStateIsNamed) {
   } catch (const std::exception& error) {
     EXPECT_NE(std::string(error.what()).find("says step -5, expected 0 to"), std::string::npos) << error.what();
   }
+}
+
+// A rank's initial shard (12 bytes a parameter) reaches the optimizer as it is: ZeRO-Infinity's host cannot
+// hold it twice. A part of a snapshot is cut out; one that does not cover the share is refused before import.
+TEST(OptimizerSnapshotValues, TheRanksOwnShareIsImportedWithoutACopy) {
+  OptimizerSnapshot snapshot;
+  snapshot.share = FlatShards(std::vector<FlatRange>{{0, 4}, {8, 10}});
+  snapshot.master = {0, 1, 2, 3, 8, 9};
+  snapshot.first_moment = {10, 11, 12, 13, 18, 19};
+  snapshot.second_moment = {20, 21, 22, 23, 28, 29};
+  int imports = 0;
+  import_values_of(snapshot, snapshot.share, [&](const std::vector<float>& master, const std::vector<float>& first, const std::vector<float>& second) {
+    ++imports;
+    EXPECT_EQ(&master, &snapshot.master);
+    EXPECT_EQ(&first, &snapshot.first_moment);
+    EXPECT_EQ(&second, &snapshot.second_moment);
+  });
+  import_values_of(snapshot, FlatShards(std::vector<FlatRange>{{1, 3}, {9, 10}}),
+                   [&](const std::vector<float>& master, const std::vector<float>& first, const std::vector<float>& second) {
+                     ++imports;
+                     EXPECT_EQ(master, (std::vector<float>{1, 2, 9}));
+                     EXPECT_EQ(first, (std::vector<float>{11, 12, 19}));
+                     EXPECT_EQ(second, (std::vector<float>{21, 22, 29}));
+                   });
+  EXPECT_EQ(imports, 2);
+  EXPECT_THROW(import_values_of(snapshot, FlatShards(FlatRange{3, 9}), [&](const auto&, const auto&, const auto&) { ADD_FAILURE(); }),
+               std::invalid_argument);
 }
 
 }  // namespace
