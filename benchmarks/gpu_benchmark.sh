@@ -219,7 +219,8 @@ for name in ("offload_none", "offload_cpu", "offload_nvme", "infinity_cpu", "inf
     seconds = statistics.median(step["seconds"] for step in s["steps"][1:]) if len(s["steps"]) > 1 else s["steps"][0]["seconds"]
     m = s["memory"]
     print(f"  {name:13s} step {seconds:6.2f} s  peak allocated {m['peak_allocated'] / 2**30:5.2f} GiB  reserved {m['peak_reserved'] / 2**30:5.2f} GiB"
-          f"  pinned host {m.get('host_pinned_peak', 0) / 2**30:5.2f} GiB  nvme {m.get('nvme_bytes', 0) / 2**30:5.2f} GiB"
+          f"  pinned host {m.get('host_pinned_peak', 0) / 2**30:5.2f} GiB  resident {m.get('host_peak_resident', 0) / 2**30:5.2f} GiB"
+          f"  nvme {m.get('nvme_bytes', 0) / 2**30:5.2f} GiB"
           f"  losses {s['steps'][0]['loss']:.3f} -> {s['final_loss']:.3f}"
           + (f"  (16 bytes x {s['model']['parameters']:,} = {16 * s['model']['parameters'] / (700 * 2**20 if name.startswith('infinity') else budget):.2f}x the limit)"
              if name != "offload_none" else ""))

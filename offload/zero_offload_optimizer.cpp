@@ -255,13 +255,19 @@ void ZeroOffloadOptimizer::import_state(const std::vector<float>& master, const 
   if (master.size() != total || first_moment.size() != total || second_moment.size() != total) {
     throw std::invalid_argument("optimizer state of " + std::to_string(master.size()) + " elements for " + std::to_string(total) + " parameters");
   }
+  import_by_group([&](std::int64_t begin, std::int64_t count, float* to_master, float* to_first, float* to_second) {
+    std::copy_n(master.begin() + begin, count, to_master);
+    std::copy_n(first_moment.begin() + begin, count, to_first);
+    std::copy_n(second_moment.begin() + begin, count, to_second);
+  });
+}
+
+void ZeroOffloadOptimizer::import_by_group(const GroupFill& fill) {
   const auto element = static_cast<std::int64_t>(dtype_size(parameter_dtype_));
   copy_after_compute();
   for (std::int64_t group = 0; group < tier_->group_count(); ++group) {
     const StateGroup state = tier_->acquire(group);
-    std::copy_n(master.begin() + state.begin, state.count, state.master);
-    std::copy_n(first_moment.begin() + state.begin, state.count, state.first_moment);
-    std::copy_n(second_moment.begin() + state.begin, state.count, state.second_moment);
+    fill(state.begin, state.count, state.master, state.first_moment, state.second_moment);
     convert_from_f32(state.master, staged(state, element), parameter_dtype_,
                      static_cast<std::size_t>(state.count));
     tier_->release(group, true);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,6 +85,10 @@ class ZeroOffloadOptimizer {
   void export_state(std::vector<float>& master, std::vector<float>& first_moment, std::vector<float>& second_moment);
   // Replaces the state and sets the device parameters from the master weights (rounded to their dtype).
   void import_state(const std::vector<float>& master, const std::vector<float>& first_moment, const std::vector<float>& second_moment);
+  // The same, a sub-group at a time: `fill(begin, count, master, first_moment, second_moment)` writes
+  // elements [begin, begin + count) of the state into the group's buffers (no whole copy on the host).
+  using GroupFill = std::function<void(std::int64_t begin, std::int64_t count, float* master, float* first_moment, float* second_moment)>;
+  void import_by_group(const GroupFill& fill);
 
   std::string tier_name() const { return tier_->name(); }
   std::uint64_t nvme_bytes() const { return tier_->nvme_bytes(); }

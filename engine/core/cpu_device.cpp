@@ -1,5 +1,6 @@
 #include "engine/core/cpu_device.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -16,6 +17,12 @@ constexpr std::size_t kDefaultMetaMemory = std::size_t{1} << 52;
 
 std::size_t physical_memory_bytes() {
   return static_cast<std::size_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+std::size_t peak_resident_bytes() {
+  rusage usage{};
+  if (::getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<std::size_t>(usage.ru_maxrss) * 1024;  // Linux reports kilobytes
 }
 
 HostDevice::HostDevice(const DeviceOptions& options) : kind_(options.kind) {

@@ -30,5 +30,8 @@ class HostDevice final : public Device {
 
 // Physical memory of this machine in bytes.
 std::size_t physical_memory_bytes();
+// The most host memory this process has held resident so far (getrusage's ru_maxrss), in bytes: where
+// offloaded state and staging live, beside what the allocators count.
+std::size_t peak_resident_bytes();
 
 }  // namespace ferry

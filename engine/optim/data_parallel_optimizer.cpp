@@ -111,12 +111,25 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
     OptimizerSnapshot held = shard_layout(model_, state_range());  // the rank's share, then cut to the shard
     held.steps = optimizer_.steps_taken();
     optimizer_.export_state(held.master, held.first_moment, held.second_moment);
+    if (range == held.share) return held;  // the shard is the whole share: no second copy
     SnapshotValues values = values_of(held, range);
     held.share = range;
     held.master = std::move(values.master);
     held.first_moment = std::move(values.first_moment);
     held.second_moment = std::move(values.second_moment);
     return held;
+  }
+  // A sub-group at a time: the host never holds the whole initial shard beside the optimizer's state.
+  void start_from(const GptModel& model, const ParameterValuesSource& values) override {
+    const FlatShards share = state_range();
+    drop_gathered();
+    optimizer_.import_by_group([&](std::int64_t begin, std::int64_t count, float* master, float* first, float* second) {
+      write_initial_values(model, share, begin, count, master, values);
+      std::fill_n(first, count, 0.0f);
+      std::fill_n(second, count, 0.0f);
+    });
+    optimizer_.set_steps_taken(0);
+    gather_updated_parameters();
   }
   void restore(const OptimizerSnapshot& snapshot) override {
     // The rank's pieces of the parameters from its master weights (import_state returns them where they

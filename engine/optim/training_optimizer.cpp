@@ -69,26 +69,48 @@ OptimizerSnapshot snapshot_layout(const GptModel& model) {
   return shard_layout(model, FlatRange{0, elements});
 }
 
+void write_initial_values(const GptModel& model, const FlatShards& share, std::int64_t begin, std::int64_t count, float* master,
+                          const ParameterValuesSource& source) {
+  const std::vector<ParameterSpec> specs = model.parameter_specs();
+  std::vector<std::int64_t> offsets(specs.size());
+  std::int64_t flat = 0;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    offsets[i] = flat;
+    flat += specs[i].numel();
+  }
+  std::int64_t share_start = 0;  // where each of the share's ranges starts in its elements, end to end
+  for (const FlatRange& range : share.ranges()) {
+    // The part of this range that lands in [begin, begin + count) of the share.
+    const std::int64_t first = std::max(begin, share_start), last = std::min(begin + count, share_start + range.size());
+    if (first < last) {
+      const FlatRange wanted{range.begin + (first - share_start), range.begin + (last - share_start)};
+      for (std::size_t i = 0; i < specs.size(); ++i) {
+        const FlatRange tensor{offsets[i], offsets[i] + specs[i].numel()};
+        const FlatRange piece = tensor.intersect(wanted);
+        if (piece.empty()) continue;
+        std::vector<float> values = source(specs[i], piece.begin - tensor.begin, piece.size());
+        // 16-bit parameters start as the values rounded to their dtype, and so does their master copy (as a
+        // model that holds its parameters whole starts).
+        if (model.parameter_dtype() != DType::f32) {
+          std::vector<std::uint16_t> rounded(values.size());
+          convert_from_f32(values.data(), rounded.data(), model.parameter_dtype(), values.size());
+          convert_to_f32(rounded.data(), values.data(), model.parameter_dtype(), values.size());
+        }
+        std::copy(values.begin(), values.end(), master + (share_start + piece.begin - range.begin) - begin);
+      }
+    }
+    share_start += range.size();
+  }
+}
+
 OptimizerSnapshot initial_shard(const GptModel& model, const FlatShards& share, const ParameterValuesSource& source) {
   OptimizerSnapshot snapshot = shard_layout(model, share);
-  const std::vector<ParameterSpec> specs = model.parameter_specs();
-  for (const FlatRange& range : share.ranges()) {
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      const FlatRange tensor{snapshot.offsets[i], snapshot.offsets[i] + specs[i].numel()};
-      const FlatRange piece = tensor.intersect(range);
-      if (piece.empty()) continue;
-      std::vector<float> values = source(specs[i], piece.begin - tensor.begin, piece.size());
-      // 16-bit parameters start as the values rounded to their dtype, and so does their master copy (as a
-      // model that holds its parameters whole starts).
-      if (model.parameter_dtype() != DType::f32) {
-        std::vector<std::uint16_t> rounded(values.size());
-        convert_from_f32(values.data(), rounded.data(), model.parameter_dtype(), values.size());
-        convert_to_f32(rounded.data(), values.data(), model.parameter_dtype(), values.size());
-      }
-      std::copy(values.begin(), values.end(), snapshot.master.begin() + share.offset(piece.begin));
-    }
-  }
+  write_initial_values(model, share, 0, share.size(), snapshot.master.data(), source);
   return snapshot;
+}
+
+void TrainingOptimizer::start_from(const GptModel& model, const ParameterValuesSource& values) {
+  restore(initial_shard(model, state_range(), values));
 }
 
 SnapshotValues values_of(const OptimizerSnapshot& snapshot, const FlatShards& shards) {

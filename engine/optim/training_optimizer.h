@@ -44,6 +44,10 @@ OptimizerSnapshot shard_layout(const GptModel& model, const FlatShards& share);
 // stage 3) restores its optimizer from to start.
 using ParameterValuesSource = std::function<std::vector<float>(const ParameterSpec& spec, std::int64_t offset, std::int64_t count)>;
 OptimizerSnapshot initial_shard(const GptModel& model, const FlatShards& share, const ParameterValuesSource& values);
+// Elements [begin, begin + count) of initial_shard's master weights (counted in the share, end to end)
+// into `master`: a part of the shard without the rest.
+void write_initial_values(const GptModel& model, const FlatShards& share, std::int64_t begin, std::int64_t count, float* master,
+                          const ParameterValuesSource& values);
 // Throws std::invalid_argument unless the snapshot holds the model's tensors.
 void require_matching_snapshot(const OptimizerSnapshot& snapshot, const GptModel& model);
 
@@ -85,6 +89,10 @@ class TrainingOptimizer {
   // shard of that range); the model's parameters become the master weights rounded to their dtype (a
   // data-parallel rank gathers the other ranks' shares, so its whole dp group restores together).
   virtual void restore(const OptimizerSnapshot& snapshot) = 0;
+  // Starts the state of state_range() from the parameters' starting values (`values`, as initial_shard
+  // takes them) with zero moments at step 0: restore(initial_shard(...)), which holds the whole shard on
+  // the host once more; ZeRO-Infinity's optimizer writes it a sub-group at a time instead.
+  virtual void start_from(const GptModel& model, const ParameterValuesSource& values);
   // What the summary says about the optimizer (host memory, NVMe bytes, step phases).
   virtual nlohmann::json describe() const = 0;
 };

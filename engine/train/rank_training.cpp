@@ -226,9 +226,9 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
       std::optional<SafetensorsFile> file;
       std::optional<GptParameterReader> reader;
       if (!plan.io.init_from.empty() && plan.io.resume.empty()) reader.emplace(file.emplace(plan.io.init_from), config);
-      optimizer->restore(initial_shard(model, optimizer->state_range(), [&](const ParameterSpec& spec, std::int64_t offset, std::int64_t count) {
+      optimizer->start_from(model, [&](const ParameterSpec& spec, std::int64_t offset, std::int64_t count) {
         return reader ? reader->elements(spec, offset, count) : initial_gpt_parameter_values(spec, config, plan.seed, offset, count);
-      }));
+      });
     }
     std::optional<PipelineStage> stage;
     if (pipelined) stage.emplace(model, grid.pp(), *schedule, chosen->layout.stage_blocks, settings, keeps);

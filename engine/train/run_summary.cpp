@@ -5,6 +5,7 @@
 #include <string>
 
 #include "allocator/byte_size.h"
+#include "engine/core/cpu_device.h"
 #include "engine/report/model_state_report.h"
 #include "engine/report/summary_file.h"
 
@@ -31,6 +32,8 @@ nlohmann::json rank_entry(const ProcessGrid& grid, const Device& device, const n
                           "num_alloc_retries", "num_release_failures"}) {
     entry[key] = memory[key];
   }
+  // The process's resident peak (ru_maxrss): the host memory offloaded state, staging and the run itself took.
+  entry["host_peak_resident"] = peak_resident_bytes();
   std::uint64_t sent = 0;
   double stream_seconds = 0.0;
   bool has_stream = false;
@@ -56,6 +59,9 @@ void merge_rank_entries(nlohmann::json& summary, nlohmann::json ranks) {
   nlohmann::json& memory = summary["memory"];
   for (const char* key : {"peak_allocated", "peak_reserved", "at_peak", "max_by_category"}) memory[key] = (*fullest)[key];
   memory["rank"] = (*fullest)["rank"];
+  std::int64_t resident = 0;  // the fullest process's (ranks simulated in one process share one)
+  for (const nlohmann::json& entry : ranks) resident = std::max(resident, entry["host_peak_resident"].get<std::int64_t>());
+  memory["host_peak_resident"] = resident;
   for (const char* key : {"host_pinned_peak", "nvme_bytes", "num_ooms", "num_alloc_retries", "num_release_failures"}) {
     std::int64_t sum = 0;
     for (const nlohmann::json& entry : ranks) sum += entry[key].get<std::int64_t>();
@@ -115,9 +121,11 @@ void print_training_result(const nlohmann::json& summary) {
     const nlohmann::json& phases = optimizer["last_step_seconds"];
     const std::size_t ranks = summary.contains("ranks") ? summary["ranks"].size() : 1;
     const std::string all = ranks > 1 ? " (sums over " + std::to_string(ranks) + " ranks)" : "";
-    std::printf("  offload %s: host pinned peak %s, NVMe %s%s; last optimizer step %.3f s (CpuAdam %.3f s, %s x %d threads)\n",
+    std::printf("  offload %s: host pinned peak %s, NVMe %s%s, resident peak %s%s; last optimizer step %.3f s (CpuAdam %.3f s, %s x %d threads)\n",
                 summary["run"]["offload_optimizer"].get<std::string>().c_str(), format_bytes(memory["host_pinned_peak"].get<std::size_t>()).c_str(),
-                format_bytes(memory["nvme_bytes"].get<std::size_t>()).c_str(), all.c_str(), phases["step"].get<double>(), phases["adam"].get<double>(),
+                format_bytes(memory["nvme_bytes"].get<std::size_t>()).c_str(), all.c_str(),
+                format_bytes(memory["host_peak_resident"].get<std::size_t>()).c_str(), ranks > 1 ? " (the largest rank's)" : "",
+                phases["step"].get<double>(), phases["adam"].get<double>(),
                 optimizer["cpu_adam"]["simd"].get<std::string>().c_str(), optimizer["cpu_adam"]["threads"].get<int>());
   }
   if (optimizer.contains("parameter_offload") && !summary["run"]["dry_run"].get<bool>()) {

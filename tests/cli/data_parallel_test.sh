@@ -92,7 +92,7 @@ for offload in cpu nvme; do
   launch 2 train "${model[@]}" --grad-accum 2 --zero-stage 2 --offload-optimizer "$offload" "${nvme[@]}" \
     --summary "$work/offload_$offload.json" > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
   # The host figures are the job's, summed over its ranks: the line says so.
-  grep -q "offload $offload: host pinned peak .*, NVMe .* (sums over 2 ranks); " "$work/out.txt" || { cat "$work/out.txt"; exit 1; }
+  grep -q "offload $offload: host pinned peak .*, NVMe .* (sums over 2 ranks), resident peak .* (the largest rank.s); " "$work/out.txt" || { cat "$work/out.txt"; exit 1; }
   # nvme: the model-state line says the optimizer state is on NVMe, not on the host.
   grep -q "of optimizer state $([[ $offload == nvme ]] && echo "on NVMe" || echo "on the host"), " "$work/out.txt" || { cat "$work/out.txt"; exit 1; }
 done

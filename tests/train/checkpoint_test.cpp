@@ -13,6 +13,7 @@
 #include "engine/checkpoint/checkpoint_directory.h"
 #include "engine/checkpoint/save_root_lock.h"
 #include "engine/core/atomic_file.h"
+#include "engine/core/device.h"
 #include "engine/core/safetensors.h"
 #include "engine/optim/training_optimizer.h"
 #include "models/gpt_weights.h"
@@ -392,6 +393,32 @@ TEST(OptimizerSnapshotValues, TheRanksOwnShareIsImportedWithoutACopy) {
   EXPECT_EQ(imports, 2);
   EXPECT_THROW(import_values_of(snapshot, FlatShards(FlatRange{3, 9}), [&](const auto&, const auto&, const auto&) { ADD_FAILURE(); }),
                std::invalid_argument);
+}
+
+// Any window of a rank's initial shard, across its ranges and tensors, is the same slice of the whole
+// shard (ZeRO-Infinity writes its optimizer's sub-groups one window at a time), bf16 rounding included.
+TEST(OptimizerSnapshotValues, AWindowOfTheInitialShardIsItsSlice) {
+  auto device = create_device(DeviceOptions{});
+  GptConfig config;
+  config.name = "window-test";
+  config.layers = 2;
+  config.hidden = 16;
+  config.heads = 2;
+  config.vocab = 11;
+  config.max_sequence = 8;
+  const GptModel model(*device, config, DType::bf16);
+  const ParameterValuesSource source = [](const ParameterSpec& spec, std::int64_t offset, std::int64_t count) {
+    std::vector<float> values(static_cast<std::size_t>(count));
+    for (std::int64_t i = 0; i < count; ++i) values[static_cast<std::size_t>(i)] = 0.001f * static_cast<float>(spec.numel() + offset + i) + 0.3f;
+    return values;
+  };
+  const FlatShards share(std::vector<FlatRange>{{5, 300}, {900, 1400}, {2000, 2001}});
+  const OptimizerSnapshot whole = initial_shard(model, share, source);
+  for (const auto& [begin, count] : std::vector<std::pair<std::int64_t, std::int64_t>>{{0, share.size()}, {0, 1}, {290, 20}, {294, 502}, {795, 1}, {700, 96}}) {
+    std::vector<float> window(static_cast<std::size_t>(count), -1.0f);
+    write_initial_values(model, share, begin, count, window.data(), source);
+    EXPECT_TRUE(std::equal(window.begin(), window.end(), whole.master.begin() + begin)) << "window " << begin << " + " << count;
+  }
 }
 
 }  // namespace
