@@ -18,22 +18,14 @@
 #include "models/gpt_parameters.h"
 #include "models/kernels/cpu/compute_threads.h"
 #include "tests/models/micro_batch_statistics.h"
+#include "tests/models/tiny_gpt_config.h"
 
 namespace ferry {
 namespace {
 
 constexpr std::int64_t kBatch = 2, kSequence = 5;
 
-GptConfig tiny_config() {
-  GptConfig config;
-  config.name = "tiny-test";
-  config.layers = 2;
-  config.hidden = 16;
-  config.heads = 2;
-  config.vocab = 11;
-  config.max_sequence = 8;
-  return config;
-}
+GptConfig tiny_config() { return testing::tiny_gpt_config(); }
 
 std::vector<std::int32_t> random_tokens(std::uint64_t seed, std::int64_t vocab) {
   std::mt19937_64 generator(seed);

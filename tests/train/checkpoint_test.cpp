@@ -17,6 +17,7 @@
 #include "engine/core/safetensors.h"
 #include "engine/optim/training_optimizer.h"
 #include "models/gpt_weights.h"
+#include "tests/models/tiny_gpt_config.h"
 
 namespace ferry {
 namespace {
@@ -399,14 +400,7 @@ TEST(OptimizerSnapshotValues, TheRanksOwnShareIsImportedWithoutACopy) {
 // shard (ZeRO-Infinity writes its optimizer's sub-groups one window at a time), bf16 rounding included.
 TEST(OptimizerSnapshotValues, AWindowOfTheInitialShardIsItsSlice) {
   auto device = create_device(DeviceOptions{});
-  GptConfig config;
-  config.name = "window-test";
-  config.layers = 2;
-  config.hidden = 16;
-  config.heads = 2;
-  config.vocab = 11;
-  config.max_sequence = 8;
-  const GptModel model(*device, config, DType::bf16);
+  const GptModel model(*device, testing::tiny_gpt_config(), DType::bf16);
   const ParameterValuesSource source = [](const ParameterSpec& spec, std::int64_t offset, std::int64_t count) {
     std::vector<float> values(static_cast<std::size_t>(count));
     for (std::int64_t i = 0; i < count; ++i) values[static_cast<std::size_t>(i)] = 0.001f * static_cast<float>(spec.numel() + offset + i) + 0.3f;
