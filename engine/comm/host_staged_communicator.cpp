@@ -27,6 +27,14 @@ bool is_device_memory(const void* data, std::size_t bytes) {
   return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
 }
 
+// `bytes` of host memory to the device, landed before the call returns: from pageable memory cudaMemcpy may
+// return before the copy is done, and ferry's compute streams do not wait for the legacy stream it runs on.
+void copy_to_device(int device, void* destination, const void* source, std::size_t bytes) {
+  const DeviceGuard guard(device);
+  FERRY_NCCL_CUDA_CHECK(cudaMemcpy(destination, source, bytes, cudaMemcpyHostToDevice));
+  FERRY_NCCL_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 // A bootstrap request whose host copy goes to the device when it completes.
 class StagedRequest final : public CommRequest {
  public:
@@ -58,13 +66,7 @@ class StagedRequest final : public CommRequest {
 
  private:
   void finish() {
-    if (destination_ != nullptr && bytes_ != 0) {
-      const DeviceGuard guard(device_);
-      FERRY_NCCL_CUDA_CHECK(cudaMemcpy(destination_, staging_.data() + offset_, bytes_, cudaMemcpyHostToDevice));
-      // From pageable memory cudaMemcpy may return before the copy has landed, and ferry's compute
-      // streams do not wait for the legacy stream it runs on.
-      FERRY_NCCL_CUDA_CHECK(cudaDeviceSynchronize());
-    }
+    if (destination_ != nullptr && bytes_ != 0) copy_to_device(device_, destination_, staging_.data() + offset_, bytes_);
     done_ = true;
   }
 
@@ -131,13 +133,12 @@ class HostStagedCommunicator final : public NcclCommunicator {
     const std::size_t element = comm_data_type_size(type);
     const std::size_t total = total_count(counts) * element;
     if (!is_device_memory(output, total)) return counted([&] { return bootstrap_->all_gather_async(input, output, counts, type); });
-    const auto own_rank = static_cast<std::size_t>(rank());
     if (size() == 1) return copy_on_device(output, input, total);
     const std::size_t offset = block_offset(counts, rank()) * element;
     // The host copy of the whole output with this rank's block in place (the bootstrap's in-place form).
     synchronize_device();
     std::vector<std::byte> staging(total);
-    const std::size_t own = counts[own_rank] * element;
+    const std::size_t own = counts[static_cast<std::size_t>(rank())] * element;
     if (own != 0) {
       const DeviceGuard guard(device_);
       FERRY_NCCL_CUDA_CHECK(cudaMemcpy(staging.data() + offset, input, own, cudaMemcpyDeviceToHost));
@@ -162,9 +163,7 @@ class HostStagedCommunicator final : public NcclCommunicator {
       bootstrap_->broadcast(staging.data(), bytes, root);
       return std::unique_ptr<CommRequest>();
     });
-    const DeviceGuard guard(device_);
-    FERRY_NCCL_CUDA_CHECK(cudaMemcpy(data, staging.data(), bytes, cudaMemcpyHostToDevice));
-    FERRY_NCCL_CUDA_CHECK(cudaDeviceSynchronize());  // landed before later work on other streams reads it
+    copy_to_device(device_, data, staging.data(), bytes);
   }
   std::vector<std::string> gather_strings(const std::string& value, int root) override {
     std::vector<std::string> gathered;

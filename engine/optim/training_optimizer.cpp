@@ -72,23 +72,19 @@ OptimizerSnapshot snapshot_layout(const GptModel& model) {
 void write_initial_values(const GptModel& model, const FlatShards& share, std::int64_t begin, std::int64_t count, float* master,
                           const ParameterValuesSource& source) {
   const std::vector<ParameterSpec> specs = model.parameter_specs();
-  std::vector<std::int64_t> offsets(specs.size());
-  std::int64_t flat = 0;
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    offsets[i] = flat;
-    flat += specs[i].numel();
-  }
   std::int64_t share_start = 0;  // where each of the share's ranges starts in its elements, end to end
   for (const FlatRange& range : share.ranges()) {
     // The part of this range that lands in [begin, begin + count) of the share.
     const std::int64_t first = std::max(begin, share_start), last = std::min(begin + count, share_start + range.size());
     if (first < last) {
       const FlatRange wanted{range.begin + (first - share_start), range.begin + (last - share_start)};
-      for (std::size_t i = 0; i < specs.size(); ++i) {
-        const FlatRange tensor{offsets[i], offsets[i] + specs[i].numel()};
+      std::int64_t tensor_begin = 0;  // the parameters end to end, in the model's order
+      for (const ParameterSpec& spec : specs) {
+        const FlatRange tensor{tensor_begin, tensor_begin + spec.numel()};
+        tensor_begin = tensor.end;
         const FlatRange piece = tensor.intersect(wanted);
         if (piece.empty()) continue;
-        std::vector<float> values = source(specs[i], piece.begin - tensor.begin, piece.size());
+        std::vector<float> values = source(spec, piece.begin - tensor.begin, piece.size());
         // 16-bit parameters start as the values rounded to their dtype, and so does their master copy (as a
         // model that holds its parameters whole starts).
         if (model.parameter_dtype() != DType::f32) {
