@@ -246,9 +246,10 @@ class CudaKernelBackend final : public KernelBackend {
     return total;
   }
 
-  // The f32 products' type: TF32 where a 16-bit model asked for it (F32Products).
+  // A 16-bit model (F32Products::tf32) multiplies in attention with bf16 operands, as autocast's
+  // scaled_dot_product_attention does (its q, k and v are bf16 products' results already); an f32 model exactly.
   cuda::AttentionProducts attention_products() const {
-    return f32_products() == F32Products::tf32 ? cuda::AttentionProducts::tf32 : cuda::AttentionProducts::f32;
+    return f32_products() == F32Products::tf32 ? cuda::AttentionProducts::bf16 : cuda::AttentionProducts::f32;
   }
   cuda::MatmulType f32_type() const { return f32_products() == F32Products::tf32 ? cuda::MatmulType::tf32 : cuda::MatmulType::f32; }
 

@@ -7,8 +7,9 @@
 #       and with the part `allocator` the allocator benchmark's cuda rows beside the cache hit
 #   bash scripts/gpu_check.sh all [SECONDS]      # issues 32 and 34 in one call: the tests, two ranks on the
 #       GPU (scripts/gpu_grid_check.sh), the allocator rows, each
+#       attention kernels beside PyTorch's (benchmarks/attention_benchmark.cpp, attention_peer.py), each
 #       kernel's time in a gpt2 step (dev/gpu_kernel_times.sh) (CHECKS: which of "tests grid allocator
-#       kernels", default all), then the benchmark parts (PARTS, default all), all of it inside SECONDS (default 420); the tables in summary.txt, every log and JSON in
+#       attention kernels", default all), then the benchmark parts (PARTS, default all), all of it inside SECONDS (default 420); the tables in summary.txt, every log and JSON in
 #       results.tar.gz, the kernel table in kernel_times.tsv, PyTorch's snapshot in torch_snapshot.pickle.xz
 # Logs and JSON go to $OUT (the device tool's) or build-gpu/out.
 set -euo pipefail
@@ -60,7 +61,7 @@ if [ "$mode" = all ]; then  # the rest of this script, then the benchmarks, insi
     lscpu | grep -m1 'Model name' || true
   } 2>&1 | tee "$out/summary.txt"
   status=0
-  checks=${CHECKS:-tests grid allocator kernels}  # which of these run before the benchmark parts
+  checks=${CHECKS:-tests grid allocator attention kernels}  # which of these run before the benchmark parts
   if [[ " $checks " == *" tests "* ]]; then
   OUT=$results timeout 200 bash "$0" tests > "$results/tests.txt" 2>&1 || status=1
   grep -E "^cuda_tests:|FAILED|skipped|smoke|stray|  (f32|bf16)" "$results/tests.txt" | head -40 | tee -a "$out/summary.txt"
@@ -73,6 +74,14 @@ if [ "$mode" = all ]; then  # the rest of this script, then the benchmarks, insi
   timeout 60 "$bundle/bin/allocator_benchmark" --benchmark_filter='CacheHit.*/(4096|2097152|134217728)/.*threads:1|Cuda' --benchmark_repetitions=3 \
     --benchmark_report_aggregates_only=true --benchmark_min_time=0.1 > "$results/allocator_benchmark.txt" 2>&1 || status=1
   grep -E "median|error" "$results/allocator_benchmark.txt" | tee -a "$out/summary.txt"
+  fi
+  if [[ " $checks " == *" attention "* ]]; then  # ferry's attention kernels beside PyTorch's, the gpt2 and gpt2-medium shapes
+    for shape in "16 1024 768 12" "16 1024 1024 16"; do
+      # shellcheck disable=SC2086
+      timeout 60 "$bundle/bin/attention_benchmark" $shape 2>&1 | tee -a "$results/attention.jsonl" "$out/summary.txt" || status=1
+      # shellcheck disable=SC2086
+      timeout 60 python3 benchmarks/attention_peer.py $shape 2>&1 | tee -a "$results/attention.jsonl" "$out/summary.txt" || status=1
+    done
   fi
   if [[ " $checks " == *" kernels "* ]]; then
   OUT=$results timeout 120 bash dev/gpu_kernel_times.sh gpt2 16 > "$results/kernel_times.log" 2>&1 || status=1

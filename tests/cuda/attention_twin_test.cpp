@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/core/device.h"
+#include "engine/core/dtype.h"
 #include "engine/core/tensor.h"
 #include "tests/cuda/twin_comparison.h"
 
@@ -29,6 +30,7 @@ namespace {
 using testing::kTwinTolerance;
 using testing::max_relative_error;
 constexpr double kTf32Tolerance = 1e-2;
+constexpr double kBf16Tolerance = 4e-2;  // the emulation's worst: 3.05e-2 (dqkv, head size 64, dropout 0.1)
 using cuda::AttentionProducts;
 
 struct AttentionCase {
@@ -38,18 +40,41 @@ struct AttentionCase {
 };
 
 // f32 products match the twin to rounding; TF32 ones round every input to 10 mantissa bits (relative error
-// up to 2^-11 each), as cuBLASLt's TF32 matmuls do.
-double tolerance(const AttentionCase& test) { return test.products == AttentionProducts::tf32 ? kTf32Tolerance : kTwinTolerance; }
+// up to 2^-11 each), as cuBLASLt's TF32 matmuls do. bf16 ones get inputs that are bf16 values already (the
+// twin then sees what the kernels multiply), so what is left is the bf16 rounding of the probabilities and
+// the score gradients (2^-9 each).
+double tolerance(const AttentionCase& test) {
+  switch (test.products) {
+    case AttentionProducts::tf32: return kTf32Tolerance;
+    case AttentionProducts::bf16: return kBf16Tolerance;
+    case AttentionProducts::f32: break;
+  }
+  return kTwinTolerance;
+}
+
+std::string products_suffix(AttentionProducts products) {
+  switch (products) {
+    case AttentionProducts::tf32: return "tf32";
+    case AttentionProducts::bf16: return "bf16";
+    case AttentionProducts::f32: break;
+  }
+  return "f32";
+}
 
 std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
   const auto& [batch, sequence, channels, heads] = info.param.shape;
   return "B" + std::to_string(batch) + "_T" + std::to_string(sequence) + "_C" + std::to_string(channels) + "_NH" +
          std::to_string(heads) + "_dropout" + std::to_string(static_cast<int>(std::lround(info.param.dropout * 100))) + "pct" +
-         (info.param.products == AttentionProducts::tf32 ? "_tf32" : "");
+         (info.param.products == AttentionProducts::f32 ? "" : "_" + products_suffix(info.param.products));
 }
 
-std::vector<float> random_normals(std::int64_t count, std::uint32_t seed) {
-  return testing::random_values(static_cast<std::size_t>(count), seed);
+// Random inputs for a case: bf16 values where the kernels multiply in bf16.
+std::vector<float> random_normals(std::int64_t count, std::uint32_t seed, AttentionProducts products) {
+  std::vector<float> values = testing::random_values(static_cast<std::size_t>(count), seed);
+  if (products == AttentionProducts::bf16) {
+    for (float& value : values) value = bf16_to_float(float_to_bf16(value));
+  }
+  return values;
 }
 
 struct AttentionResults {
@@ -114,8 +139,8 @@ TEST_P(AttentionTwin, MatchesTheCpuTwin) {
   const AttentionCase& test = GetParam();
   const auto [batch, sequence, channels, heads] = test.shape;
   const cpu::RandomKey key = cpu::RandomKey{20240611}.derive(7);
-  const std::vector<float> qkv = random_normals(batch * sequence * 3 * channels, 1);
-  const std::vector<float> dout = random_normals(batch * sequence * channels, 2);
+  const std::vector<float> qkv = random_normals(batch * sequence * 3 * channels, 1, test.products);
+  const std::vector<float> dout = random_normals(batch * sequence * channels, 2, test.products);
 
   const std::size_t square = static_cast<std::size_t>(batch * heads * sequence * sequence);
   std::vector<float> expected_out(static_cast<std::size_t>(batch * sequence * channels));
@@ -160,9 +185,19 @@ INSTANTIATE_TEST_SUITE_P(Tf32, AttentionTwin,
                                          AttentionCase{{3, 1, 256, 2}, 0.5f, AttentionProducts::tf32}),
                          case_name);
 
-std::string products_name(const ::testing::TestParamInfo<AttentionProducts>& info) {
-  return info.param == AttentionProducts::tf32 ? "tf32" : "f32";
-}
+// The bf16 tensor-core kernels: head sizes 32 to 128, sequences on and off their 64-row blocks and their
+// 64-row (forward), 32-row and 16-row (backward) steps.
+INSTANTIATE_TEST_SUITE_P(Bf16, AttentionTwin,
+                         ::testing::Values(AttentionCase{{2, 37, 64, 2}, 0.0f, AttentionProducts::bf16},
+                                         AttentionCase{{2, 37, 64, 2}, 0.1f, AttentionProducts::bf16},
+                                         AttentionCase{{1, 130, 768, 12}, 0.0f, AttentionProducts::bf16},
+                                         AttentionCase{{1, 130, 768, 12}, 0.1f, AttentionProducts::bf16},
+                                         AttentionCase{{1, 100, 256, 2}, 0.1f, AttentionProducts::bf16},
+                                         AttentionCase{{1, 33, 96, 2}, 0.3f, AttentionProducts::bf16},
+                                         AttentionCase{{3, 1, 256, 2}, 0.5f, AttentionProducts::bf16}),
+                         case_name);
+
+std::string products_name(const ::testing::TestParamInfo<AttentionProducts>& info) { return products_suffix(info.param); }
 
 class AttentionRepeats : public ::testing::TestWithParam<AttentionProducts> {};
 
@@ -170,8 +205,8 @@ TEST_P(AttentionRepeats, BitForBit) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU present";
   const AttentionCase test{{1, 130, 256, 2}, 0.1f, GetParam()};
   const auto [batch, sequence, channels, heads] = test.shape;
-  const std::vector<float> qkv = random_normals(batch * sequence * 3 * channels, 3);
-  const std::vector<float> dout = random_normals(batch * sequence * channels, 4);
+  const std::vector<float> qkv = random_normals(batch * sequence * 3 * channels, 3, test.products);
+  const std::vector<float> dout = random_normals(batch * sequence * channels, 4, test.products);
   auto device = create_device(DeviceOptions{DeviceKind::cuda, std::size_t{1} << 30});
   const AttentionResults first = run_on_gpu(*device, qkv, dout, test, cpu::RandomKey{5});
   const AttentionResults second = run_on_gpu(*device, qkv, dout, test, cpu::RandomKey{5});
@@ -180,7 +215,7 @@ TEST_P(AttentionRepeats, BitForBit) {
   EXPECT_EQ(first.dqkv, second.dqkv);
 }
 
-INSTANTIATE_TEST_SUITE_P(Products, AttentionRepeats, ::testing::Values(AttentionProducts::f32, AttentionProducts::tf32),
+INSTANTIATE_TEST_SUITE_P(Products, AttentionRepeats, ::testing::Values(AttentionProducts::f32, AttentionProducts::tf32, AttentionProducts::bf16),
                          products_name);
 
 TEST(AttentionTwin, RefusesHeadsAbove128) {

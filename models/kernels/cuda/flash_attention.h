@@ -11,9 +11,11 @@
 
 namespace ferry::cuda {
 
-// How the kernels multiply: f32 on the CUDA cores, or TF32 on the tensor cores (inputs rounded to 10 mantissa
-// bits, f32 sums), as the matmuls' CUBLAS_COMPUTE_32F_FAST_TF32. Both keep f32 in memory and the same masks.
-enum class AttentionProducts : std::uint8_t { f32, tf32 };
+// How the kernels multiply: f32 on the CUDA cores; TF32 on the tensor cores (inputs rounded to 10 mantissa
+// bits, f32 sums), as the matmuls' CUBLAS_COMPUTE_32F_FAST_TF32; or bf16 on the tensor cores (q, k, v, dout,
+// the probabilities and the score gradients rounded to bf16 where they enter a product, f32 sums), as
+// autocast's scaled_dot_product_attention. All keep f32 in memory and the same masks.
+enum class AttentionProducts : std::uint8_t { f32, tf32, bf16 };
 
 // The largest head size (channels / heads) the kernels take.
 inline constexpr std::int64_t kFlashAttentionMaxHeadSize = 128;

@@ -1,5 +1,5 @@
-// What the flash attention kernels share (flash_attention.cu's fp32 kernels and flash_attention_tf32.cu's
-// tensor-core ones): one call's sizes, where a (batch, head) lives, the dropout mask, the backward's recomputed
+// What the flash attention kernels share (flash_attention.cu's fp32 kernels, flash_attention_tf32.cu's and
+// flash_attention_bf16.cu's tensor-core ones): one call's sizes, where a (batch, head) lives, the dropout mask, the backward's recomputed
 // entries, and the launches of the tensor-core kernels. Internal to models/kernels/cuda.
 #pragma once
 
@@ -85,6 +85,13 @@ void launch_tf32_forward(float* out, float* logsumexp, const float* qkv, const c
                          cudaStream_t stream);
 // Needs row_dot filled (flash_attention.cu's row_dot_kernel) first.
 void launch_tf32_backward(float* dqkv, const float* dout, const float* qkv, const float* logsumexp, const float* row_dot,
+                          const cpu::AttentionShape& shape, const Problem& problem, cudaStream_t stream);
+
+// The tensor-core kernels with bf16 operands of flash_attention_bf16.cu, for heads of up to 128 floats.
+void launch_bf16_forward(float* out, float* logsumexp, const float* qkv, const cpu::AttentionShape& shape, const Problem& problem,
+                         cudaStream_t stream);
+// Needs row_dot filled first, as launch_tf32_backward.
+void launch_bf16_backward(float* dqkv, const float* dout, const float* qkv, const float* logsumexp, const float* row_dot,
                           const cpu::AttentionShape& shape, const Problem& problem, cudaStream_t stream);
 
 }  // namespace ferry::cuda::flash

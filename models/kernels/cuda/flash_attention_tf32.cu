@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "models/kernels/cuda/flash_attention_problem.cuh"
+#include "models/kernels/cuda/flash_attention_warps.cuh"
 #include "models/kernels/cuda/kernel_launch.h"
 #include "models/kernels/cuda/warp_mma.cuh"
 #include "models/kernels/cuda/warp_reduce.cuh"
@@ -13,10 +14,6 @@
 namespace ferry::cuda::flash {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kMmaThreads = kWarps * kWarpSize;
-constexpr int kWarpRows = 16;                     // a warp's rows: the m of mma
-constexpr int kBlockRows = kWarps * kWarpRows;    // a block's queries (forward, dQ) or keys (dK, dV)
 constexpr int kStagedRows = 32;                   // rows of the other side staged per step
 constexpr int kStagedTiles = kStagedRows / 8;     // 8-wide tiles of a staged step's product
 
@@ -29,15 +26,6 @@ struct MmaTiles {
 
 template <int HeadCapacity>
 using StagedTile = float[kStagedRows][MmaTiles<HeadCapacity>::stride];
-
-struct LanePlace {
-  int group;   // lane / 4: a fragment's row (A, C) or column (B)
-  int thread;  // lane % 4
-};
-__device__ LanePlace lane_place() {
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  return {lane / 4, lane % 4};
-}
 
 // tile[r][d] = source[(first_row + r) * row_stride + d] rounded to TF32, zero past the sequence and the head.
 template <int HeadCapacity>
@@ -97,52 +85,6 @@ __device__ void accumulate_weighted_rows(FragmentC (&accumulator)[MmaTiles<HeadC
 #pragma unroll
     for (int n = 0; n < MmaTiles<HeadCapacity>::steps; ++n) mma_tf32(accumulator[n], weight_fragment, FragmentB{{low[8 * n], high[8 * n]}});
   }
-}
-
-// Writes a warp's 16 rows of a head-wide product (rows past the sequence and dimensions past the head skipped).
-template <int HeadCapacity>
-__device__ void store_rows(float* destination, std::int64_t row_stride, int first_row, const FragmentC (&rows)[MmaTiles<HeadCapacity>::steps],
-                           float row_scale_low, float row_scale_high, const Problem& problem) {
-  const LanePlace place = lane_place();
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = first_row + place.group + 8 * half;
-    if (row >= problem.sequence) continue;
-    const float scale = half == 0 ? row_scale_low : row_scale_high;
-#pragma unroll
-    for (int n = 0; n < MmaTiles<HeadCapacity>::steps; ++n) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int dimension = 8 * n + 2 * place.thread + e;
-        if (dimension < problem.head_size) destination[row * row_stride + dimension] = rows[n].x[2 * half + e] * scale;
-      }
-    }
-  }
-}
-
-// A forward or dQ warp's place: its 16 queries of one (batch, head), and the keys its block sees.
-struct QueryWarp {
-  HeadView head;
-  LanePlace place;
-  int first_query;         // of the warp's 16
-  int queries_of_lane[2];  // the lane's rows: first_query + group, + 8
-  int last_key;            // the block's last visible key
-  std::int64_t qkv_stride;
-  const float* queries;    // the head's q in qkv (its k at + C, v at + 2C)
-};
-
-__device__ QueryWarp query_warp(const float* qkv, const Problem& problem) {
-  const int block_tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // the longest rows start first
-  const HeadView head = head_view(problem, static_cast<int>(blockIdx.y));
-  const LanePlace place = lane_place();
-  const int first_query = block_tile * kBlockRows + static_cast<int>(threadIdx.x) / kWarpSize * kWarpRows;
-  return {head,
-          place,
-          first_query,
-          {first_query + place.group, first_query + place.group + 8},
-          std::min(block_tile * kBlockRows + kBlockRows, problem.sequence) - 1,
-          3 * static_cast<std::int64_t>(problem.channels),
-          qkv + head.qkv_offset};
 }
 
 // Stages keys and values [first_key, first_key + 32) for the whole block, between barriers (every warp is
@@ -346,11 +288,6 @@ void launch_backward(float* dqkv, const float* dout, const float* qkv, const flo
                       problem);
   FERRY_LAUNCH_KERNEL(query_gradient_tf32_kernel<HeadCapacity>, grid, kMmaThreads, 0, stream, dqkv, dout, qkv, logsumexp, row_dot,
                       problem);
-}
-
-// Blocks: 64 rows of the sequence along x, (batch, head) along y.
-dim3 block_grid(const cpu::AttentionShape& shape) {
-  return dim3(static_cast<unsigned int>((shape.sequence + kBlockRows - 1) / kBlockRows), static_cast<unsigned int>(shape.batch * shape.heads));
 }
 
 }  // namespace

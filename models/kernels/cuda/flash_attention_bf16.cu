@@ -1,0 +1,384 @@
+// The flash attention kernels on the tensor cores with bf16 operands (mma.sync m16n8k16, f32 sums): the
+// FlashAttention-2 algorithm of the TF32 kernels (flash_attention_tf32.cu) with q, k, v, dout, the
+// probabilities and the score gradients rounded to bf16 where they enter a product, as autocast's
+// scaled_dot_product_attention does. f32 stays in memory. Staged rows live in shared memory as bf16 pairs,
+// row-major or transposed, so that every B fragment is one 32-bit read and a product's C fragments are the
+// next product's A fragments with no exchange between lanes. No atomics: results repeat bit for bit.
+#include <cmath>
+#include <cstdint>
+
+#include "models/kernels/cuda/flash_attention_problem.cuh"
+#include "models/kernels/cuda/flash_attention_warps.cuh"
+#include "models/kernels/cuda/kernel_launch.h"
+#include "models/kernels/cuda/warp_mma_bf16.cuh"
+
+namespace ferry::cuda::flash {
+namespace {
+
+constexpr float kLog2E = 1.4426950408889634f;
+
+// Sizes of a kernel's staged step: StagedRows rows of the other side, heads of up to HeadCapacity.
+template <int HeadCapacity, int StagedRows>
+struct Bf16Tiles {
+  static_assert(HeadCapacity % 16 == 0 && StagedRows % 16 == 0);
+  static constexpr int head_steps = HeadCapacity / 16;      // k-steps over the head (A fragments of a row block)
+  static constexpr int head_tiles = HeadCapacity / 8;       // n-tiles of a head-wide result
+  static constexpr int staged_tiles = StagedRows / 8;       // n-tiles of a product with the staged rows
+  // Words (bf16 pairs) per row, padded by 4 words: the 32 lanes' reads of a B fragment hit 32 banks.
+  static constexpr int row_words = HeadCapacity / 2 + 4;    // a staged row, dimensions paired
+  static constexpr int column_words = StagedRows / 2 + 4;   // a dimension of the transposed tile, rows paired
+};
+
+// Staged rows as they are (row r, dimensions 2w and 2w + 1 in word w) and transposed (dimension d, rows 2w and
+// 2w + 1 in word w).
+template <int HeadCapacity, int StagedRows>
+using RowTile = std::uint32_t[StagedRows][Bf16Tiles<HeadCapacity, StagedRows>::row_words];
+template <int HeadCapacity, int StagedRows>
+using ColumnTile = std::uint32_t[HeadCapacity][Bf16Tiles<HeadCapacity, StagedRows>::column_words];
+
+struct alignas(16) FourFloats {
+  float x[4];
+};
+
+// Dimensions [dimension, dimension + 4) of a row, zero past the head; one 16-byte read where aligned.
+__device__ inline FourFloats load_four(const float* row, int dimension, int head_size) {
+  FourFloats values{};
+  if (dimension + 4 <= head_size && (reinterpret_cast<std::uintptr_t>(row + dimension) & 15u) == 0) {
+    return *reinterpret_cast<const FourFloats*>(row + dimension);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) values.x[i] = dimension + i < head_size ? row[dimension + i] : 0.0f;
+  return values;
+}
+
+__device__ inline FourFloats load_row_four(const float* source, std::int64_t row_stride, int position, int dimension, const Problem& problem) {
+  return position < problem.sequence ? load_four(source + position * row_stride, dimension, problem.head_size) : FourFloats{};
+}
+
+// tile = rows [first_row, first_row + StagedRows) of source in bf16, zero past the sequence and the head. Every
+// read is issued before the first write, so one step waits for memory once.
+template <int HeadCapacity, int StagedRows>
+__device__ void stage_rows(RowTile<HeadCapacity, StagedRows>& tile, const float* source, std::int64_t row_stride, int first_row,
+                           const Problem& problem) {
+  constexpr int quads = HeadCapacity / 4, per_thread = StagedRows * quads / kMmaThreads;
+  static_assert(StagedRows * quads % kMmaThreads == 0);
+  FourFloats values[per_thread];
+#pragma unroll
+  for (int i = 0; i < per_thread; ++i) {
+    const int element = static_cast<int>(threadIdx.x) + i * kMmaThreads;
+    values[i] = load_row_four(source, row_stride, first_row + element / quads, 4 * (element % quads), problem);
+  }
+#pragma unroll
+  for (int i = 0; i < per_thread; ++i) {
+    const int element = static_cast<int>(threadIdx.x) + i * kMmaThreads, row = element / quads, quad = element % quads;
+    tile[row][2 * quad] = pack_bf16x2(values[i].x[0], values[i].x[1]);
+    tile[row][2 * quad + 1] = pack_bf16x2(values[i].x[2], values[i].x[3]);
+  }
+}
+
+// tile = the same rows transposed. A lane takes two adjacent rows at four dimensions; the warp's 32 lanes
+// write 32 consecutive words of a dimension.
+template <int HeadCapacity, int StagedRows>
+__device__ void stage_columns(ColumnTile<HeadCapacity, StagedRows>& tile, const float* source, std::int64_t row_stride, int first_row,
+                              const Problem& problem) {
+  constexpr int pairs = StagedRows / 2, quads = HeadCapacity / 4, per_thread = pairs * quads / kMmaThreads;
+  static_assert(pairs * quads % kMmaThreads == 0);
+  FourFloats even[per_thread], odd[per_thread];
+#pragma unroll
+  for (int i = 0; i < per_thread; ++i) {
+    const int element = static_cast<int>(threadIdx.x) + i * kMmaThreads, pair = element % pairs, dimension = 4 * (element / pairs);
+    even[i] = load_row_four(source, row_stride, first_row + 2 * pair, dimension, problem);
+    odd[i] = load_row_four(source, row_stride, first_row + 2 * pair + 1, dimension, problem);
+  }
+#pragma unroll
+  for (int i = 0; i < per_thread; ++i) {
+    const int element = static_cast<int>(threadIdx.x) + i * kMmaThreads, pair = element % pairs, dimension = 4 * (element / pairs);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) tile[dimension + j][pair] = pack_bf16x2(even[i].x[j], odd[i].x[j]);
+  }
+}
+
+// The B fragment of k-step `step` and n-tile `n` from either tile: row-major tiles give (k = dimension,
+// n = staged row), transposed ones (k = staged row, n = dimension).
+template <typename Tile>
+__device__ inline Bf16FragmentB staged_fragment(const Tile& tile, int n, int step, const LanePlace& place) {
+  const std::uint32_t* words = tile[8 * n + place.group] + 8 * step + place.thread;
+  return {{words[0], words[4]}};
+}
+
+// A warp's rows [first_row, first_row + 16) of source as A fragments, one per 16 dimensions, read from global.
+template <int HeadCapacity>
+__device__ void load_row_fragments(Bf16FragmentA (&fragments)[HeadCapacity / 16], const float* source, std::int64_t row_stride,
+                                   int first_row, const Problem& problem) {
+  const LanePlace place = lane_place();
+#pragma unroll
+  for (int step = 0; step < HeadCapacity / 16; ++step) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = first_row + place.group + 8 * (i % 2), dimension = 16 * step + 2 * place.thread + 8 * (i / 2);
+      const float* values = source + row * row_stride + dimension;
+      const bool inside = row < problem.sequence;
+      fragments[step].x[i] = pack_bf16x2(inside && dimension < problem.head_size ? values[0] : 0.0f,
+                                         inside && dimension + 1 < problem.head_size ? values[1] : 0.0f);
+    }
+  }
+}
+
+// result[n] (16 x 8) = rows (16 x head) . staged rows [8n, 8n + 8)^T.
+template <int HeadCapacity, int StagedRows>
+__device__ void product_with_staged_rows(FragmentC (&result)[StagedRows / 8], const Bf16FragmentA (&rows)[HeadCapacity / 16],
+                                         const RowTile<HeadCapacity, StagedRows>& tile) {
+  const LanePlace place = lane_place();
+#pragma unroll
+  for (int n = 0; n < StagedRows / 8; ++n) result[n] = FragmentC{};
+#pragma unroll
+  for (int step = 0; step < HeadCapacity / 16; ++step) {
+#pragma unroll
+    for (int n = 0; n < StagedRows / 8; ++n) mma_bf16(result[n], rows[step], staged_fragment(tile, n, step, place));
+  }
+}
+
+// accumulator (16 x head) += weights (16 x StagedRows, f32 C fragments rounded to bf16) . staged rows.
+template <int HeadCapacity, int StagedRows>
+__device__ void accumulate_weighted_rows(FragmentC (&accumulator)[HeadCapacity / 8], const FragmentC (&weights)[StagedRows / 8],
+                                         const ColumnTile<HeadCapacity, StagedRows>& tile) {
+  const LanePlace place = lane_place();
+#pragma unroll
+  for (int step = 0; step < StagedRows / 16; ++step) {
+    const Bf16FragmentA weight_fragment = c_pair_to_a_fragment(weights[2 * step], weights[2 * step + 1]);
+#pragma unroll
+    for (int n = 0; n < HeadCapacity / 8; ++n) mma_bf16(accumulator[n], weight_fragment, staged_fragment(tile, n, step, place));
+  }
+}
+
+template <int HeadCapacity, int StagedRows>
+__global__ void __launch_bounds__(kMmaThreads) forward_bf16_kernel(float* out, float* logsumexp, const float* qkv, Problem problem) {
+  using Tiles = Bf16Tiles<HeadCapacity, StagedRows>;
+  FERRY_SHARED(std::uint32_t, key_tile, [StagedRows][Tiles::row_words]);
+  FERRY_SHARED(std::uint32_t, value_tile, [HeadCapacity][Tiles::column_words]);
+  const QueryWarp warp = query_warp(qkv, problem);
+  const HeadView& head = warp.head;
+  const LanePlace& place = warp.place;
+  const int first_query = warp.first_query;
+  const int(&queries_of_lane)[2] = warp.queries_of_lane;
+  Bf16FragmentA query_rows[Tiles::head_steps];
+  load_row_fragments<HeadCapacity>(query_rows, warp.queries, warp.qkv_stride, first_query, problem);
+
+  // Scores in base 2: scale * log2(e) * q.k, so that exp2 gives the softmax's exponentials.
+  const float log2_scale = problem.scale * kLog2E;
+  float running_max[2] = {-INFINITY, -INFINITY}, running_sum[2] = {0.0f, 0.0f};
+  FragmentC accumulator[Tiles::head_tiles] = {};
+  const bool warp_has_rows = first_query < problem.sequence;
+  for (int first_key = 0; first_key <= warp.last_key; first_key += StagedRows) {
+    __syncthreads();  // every warp is done with the previous keys and values
+    stage_rows<HeadCapacity, StagedRows>(key_tile, warp.queries + problem.channels, warp.qkv_stride, first_key, problem);
+    stage_columns<HeadCapacity, StagedRows>(value_tile, warp.queries + 2 * problem.channels, warp.qkv_stride, first_key, problem);
+    __syncthreads();
+    // Staged steps start at multiples of StagedRows, warps' rows at multiples of 16: a step either starts at or
+    // before the warp's first query (every row then sees its first key: finite maxima) or lies in its future.
+    if (!warp_has_rows || first_key > first_query) continue;
+    FragmentC scores[Tiles::staged_tiles];
+    product_with_staged_rows<HeadCapacity, StagedRows>(scores, query_rows, key_tile);
+    const bool masked = first_key + StagedRows - 1 > first_query || first_key + StagedRows > problem.sequence;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < Tiles::staged_tiles; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = first_key + 8 * n + 2 * place.thread + i % 2;
+        const bool visible = !masked || (key <= queries_of_lane[i / 2] && key < problem.sequence);
+        const float score = visible ? log2_scale * scores[n].x[i] : -INFINITY;
+        scores[n].x[i] = score;
+        tile_max[i / 2] = fmaxf(tile_max[i / 2], score);
+      }
+    }
+    float new_max[2], correction[2], tile_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      new_max[half] = fmaxf(running_max[half], row_max<4>(tile_max[half]));
+      correction[half] = exp2f(running_max[half] - new_max[half]);  // 0 on the first step
+    }
+#pragma unroll
+    for (int n = 0; n < Tiles::staged_tiles; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = first_key + 8 * n + 2 * place.thread + i % 2;
+        const float probability = exp2f(scores[n].x[i] - new_max[i / 2]);  // up to the row's final normalization
+        tile_sum[i / 2] += probability;
+        scores[n].x[i] = probability > 0.0f ? probability * dropout_factor(problem, head, queries_of_lane[i / 2], key) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      running_sum[half] = running_sum[half] * correction[half] + row_sum<4>(tile_sum[half]);  // of undropped probabilities
+      running_max[half] = new_max[half];
+    }
+#pragma unroll
+    for (int n = 0; n < Tiles::head_tiles; ++n) {
+      accumulator[n].x[0] *= correction[0], accumulator[n].x[1] *= correction[0];
+      accumulator[n].x[2] *= correction[1], accumulator[n].x[3] *= correction[1];
+    }
+    accumulate_weighted_rows<HeadCapacity, StagedRows>(accumulator, scores, value_tile);
+  }
+  if (!warp_has_rows) return;
+  store_rows<HeadCapacity>(out + head.out_offset, problem.channels, first_query, accumulator, 1.0f / running_sum[0], 1.0f / running_sum[1],
+                           problem);
+  if (place.thread != 0) return;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int query = queries_of_lane[half];
+    if (query < problem.sequence) logsumexp[head.statistics_offset + query] = (running_max[half] + log2f(running_sum[half])) / kLog2E;
+  }
+}
+
+// dK and dV of a block's 64 keys, over the staged queries from the block's first key on.
+template <int HeadCapacity, int StagedRows>
+__global__ void __launch_bounds__(kMmaThreads) key_value_gradient_bf16_kernel(float* dqkv, const float* dout, const float* qkv,
+                                                                              const float* logsumexp, const float* row_dot, Problem problem) {
+  using Tiles = Bf16Tiles<HeadCapacity, StagedRows>;
+  FERRY_SHARED(std::uint32_t, query_tile, [StagedRows][Tiles::row_words]);
+  FERRY_SHARED(std::uint32_t, query_columns, [HeadCapacity][Tiles::column_words]);
+  FERRY_SHARED(std::uint32_t, dout_tile, [StagedRows][Tiles::row_words]);
+  FERRY_SHARED(std::uint32_t, dout_columns, [HeadCapacity][Tiles::column_words]);
+  FERRY_SHARED(float, tile_logsumexp, [StagedRows]);
+  FERRY_SHARED(float, tile_row_dot, [StagedRows]);
+  const int block_tile = static_cast<int>(blockIdx.x);  // the first keys see the most queries: they start first
+  const HeadView head = head_view(problem, static_cast<int>(blockIdx.y));
+  const LanePlace place = lane_place();
+  const int first_key = block_tile * kBlockRows + static_cast<int>(threadIdx.x) / kWarpSize * kWarpRows;
+  const std::int64_t qkv_stride = 3 * static_cast<std::int64_t>(problem.channels);
+  const float* queries = qkv + head.qkv_offset;
+  const float* dout_rows = dout + head.out_offset;
+  Bf16FragmentA key_rows[Tiles::head_steps], value_rows[Tiles::head_steps];
+  load_row_fragments<HeadCapacity>(key_rows, queries + problem.channels, qkv_stride, first_key, problem);
+  load_row_fragments<HeadCapacity>(value_rows, queries + 2 * problem.channels, qkv_stride, first_key, problem);
+
+  FragmentC key_gradient[Tiles::head_tiles] = {}, value_gradient[Tiles::head_tiles] = {};
+  const bool warp_has_rows = first_key < problem.sequence;
+  for (int first_query = block_tile * kBlockRows; first_query < problem.sequence; first_query += StagedRows) {
+    __syncthreads();  // every warp is done with the previous queries
+    stage_rows<HeadCapacity, StagedRows>(query_tile, queries, qkv_stride, first_query, problem);
+    stage_columns<HeadCapacity, StagedRows>(query_columns, queries, qkv_stride, first_query, problem);
+    stage_rows<HeadCapacity, StagedRows>(dout_tile, dout_rows, problem.channels, first_query, problem);
+    stage_columns<HeadCapacity, StagedRows>(dout_columns, dout_rows, problem.channels, first_query, problem);
+    if (static_cast<int>(threadIdx.x) < StagedRows) {
+      const int query = first_query + static_cast<int>(threadIdx.x);
+      const bool inside = query < problem.sequence;
+      tile_logsumexp[threadIdx.x] = inside ? logsumexp[head.statistics_offset + query] : 0.0f;
+      tile_row_dot[threadIdx.x] = inside ? row_dot[head.statistics_offset + query] : 0.0f;
+    }
+    __syncthreads();
+    if (!warp_has_rows || first_query + StagedRows <= first_key) continue;  // every staged query precedes the warp's keys
+    FragmentC probabilities[Tiles::staged_tiles], score_gradients[Tiles::staged_tiles];  // [key][query]: transposed P and dS
+    product_with_staged_rows<HeadCapacity, StagedRows>(probabilities, key_rows, query_tile);
+    product_with_staged_rows<HeadCapacity, StagedRows>(score_gradients, value_rows, dout_tile);
+#pragma unroll
+    for (int n = 0; n < Tiles::staged_tiles; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int column = 8 * n + 2 * place.thread + i % 2;
+        const EntryGradient gradient = entry_gradient(problem, head, first_query + column, first_key + place.group + 8 * (i / 2),
+                                                      probabilities[n].x[i], score_gradients[n].x[i], tile_logsumexp[column],
+                                                      tile_row_dot[column]);
+        probabilities[n].x[i] = gradient.dropped_probability;
+        score_gradients[n].x[i] = gradient.score_gradient;
+      }
+    }
+    accumulate_weighted_rows<HeadCapacity, StagedRows>(value_gradient, probabilities, dout_columns);  // dV = P_dropped^T dO
+    accumulate_weighted_rows<HeadCapacity, StagedRows>(key_gradient, score_gradients, query_columns);  // dK = dS^T Q
+  }
+  if (!warp_has_rows) return;
+  float* key_gradient_rows = dqkv + head.qkv_offset + problem.channels;
+  store_rows<HeadCapacity>(key_gradient_rows, qkv_stride, first_key, key_gradient, 1.0f, 1.0f, problem);
+  store_rows<HeadCapacity>(key_gradient_rows + problem.channels, qkv_stride, first_key, value_gradient, 1.0f, 1.0f, problem);
+}
+
+// dQ of a block's 64 queries, over the staged keys up to its last query.
+template <int HeadCapacity, int StagedRows>
+__global__ void __launch_bounds__(kMmaThreads) query_gradient_bf16_kernel(float* dqkv, const float* dout, const float* qkv,
+                                                                          const float* logsumexp, const float* row_dot, Problem problem) {
+  using Tiles = Bf16Tiles<HeadCapacity, StagedRows>;
+  FERRY_SHARED(std::uint32_t, key_tile, [StagedRows][Tiles::row_words]);
+  FERRY_SHARED(std::uint32_t, key_columns, [HeadCapacity][Tiles::column_words]);
+  FERRY_SHARED(std::uint32_t, value_tile, [StagedRows][Tiles::row_words]);
+  const QueryWarp warp = query_warp(qkv, problem);
+  const HeadView& head = warp.head;
+  const LanePlace& place = warp.place;
+  const int first_query = warp.first_query;
+  const int(&queries_of_lane)[2] = warp.queries_of_lane;
+  Bf16FragmentA query_rows[Tiles::head_steps], dout_rows[Tiles::head_steps];
+  load_row_fragments<HeadCapacity>(query_rows, warp.queries, warp.qkv_stride, first_query, problem);
+  load_row_fragments<HeadCapacity>(dout_rows, dout + head.out_offset, problem.channels, first_query, problem);
+  float row_logsumexp[2], row_dot_value[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const bool inside = queries_of_lane[half] < problem.sequence;
+    row_logsumexp[half] = inside ? logsumexp[head.statistics_offset + queries_of_lane[half]] : 0.0f;
+    row_dot_value[half] = inside ? row_dot[head.statistics_offset + queries_of_lane[half]] : 0.0f;
+  }
+
+  FragmentC query_gradient[Tiles::head_tiles] = {};
+  const bool warp_has_rows = first_query < problem.sequence;
+  for (int first_key = 0; first_key <= warp.last_key; first_key += StagedRows) {
+    __syncthreads();  // every warp is done with the previous keys and values
+    const float* keys = warp.queries + problem.channels;
+    stage_rows<HeadCapacity, StagedRows>(key_tile, keys, warp.qkv_stride, first_key, problem);
+    stage_columns<HeadCapacity, StagedRows>(key_columns, keys, warp.qkv_stride, first_key, problem);
+    stage_rows<HeadCapacity, StagedRows>(value_tile, keys + problem.channels, warp.qkv_stride, first_key, problem);
+    __syncthreads();
+    if (!warp_has_rows || first_key > first_query) continue;  // in the future of every row of the warp
+    FragmentC score_gradients[Tiles::staged_tiles], dout_values[Tiles::staged_tiles];
+    product_with_staged_rows<HeadCapacity, StagedRows>(score_gradients, query_rows, key_tile);
+    product_with_staged_rows<HeadCapacity, StagedRows>(dout_values, dout_rows, value_tile);
+#pragma unroll
+    for (int n = 0; n < Tiles::staged_tiles; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int half = i / 2;
+        score_gradients[n].x[i] = entry_gradient(problem, head, queries_of_lane[half], first_key + 8 * n + 2 * place.thread + i % 2,
+                                                 score_gradients[n].x[i], dout_values[n].x[i], row_logsumexp[half], row_dot_value[half])
+                                      .score_gradient;
+      }
+    }
+    accumulate_weighted_rows<HeadCapacity, StagedRows>(query_gradient, score_gradients, key_columns);  // dQ = dS K
+  }
+  if (!warp_has_rows) return;
+  store_rows<HeadCapacity>(dqkv + head.qkv_offset, warp.qkv_stride, first_query, query_gradient, 1.0f, 1.0f, problem);
+}
+
+// Staged rows per step: 64 in the forward; 32 in the backward (two products' scores are live at once), 16 at
+// heads above 64 (their fragments take twice the registers).
+template <int HeadCapacity>
+constexpr int kBackwardStagedRows = HeadCapacity <= 64 ? 32 : 16;
+constexpr int kForwardStagedRows = 64;
+
+template <int HeadCapacity>
+void launch_forward(float* out, float* logsumexp, const float* qkv, const dim3& grid, const Problem& problem, cudaStream_t stream) {
+  FERRY_LAUNCH_KERNEL((forward_bf16_kernel<HeadCapacity, kForwardStagedRows>), grid, kMmaThreads, 0, stream, out, logsumexp, qkv, problem);
+}
+
+template <int HeadCapacity>
+void launch_backward(float* dqkv, const float* dout, const float* qkv, const float* logsumexp, const float* row_dot, const dim3& grid,
+                     const Problem& problem, cudaStream_t stream) {
+  constexpr int staged = kBackwardStagedRows<HeadCapacity>;
+  FERRY_LAUNCH_KERNEL((key_value_gradient_bf16_kernel<HeadCapacity, staged>), grid, kMmaThreads, 0, stream, dqkv, dout, qkv, logsumexp,
+                      row_dot, problem);
+  FERRY_LAUNCH_KERNEL((query_gradient_bf16_kernel<HeadCapacity, staged>), grid, kMmaThreads, 0, stream, dqkv, dout, qkv, logsumexp, row_dot,
+                      problem);
+}
+
+}  // namespace
+
+void launch_bf16_forward(float* out, float* logsumexp, const float* qkv, const cpu::AttentionShape& shape, const Problem& problem,
+                         cudaStream_t stream) {
+  if (problem.head_size <= 64) launch_forward<64>(out, logsumexp, qkv, block_grid(shape), problem, stream);
+  else launch_forward<128>(out, logsumexp, qkv, block_grid(shape), problem, stream);
+}
+
+void launch_bf16_backward(float* dqkv, const float* dout, const float* qkv, const float* logsumexp, const float* row_dot,
+                          const cpu::AttentionShape& shape, const Problem& problem, cudaStream_t stream) {
+  if (problem.head_size <= 64) launch_backward<64>(dqkv, dout, qkv, logsumexp, row_dot, block_grid(shape), problem, stream);
+  else launch_backward<128>(dqkv, dout, qkv, logsumexp, row_dot, block_grid(shape), problem, stream);
+}
+
+}  // namespace ferry::cuda::flash
