@@ -1,4 +1,4 @@
-// ferry's flash attention kernels on a GPU, one shape, each products type (f32, TF32, bf16): the forward's and
+// ferry's flash attention kernels on a GPU, one shape, each products type (f32, bf16): the forward's and
 // the backward's GPU time (CUDA events, median of the repetitions) and their TFLOP/s, as JSON lines.
 // benchmarks/attention_peer.py times PyTorch's scaled_dot_product_attention on the same shape beside it:
 //   attention_benchmark [BATCH SEQUENCE CHANNELS HEADS [REPETITIONS]]   (default gpt2's: 16 1024 768 12 20)
@@ -24,12 +24,7 @@ namespace {
 using ferry::cuda::AttentionProducts;
 
 const char* products_name(AttentionProducts products) {
-  switch (products) {
-    case AttentionProducts::tf32: return "tf32";
-    case AttentionProducts::bf16: return "bf16";
-    case AttentionProducts::f32: break;
-  }
-  return "f32";
+  return products == AttentionProducts::bf16 ? "bf16" : "f32";
 }
 
 // Milliseconds of GPU time `work` takes on `stream`, the median of `repetitions` after one warm-up.
@@ -86,7 +81,7 @@ int run(int argc, char** argv) {
   const double products = static_cast<double>(shape.batch) * static_cast<double>(shape.sequence) * static_cast<double>(shape.sequence) *
                           static_cast<double>(shape.channels) / 2.0;
   const double forward_flops = 2.0 * 2.0 * products, backward_flops = 5.0 * 2.0 * products;
-  for (const AttentionProducts kind : {AttentionProducts::f32, AttentionProducts::tf32, AttentionProducts::bf16}) {
+  for (const AttentionProducts kind : {AttentionProducts::f32, AttentionProducts::bf16}) {
     const double forward = median_milliseconds(stream, repetitions, [&] {
       ferry::cuda::flash_attention_forward(out.data_as<float>(), logsumexp.data_as<float>(), qkv.data_as<float>(), shape, 0.0f,
                                            ferry::cpu::RandomKey{1}, kind, stream);

@@ -29,7 +29,6 @@ namespace {
 
 using testing::kTwinTolerance;
 using testing::max_relative_error;
-constexpr double kTf32Tolerance = 1e-2;
 constexpr double kBf16Tolerance = 4e-2;  // the emulation's worst: 3.05e-2 (dqkv, head size 64, dropout 0.1)
 using cuda::AttentionProducts;
 
@@ -39,27 +38,12 @@ struct AttentionCase {
   AttentionProducts products = AttentionProducts::f32;
 };
 
-// f32 products match the twin to rounding; TF32 ones round every input to 10 mantissa bits (relative error
-// up to 2^-11 each), as cuBLASLt's TF32 matmuls do. bf16 ones get inputs that are bf16 values already (the
-// twin then sees what the kernels multiply), so what is left is the bf16 rounding of the probabilities and
-// the score gradients (2^-9 each).
-double tolerance(const AttentionCase& test) {
-  switch (test.products) {
-    case AttentionProducts::tf32: return kTf32Tolerance;
-    case AttentionProducts::bf16: return kBf16Tolerance;
-    case AttentionProducts::f32: break;
-  }
-  return kTwinTolerance;
-}
+// f32 products match the twin to rounding. bf16 ones get inputs that are bf16 values already (the twin then
+// sees what the kernels multiply), so what is left is the bf16 rounding of the probabilities and the score
+// gradients (2^-9 each).
+double tolerance(const AttentionCase& test) { return test.products == AttentionProducts::bf16 ? kBf16Tolerance : kTwinTolerance; }
 
-std::string products_suffix(AttentionProducts products) {
-  switch (products) {
-    case AttentionProducts::tf32: return "tf32";
-    case AttentionProducts::bf16: return "bf16";
-    case AttentionProducts::f32: break;
-  }
-  return "f32";
-}
+std::string products_suffix(AttentionProducts products) { return products == AttentionProducts::bf16 ? "bf16" : "f32"; }
 
 std::string case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
   const auto& [batch, sequence, channels, heads] = info.param.shape;
@@ -175,16 +159,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTwin,
                                          AttentionCase{{1, 33, 96, 2}, 0.3f}, AttentionCase{{3, 1, 256, 2}, 0.5f}),
                          case_name);
 
-// The tensor-core kernels: head sizes 32 to 128, sequences on and off their 64-row blocks and 32-row steps.
-INSTANTIATE_TEST_SUITE_P(Tf32, AttentionTwin,
-                         ::testing::Values(AttentionCase{{2, 37, 64, 2}, 0.0f, AttentionProducts::tf32},
-                                         AttentionCase{{2, 37, 64, 2}, 0.1f, AttentionProducts::tf32},
-                                         AttentionCase{{1, 130, 768, 12}, 0.1f, AttentionProducts::tf32},
-                                         AttentionCase{{1, 100, 256, 2}, 0.1f, AttentionProducts::tf32},
-                                         AttentionCase{{1, 33, 96, 2}, 0.3f, AttentionProducts::tf32},
-                                         AttentionCase{{3, 1, 256, 2}, 0.5f, AttentionProducts::tf32}),
-                         case_name);
-
 // The bf16 tensor-core kernels: head sizes 32 to 128, sequences on and off their 64-row blocks and their
 // 64-row (forward), 32-row and 16-row (backward) steps.
 INSTANTIATE_TEST_SUITE_P(Bf16, AttentionTwin,
@@ -215,13 +189,13 @@ TEST_P(AttentionRepeats, BitForBit) {
   EXPECT_EQ(first.dqkv, second.dqkv);
 }
 
-INSTANTIATE_TEST_SUITE_P(Products, AttentionRepeats, ::testing::Values(AttentionProducts::f32, AttentionProducts::tf32, AttentionProducts::bf16),
+INSTANTIATE_TEST_SUITE_P(Products, AttentionRepeats, ::testing::Values(AttentionProducts::f32, AttentionProducts::bf16),
                          products_name);
 
 TEST(AttentionTwin, RefusesHeadsAbove128) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU present";
   try {
-    cuda::flash_attention_forward(nullptr, nullptr, nullptr, cpu::AttentionShape{1, 8, 1280, 8}, 0.0f, cpu::RandomKey{}, AttentionProducts::tf32,
+    cuda::flash_attention_forward(nullptr, nullptr, nullptr, cpu::AttentionShape{1, 8, 1280, 8}, 0.0f, cpu::RandomKey{}, AttentionProducts::bf16,
                                   nullptr);
     FAIL() << "head size 160 was accepted";
   } catch (const std::invalid_argument& error) {

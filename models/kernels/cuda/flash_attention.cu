@@ -345,7 +345,6 @@ void flash_attention_forward(float* out, float* logsumexp, const float* qkv, cpu
                              cpu::RandomKey key, AttentionProducts products, cudaStream_t stream) {
   const Problem problem = make_problem(shape, dropout, key, "flash_attention_forward");
   if (products == AttentionProducts::bf16) flash::launch_bf16_forward(out, logsumexp, qkv, shape, problem, stream);
-  else if (products == AttentionProducts::tf32) flash::launch_tf32_forward(out, logsumexp, qkv, shape, problem, stream);
   else if (problem.head_size <= 64) launch_forward<64>(out, logsumexp, qkv, shape, problem, stream);
   else launch_forward<128>(out, logsumexp, qkv, shape, problem, stream);
 }
@@ -359,7 +358,6 @@ void flash_attention_backward(float* dqkv, float* row_dot_scratch, const float* 
   const std::int64_t rows = flash_attention_scratch_elements(shape);
   FERRY_LAUNCH_KERNEL(row_dot_kernel, blocks_for(rows, kThreads / kWarpSize), kThreads, 0, stream, row_dot_scratch, dout, out, problem, rows);
   if (products == AttentionProducts::bf16) flash::launch_bf16_backward(dqkv, dout, qkv, logsumexp, row_dot_scratch, shape, problem, stream);
-  else if (products == AttentionProducts::tf32) flash::launch_tf32_backward(dqkv, dout, qkv, logsumexp, row_dot_scratch, shape, problem, stream);
   else if (problem.head_size <= 64) launch_backward<64>(dqkv, dout, qkv, logsumexp, row_dot_scratch, shape, problem, stream);
   else launch_backward<128>(dqkv, dout, qkv, logsumexp, row_dot_scratch, shape, problem, stream);
 }

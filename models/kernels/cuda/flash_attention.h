@@ -1,5 +1,5 @@
 // Fused causal self-attention on the GPU (FlashAttention-2 tiling), twin of models/kernels/cpu/attention.h:
-// f32 in memory, products in f32 or TF32; tiles of queries and keys meet in shared memory under an online softmax, so the T x T scores and probabilities
+// f32 in memory, products in f32 or bf16; tiles of queries and keys meet in shared memory under an online softmax, so the T x T scores and probabilities
 // never exist in memory; the forward saves only each query row's log-sum-exp, from which the backward recomputes them.
 #pragma once
 
@@ -11,11 +11,10 @@
 
 namespace ferry::cuda {
 
-// How the kernels multiply: f32 on the CUDA cores; TF32 on the tensor cores (inputs rounded to 10 mantissa
-// bits, f32 sums), as the matmuls' CUBLAS_COMPUTE_32F_FAST_TF32; or bf16 on the tensor cores (q, k, v, dout,
-// the probabilities and the score gradients rounded to bf16 where they enter a product, f32 sums), as
-// autocast's scaled_dot_product_attention. All keep f32 in memory and the same masks.
-enum class AttentionProducts : std::uint8_t { f32, tf32, bf16 };
+// How the kernels multiply: f32 on the CUDA cores, or bf16 on the tensor cores (q, k, v, dout, the
+// probabilities and the score gradients rounded to bf16 where they enter a product, f32 sums), as autocast's
+// scaled_dot_product_attention. Both keep f32 in memory and the same masks.
+enum class AttentionProducts : std::uint8_t { f32, bf16 };
 
 // The largest head size (channels / heads) the kernels take.
 inline constexpr std::int64_t kFlashAttentionMaxHeadSize = 128;

@@ -1,16 +1,17 @@
 // The flash attention kernels on the tensor cores with bf16 operands (mma.sync m16n8k16, f32 sums): the
-// FlashAttention-2 algorithm of the TF32 kernels (flash_attention_tf32.cu) with q, k, v, dout, the
-// probabilities and the score gradients rounded to bf16 where they enter a product, as autocast's
-// scaled_dot_product_attention does. f32 stays in memory. Staged rows live in shared memory as bf16 pairs,
+// FlashAttention-2 algorithm of the fp32 kernels (flash_attention.cu) with q, k, v, dout, the probabilities
+// and the score gradients rounded to bf16 where they enter a product, as autocast's
+// scaled_dot_product_attention does; exponentials in base 2. f32 stays in memory. Staged rows live in shared memory as bf16 pairs,
 // row-major or transposed, so that every B fragment is one 32-bit read and a product's C fragments are the
 // next product's A fragments with no exchange between lanes. No atomics: results repeat bit for bit.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "models/kernels/cuda/flash_attention_problem.cuh"
 #include "models/kernels/cuda/flash_attention_warps.cuh"
 #include "models/kernels/cuda/kernel_launch.h"
-#include "models/kernels/cuda/warp_mma_bf16.cuh"
+#include "models/kernels/cuda/warp_mma.cuh"
 
 namespace ferry::cuda::flash {
 namespace {
@@ -76,11 +77,11 @@ __device__ void stage_rows(RowTile<HeadCapacity, StagedRows>& tile, const float*
   }
 }
 
-// tile = the same rows transposed. A lane takes two adjacent rows at four dimensions; the warp's 32 lanes
-// write 32 consecutive words of a dimension.
+// columns = the same rows transposed, and rows (when given) as stage_rows writes them, from one read. A lane
+// takes two adjacent rows at four dimensions; the warp's 32 lanes write 32 consecutive words of a dimension.
 template <int HeadCapacity, int StagedRows>
-__device__ void stage_columns(ColumnTile<HeadCapacity, StagedRows>& tile, const float* source, std::int64_t row_stride, int first_row,
-                              const Problem& problem) {
+__device__ void stage_columns(ColumnTile<HeadCapacity, StagedRows>& columns, RowTile<HeadCapacity, StagedRows>* rows, const float* source,
+                              std::int64_t row_stride, int first_row, const Problem& problem) {
   constexpr int pairs = StagedRows / 2, quads = HeadCapacity / 4, per_thread = pairs * quads / kMmaThreads;
   static_assert(pairs * quads % kMmaThreads == 0);
   FourFloats even[per_thread], odd[per_thread];
@@ -94,7 +95,12 @@ __device__ void stage_columns(ColumnTile<HeadCapacity, StagedRows>& tile, const 
   for (int i = 0; i < per_thread; ++i) {
     const int element = static_cast<int>(threadIdx.x) + i * kMmaThreads, pair = element % pairs, dimension = 4 * (element / pairs);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) tile[dimension + j][pair] = pack_bf16x2(even[i].x[j], odd[i].x[j]);
+    for (int j = 0; j < 4; ++j) columns[dimension + j][pair] = pack_bf16x2(even[i].x[j], odd[i].x[j]);
+    if (rows == nullptr) continue;
+    std::uint32_t* even_row = (*rows)[2 * pair] + dimension / 2;
+    std::uint32_t* odd_row = (*rows)[2 * pair + 1] + dimension / 2;
+    even_row[0] = pack_bf16x2(even[i].x[0], even[i].x[1]), even_row[1] = pack_bf16x2(even[i].x[2], even[i].x[3]);
+    odd_row[0] = pack_bf16x2(odd[i].x[0], odd[i].x[1]), odd_row[1] = pack_bf16x2(odd[i].x[2], odd[i].x[3]);
   }
 }
 
@@ -172,7 +178,7 @@ __global__ void __launch_bounds__(kMmaThreads) forward_bf16_kernel(float* out, f
   for (int first_key = 0; first_key <= warp.last_key; first_key += StagedRows) {
     __syncthreads();  // every warp is done with the previous keys and values
     stage_rows<HeadCapacity, StagedRows>(key_tile, warp.queries + problem.channels, warp.qkv_stride, first_key, problem);
-    stage_columns<HeadCapacity, StagedRows>(value_tile, warp.queries + 2 * problem.channels, warp.qkv_stride, first_key, problem);
+    stage_columns<HeadCapacity, StagedRows>(value_tile, nullptr, warp.queries + 2 * problem.channels, warp.qkv_stride, first_key, problem);
     __syncthreads();
     // Staged steps start at multiples of StagedRows, warps' rows at multiples of 16: a step either starts at or
     // before the warp's first query (every row then sees its first key: finite maxima) or lies in its future.
@@ -231,7 +237,7 @@ __global__ void __launch_bounds__(kMmaThreads) forward_bf16_kernel(float* out, f
   }
 }
 
-// dK and dV of a block's 64 keys, over the staged queries from the block's first key on.
+// dK and dV of a block's keys (16 a warp), over the staged queries from the block's first key on.
 template <int HeadCapacity, int StagedRows>
 __global__ void __launch_bounds__(kMmaThreads) key_value_gradient_bf16_kernel(float* dqkv, const float* dout, const float* qkv,
                                                                               const float* logsumexp, const float* row_dot, Problem problem) {
@@ -253,18 +259,17 @@ __global__ void __launch_bounds__(kMmaThreads) key_value_gradient_bf16_kernel(fl
   load_row_fragments<HeadCapacity>(key_rows, queries + problem.channels, qkv_stride, first_key, problem);
   load_row_fragments<HeadCapacity>(value_rows, queries + 2 * problem.channels, qkv_stride, first_key, problem);
 
+  const float log2_scale = problem.scale * kLog2E;
   FragmentC key_gradient[Tiles::head_tiles] = {}, value_gradient[Tiles::head_tiles] = {};
   const bool warp_has_rows = first_key < problem.sequence;
   for (int first_query = block_tile * kBlockRows; first_query < problem.sequence; first_query += StagedRows) {
     __syncthreads();  // every warp is done with the previous queries
-    stage_rows<HeadCapacity, StagedRows>(query_tile, queries, qkv_stride, first_query, problem);
-    stage_columns<HeadCapacity, StagedRows>(query_columns, queries, qkv_stride, first_query, problem);
-    stage_rows<HeadCapacity, StagedRows>(dout_tile, dout_rows, problem.channels, first_query, problem);
-    stage_columns<HeadCapacity, StagedRows>(dout_columns, dout_rows, problem.channels, first_query, problem);
+    stage_columns<HeadCapacity, StagedRows>(query_columns, &query_tile, queries, qkv_stride, first_query, problem);
+    stage_columns<HeadCapacity, StagedRows>(dout_columns, &dout_tile, dout_rows, problem.channels, first_query, problem);
     if (static_cast<int>(threadIdx.x) < StagedRows) {
       const int query = first_query + static_cast<int>(threadIdx.x);
       const bool inside = query < problem.sequence;
-      tile_logsumexp[threadIdx.x] = inside ? logsumexp[head.statistics_offset + query] : 0.0f;
+      tile_logsumexp[threadIdx.x] = inside ? logsumexp[head.statistics_offset + query] * kLog2E : 0.0f;  // base 2
       tile_row_dot[threadIdx.x] = inside ? row_dot[head.statistics_offset + query] : 0.0f;
     }
     __syncthreads();
@@ -277,9 +282,9 @@ __global__ void __launch_bounds__(kMmaThreads) key_value_gradient_bf16_kernel(fl
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int column = 8 * n + 2 * place.thread + i % 2;
-        const EntryGradient gradient = entry_gradient(problem, head, first_query + column, first_key + place.group + 8 * (i / 2),
-                                                      probabilities[n].x[i], score_gradients[n].x[i], tile_logsumexp[column],
-                                                      tile_row_dot[column]);
+        const float probability = exp2f(log2_scale * probabilities[n].x[i] - tile_logsumexp[column]);
+        const EntryGradient gradient = entry_gradient_of_probability(problem, head, first_query + column, first_key + place.group + 8 * (i / 2),
+                                                                     probability, score_gradients[n].x[i], tile_row_dot[column]);
         probabilities[n].x[i] = gradient.dropped_probability;
         score_gradients[n].x[i] = gradient.score_gradient;
       }
@@ -293,7 +298,7 @@ __global__ void __launch_bounds__(kMmaThreads) key_value_gradient_bf16_kernel(fl
   store_rows<HeadCapacity>(key_gradient_rows + problem.channels, qkv_stride, first_key, value_gradient, 1.0f, 1.0f, problem);
 }
 
-// dQ of a block's 64 queries, over the staged keys up to its last query.
+// dQ of a block's queries (16 a warp), over the staged keys up to its last query.
 template <int HeadCapacity, int StagedRows>
 __global__ void __launch_bounds__(kMmaThreads) query_gradient_bf16_kernel(float* dqkv, const float* dout, const float* qkv,
                                                                           const float* logsumexp, const float* row_dot, Problem problem) {
@@ -313,17 +318,17 @@ __global__ void __launch_bounds__(kMmaThreads) query_gradient_bf16_kernel(float*
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const bool inside = queries_of_lane[half] < problem.sequence;
-    row_logsumexp[half] = inside ? logsumexp[head.statistics_offset + queries_of_lane[half]] : 0.0f;
+    row_logsumexp[half] = inside ? logsumexp[head.statistics_offset + queries_of_lane[half]] * kLog2E : 0.0f;  // base 2
     row_dot_value[half] = inside ? row_dot[head.statistics_offset + queries_of_lane[half]] : 0.0f;
   }
 
+  const float log2_scale = problem.scale * kLog2E;
   FragmentC query_gradient[Tiles::head_tiles] = {};
   const bool warp_has_rows = first_query < problem.sequence;
   for (int first_key = 0; first_key <= warp.last_key; first_key += StagedRows) {
     __syncthreads();  // every warp is done with the previous keys and values
     const float* keys = warp.queries + problem.channels;
-    stage_rows<HeadCapacity, StagedRows>(key_tile, keys, warp.qkv_stride, first_key, problem);
-    stage_columns<HeadCapacity, StagedRows>(key_columns, keys, warp.qkv_stride, first_key, problem);
+    stage_columns<HeadCapacity, StagedRows>(key_columns, &key_tile, keys, warp.qkv_stride, first_key, problem);
     stage_rows<HeadCapacity, StagedRows>(value_tile, keys + problem.channels, warp.qkv_stride, first_key, problem);
     __syncthreads();
     if (!warp_has_rows || first_key > first_query) continue;  // in the future of every row of the warp
@@ -335,8 +340,10 @@ __global__ void __launch_bounds__(kMmaThreads) query_gradient_bf16_kernel(float*
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int half = i / 2;
-        score_gradients[n].x[i] = entry_gradient(problem, head, queries_of_lane[half], first_key + 8 * n + 2 * place.thread + i % 2,
-                                                 score_gradients[n].x[i], dout_values[n].x[i], row_logsumexp[half], row_dot_value[half])
+        const float probability = exp2f(log2_scale * score_gradients[n].x[i] - row_logsumexp[half]);
+        score_gradients[n].x[i] = entry_gradient_of_probability(problem, head, queries_of_lane[half],
+                                                                first_key + 8 * n + 2 * place.thread + i % 2, probability,
+                                                                dout_values[n].x[i], row_dot_value[half])
                                       .score_gradient;
       }
     }
@@ -347,10 +354,18 @@ __global__ void __launch_bounds__(kMmaThreads) query_gradient_bf16_kernel(float*
 }
 
 // Staged rows per step: 64 in the forward; 32 in the backward (two products' scores are live at once), 16 at
-// heads above 64 (their fragments take twice the registers).
+// heads above 64 (their fragments take twice the registers). dev/attention_variants.sh builds other sizes
+// (FERRY_ATTENTION_*_STAGED_ROWS) to time them beside these; the engine is built with these.
+#ifndef FERRY_ATTENTION_FORWARD_STAGED_ROWS
+#define FERRY_ATTENTION_FORWARD_STAGED_ROWS 64
+#endif
+#ifndef FERRY_ATTENTION_BACKWARD_STAGED_ROWS
+#define FERRY_ATTENTION_BACKWARD_STAGED_ROWS 32
+#endif
 template <int HeadCapacity>
-constexpr int kBackwardStagedRows = HeadCapacity <= 64 ? 32 : 16;
-constexpr int kForwardStagedRows = 64;
+constexpr int kBackwardStagedRows =
+    HeadCapacity <= 64 ? FERRY_ATTENTION_BACKWARD_STAGED_ROWS : std::max(16, FERRY_ATTENTION_BACKWARD_STAGED_ROWS / 2);
+constexpr int kForwardStagedRows = FERRY_ATTENTION_FORWARD_STAGED_ROWS;
 
 template <int HeadCapacity>
 void launch_forward(float* out, float* logsumexp, const float* qkv, const dim3& grid, const Problem& problem, cudaStream_t stream) {

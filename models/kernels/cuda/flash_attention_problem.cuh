@@ -1,5 +1,5 @@
-// What the flash attention kernels share (flash_attention.cu's fp32 kernels, flash_attention_tf32.cu's and
-// flash_attention_bf16.cu's tensor-core ones): one call's sizes, where a (batch, head) lives, the dropout mask, the backward's recomputed
+// What the flash attention kernels share (flash_attention.cu's fp32 kernels and flash_attention_bf16.cu's
+// tensor-core ones): one call's sizes, where a (batch, head) lives, the dropout mask, the backward's recomputed
 // entries, and the launches of the tensor-core kernels. Internal to models/kernels/cuda.
 #pragma once
 
@@ -69,28 +69,27 @@ struct EntryGradient {
   float score_gradient;
 };
 
-// query_key: the query's and key's dot product; dout_value: the output gradient's and value's.
-__device__ inline EntryGradient entry_gradient(const Problem& problem, const HeadView& head, int query, int key, float query_key, float dout_value,
-                                        float row_logsumexp, float row_dot) {
+// probability: the entry's undropped softmax probability; dout_value: the output gradient's and value's dot product.
+__device__ inline EntryGradient entry_gradient_of_probability(const Problem& problem, const HeadView& head, int query, int key,
+                                                               float probability, float dout_value, float row_dot) {
   if (key > query || query >= problem.sequence) return {0.0f, 0.0f};
-  const float probability = expf(problem.scale * query_key - row_logsumexp);
   const float factor = dropout_factor(problem, head, query, key);
   // The gradient of the undropped probability: that of the dropped one through the same mask and scale.
   const float probability_gradient = dout_value * factor;
   return {probability * factor, probability * (probability_gradient - row_dot) * problem.scale};
 }
 
-// The tensor-core (TF32) kernels of flash_attention_tf32.cu, for heads of up to 128 floats.
-void launch_tf32_forward(float* out, float* logsumexp, const float* qkv, const cpu::AttentionShape& shape, const Problem& problem,
-                         cudaStream_t stream);
-// Needs row_dot filled (flash_attention.cu's row_dot_kernel) first.
-void launch_tf32_backward(float* dqkv, const float* dout, const float* qkv, const float* logsumexp, const float* row_dot,
-                          const cpu::AttentionShape& shape, const Problem& problem, cudaStream_t stream);
+// query_key: the query's and key's dot product, from which the probability is recomputed.
+__device__ inline EntryGradient entry_gradient(const Problem& problem, const HeadView& head, int query, int key, float query_key, float dout_value,
+                                        float row_logsumexp, float row_dot) {
+  if (key > query || query >= problem.sequence) return {0.0f, 0.0f};
+  return entry_gradient_of_probability(problem, head, query, key, expf(problem.scale * query_key - row_logsumexp), dout_value, row_dot);
+}
 
 // The tensor-core kernels with bf16 operands of flash_attention_bf16.cu, for heads of up to 128 floats.
 void launch_bf16_forward(float* out, float* logsumexp, const float* qkv, const cpu::AttentionShape& shape, const Problem& problem,
                          cudaStream_t stream);
-// Needs row_dot filled first, as launch_tf32_backward.
+// Needs row_dot filled (flash_attention.cu's row_dot_kernel) first.
 void launch_bf16_backward(float* dqkv, const float* dout, const float* qkv, const float* logsumexp, const float* row_dot,
                           const cpu::AttentionShape& shape, const Problem& problem, cudaStream_t stream);
 

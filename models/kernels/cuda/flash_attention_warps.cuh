@@ -1,5 +1,4 @@
-// How the tensor-core flash attention kernels (flash_attention_tf32.cu, flash_attention_bf16.cu) split the
-// work: a block's 4 warps each own 16 rows (queries for the forward and dQ, keys for dK and dV) held as mma
+// How the tensor-core flash attention kernels (flash_attention_bf16.cu) split the work: a block's 4 warps each own 16 rows (queries for the forward and dQ, keys for dK and dV) held as mma
 // fragments, and write them back from C fragments. Internal to models/kernels/cuda.
 #pragma once
 
@@ -12,7 +11,11 @@
 
 namespace ferry::cuda::flash {
 
-inline constexpr int kWarps = 4;
+// Warps per block (dev/attention_variants.sh builds other counts to time them; the engine is built with 4).
+#ifndef FERRY_ATTENTION_WARPS
+#define FERRY_ATTENTION_WARPS 4
+#endif
+inline constexpr int kWarps = FERRY_ATTENTION_WARPS;
 inline constexpr int kMmaThreads = kWarps * kWarpSize;
 inline constexpr int kWarpRows = 16;                   // a warp's rows: the m of mma
 inline constexpr int kBlockRows = kWarps * kWarpRows;  // a block's queries (forward, dQ) or keys (dK, dV)
@@ -59,7 +62,7 @@ struct QueryWarp {
   const float* queries;    // the head's q in qkv (its k at + C, v at + 2C)
 };
 
-// Blocks along x hold 64 queries each, the longest rows (the last queries) first; (batch, head) along y.
+// Blocks along x hold 16 queries a warp, the longest rows (the last queries) first; (batch, head) along y.
 __device__ inline QueryWarp query_warp(const float* qkv, const Problem& problem) {
   const int block_tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);
   const HeadView head = head_view(problem, static_cast<int>(blockIdx.y));
@@ -74,7 +77,7 @@ __device__ inline QueryWarp query_warp(const float* qkv, const Problem& problem)
           qkv + head.qkv_offset};
 }
 
-// Blocks: 64 rows of the sequence along x, (batch, head) along y.
+// Blocks: kBlockRows rows of the sequence along x, (batch, head) along y.
 inline dim3 block_grid(const cpu::AttentionShape& shape) {
   return dim3(static_cast<unsigned int>((shape.sequence + kBlockRows - 1) / kBlockRows), static_cast<unsigned int>(shape.batch * shape.heads));
 }

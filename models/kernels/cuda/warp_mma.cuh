@@ -1,23 +1,13 @@
-// One warp's 16x8x8 matrix product on the tensor cores in TF32 (PTX mma.sync m16n8k8), with the fragment
-// layouts of the PTX ISA, for kernels that keep f32 in memory and multiply in TF32 as cuBLASLt's
-// CUBLAS_COMPUTE_32F_FAST_TF32 does. Under the CUDA emulation the same product runs by warp shuffles.
+// One warp's 16x8x16 matrix product on the tensor cores with bf16 operands and f32 sums (PTX mma.sync
+// m16n8k16 .bf16), with the PTX ISA's fragment layouts, for the bf16 flash attention kernels. Two bf16 values
+// travel in one 32-bit register; under the CUDA emulation the product runs by warp exchanges.
 #pragma once
 
 #include <cstdint>
 
 namespace ferry::cuda {
 
-// Lane l's place in a fragment: group g = l / 4 (a row of A and C, a column of B), t = l % 4.
-// A (16 x 8, row-major): x[0] (g, t), x[1] (g + 8, t), x[2] (g, t + 4), x[3] (g + 8, t + 4).
-// B (8 x 8, k by n): x[0] (k = t, n = g), x[1] (k = t + 4, n = g).
-// C (16 x 8): x[0] (g, 2t), x[1] (g, 2t + 1), x[2] (g + 8, 2t), x[3] (g + 8, 2t + 1).
-// A and B values are expected already rounded by round_to_tf32.
-struct FragmentA {
-  float x[4];
-};
-struct FragmentB {
-  float x[2];
-};
+// C (16 x 8, f32): lane (g, t) holds x[0] (g, 2t), x[1] (g, 2t + 1), x[2] (g + 8, 2t), x[3] (g + 8, 2t + 1).
 struct FragmentC {
   float x[4];
 };
@@ -43,35 +33,56 @@ inline Pairs exchange_pair(float first, float second) {
 }  // namespace emulated_warp
 #endif
 
-// value rounded to TF32 (10 mantissa bits), to nearest with ties away from zero (cvt.rna.tf32.f32).
-__device__ inline float round_to_tf32(float value) {
-#if defined(FERRY_CUDA_EMULATION)
-  const unsigned int bits = __float_as_uint(value);
-  if ((bits & 0x7f800000u) == 0x7f800000u) return value;  // infinities and NaNs pass
-  return __uint_as_float((bits + 0x1000u) & 0xffffe000u);
-#elif defined(__CUDA_ARCH__)
-  std::uint32_t bits;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(bits) : "f"(value));
-  return __uint_as_float(bits);
+// Lane l's place: g = l / 4, t = l % 4; a register holds two adjacent columns (A) or rows (B), the lower one
+// in its low 16 bits.
+// A (16 x 16, row-major): x[0] (g, 2t..2t+1), x[1] (g + 8, 2t..2t+1), x[2] (g, 2t+8..2t+9), x[3] (g + 8, 2t+8..2t+9).
+// B (16 x 8, k by n): x[0] (k = 2t..2t+1, n = g), x[1] (k = 2t+8..2t+9, n = g).
+struct Bf16FragmentA {
+  std::uint32_t x[4];
+};
+struct Bf16FragmentB {
+  std::uint32_t x[2];
+};
+
+// bf16 bits of value rounded to nearest, ties to even (cvt.rn.bf16), as the elementwise kernels round.
+__device__ inline std::uint32_t bf16_bits(float value) {
+  const std::uint32_t bits = __float_as_uint(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return (bits >> 16) | 0x0040u;  // NaN stays a quiet NaN
+  return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+}
+
+// low and high rounded to bf16 and packed, low in the low 16 bits.
+__device__ inline std::uint32_t pack_bf16x2(float low, float high) {
+#if defined(__CUDA_ARCH__) && !defined(FERRY_CUDA_EMULATION)
+  std::uint32_t packed;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(high), "f"(low));
+  return packed;
 #else
-  return value;  // nvcc's host pass of a device function: never run
+  return bf16_bits(low) | bf16_bits(high) << 16;
 #endif
 }
 
+__device__ inline float bf16_low(std::uint32_t packed) { return __uint_as_float(packed << 16); }
+__device__ inline float bf16_high(std::uint32_t packed) { return __uint_as_float(packed & 0xffff0000u); }
+
 // c += a * b over the warp. Every lane of the warp must call it together.
-__device__ inline void mma_tf32(FragmentC& c, const FragmentA& a, const FragmentB& b) {
+__device__ inline void mma_bf16(FragmentC& c, const Bf16FragmentA& a, const Bf16FragmentB& b) {
 #if defined(FERRY_CUDA_EMULATION)
-  // Three exchanges of the warp's fragments (A's two halves, B), then each lane sums its four results, k in order.
-  const emulated_warp::Pairs a_low = emulated_warp::exchange_pair(a.x[0], a.x[1]);
-  const emulated_warp::Pairs a_high = emulated_warp::exchange_pair(a.x[2], a.x[3]);
-  const emulated_warp::Pairs b_pairs = emulated_warp::exchange_pair(b.x[0], b.x[1]);
+  // Three exchanges of the warp's fragments, then each lane sums its four results over k in order.
+  const emulated_warp::Pairs a_low = emulated_warp::exchange_pair(__uint_as_float(a.x[0]), __uint_as_float(a.x[1]));
+  const emulated_warp::Pairs a_high = emulated_warp::exchange_pair(__uint_as_float(a.x[2]), __uint_as_float(a.x[3]));
+  const emulated_warp::Pairs b_pairs = emulated_warp::exchange_pair(__uint_as_float(b.x[0]), __uint_as_float(b.x[1]));
   const int lane = static_cast<int>(threadIdx.x) % 32, group = lane / 4, thread = lane % 4;
-  for (int k = 0; k < 8; ++k) {
-    const emulated_warp::Pairs& a_pairs = k < 4 ? a_low : a_high;
-    const int a_source = group * 4 + k % 4, which = k / 4;
-    const float a_row = a_pairs.first[a_source], a_row_8 = a_pairs.second[a_source];
-    const float b_even = which == 0 ? b_pairs.first[2 * thread * 4 + k % 4] : b_pairs.second[2 * thread * 4 + k % 4];
-    const float b_odd = which == 0 ? b_pairs.first[(2 * thread + 1) * 4 + k % 4] : b_pairs.second[(2 * thread + 1) * 4 + k % 4];
+  const auto element = [](float packed, int k) {
+    const std::uint32_t bits = __float_as_uint(packed);
+    return k % 2 == 0 ? bf16_low(bits) : bf16_high(bits);
+  };
+  for (int k = 0; k < 16; ++k) {
+    const int holder = k % 8 / 2;  // the t of the lanes holding column (A) or row (B) k
+    const emulated_warp::Pairs& a_pairs = k < 8 ? a_low : a_high;
+    const float a_row = element(a_pairs.first[group * 4 + holder], k), a_row_8 = element(a_pairs.second[group * 4 + holder], k);
+    const float* b_source = k < 8 ? b_pairs.first : b_pairs.second;
+    const float b_even = element(b_source[(2 * thread) * 4 + holder], k), b_odd = element(b_source[(2 * thread + 1) * 4 + holder], k);
     c.x[0] += a_row * b_even;
     c.x[1] += a_row * b_odd;
     c.x[2] += a_row_8 * b_even;
@@ -79,41 +90,19 @@ __device__ inline void mma_tf32(FragmentC& c, const FragmentA& a, const Fragment
   }
 #elif defined(__CUDA_ARCH__)
   asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(c.x[0]), "+f"(c.x[1]), "+f"(c.x[2]), "+f"(c.x[3])
-      : "r"(__float_as_uint(a.x[0])), "r"(__float_as_uint(a.x[1])), "r"(__float_as_uint(a.x[2])), "r"(__float_as_uint(a.x[3])),
-        "r"(__float_as_uint(b.x[0])), "r"(__float_as_uint(b.x[1])));
+      : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]));
 #else
   (void)c, (void)a, (void)b;  // nvcc's host pass of a device function: never run
 #endif
 }
 
-// The A fragment of columns [8j, 8j + 8) of a 16 x (8 n) product held as n C fragments (c[j] among them),
-// rounded to TF32: a product's result fed on as the left operand of the next, without shared memory.
-__device__ inline FragmentA c_to_a_fragment(const FragmentC& c) {
-  const int lane = static_cast<int>(threadIdx.x) % 32, group = lane / 4, thread = lane % 4;
-  // Column t of the 8 is held by lane (g, t / 2) as x[t % 2]; column t + 4 by lane (g, 2 + t / 2).
-  const int low_source = group * 4 + thread / 2, high_source = low_source + 2;
-  const bool odd = (thread & 1) != 0;
-  FragmentA a;
-#if defined(FERRY_CUDA_EMULATION)
-  const emulated_warp::Pairs row = emulated_warp::exchange_pair(c.x[0], c.x[1]);
-  const emulated_warp::Pairs row_8 = emulated_warp::exchange_pair(c.x[2], c.x[3]);
-  const float low_even = row.first[low_source], low_odd = row.second[low_source];
-  const float low_even_8 = row_8.first[low_source], low_odd_8 = row_8.second[low_source];
-  const float high_even = row.first[high_source], high_odd = row.second[high_source];
-  const float high_even_8 = row_8.first[high_source], high_odd_8 = row_8.second[high_source];
-#else
-  const float low_even = __shfl_sync(0xffffffffu, c.x[0], low_source), low_odd = __shfl_sync(0xffffffffu, c.x[1], low_source);
-  const float low_even_8 = __shfl_sync(0xffffffffu, c.x[2], low_source), low_odd_8 = __shfl_sync(0xffffffffu, c.x[3], low_source);
-  const float high_even = __shfl_sync(0xffffffffu, c.x[0], high_source), high_odd = __shfl_sync(0xffffffffu, c.x[1], high_source);
-  const float high_even_8 = __shfl_sync(0xffffffffu, c.x[2], high_source), high_odd_8 = __shfl_sync(0xffffffffu, c.x[3], high_source);
-#endif
-  a.x[0] = round_to_tf32(odd ? low_odd : low_even);
-  a.x[1] = round_to_tf32(odd ? low_odd_8 : low_even_8);
-  a.x[2] = round_to_tf32(odd ? high_odd : high_even);
-  a.x[3] = round_to_tf32(odd ? high_odd_8 : high_even_8);
-  return a;
+// The A fragment of columns [16j, 16j + 16) of a 16 x (8 n) f32 product held as C fragments: left = c[2j],
+// right = c[2j + 1], rounded to bf16. C's layout is A's: no exchange between lanes.
+__device__ inline Bf16FragmentA c_pair_to_a_fragment(const FragmentC& left, const FragmentC& right) {
+  return {{pack_bf16x2(left.x[0], left.x[1]), pack_bf16x2(left.x[2], left.x[3]), pack_bf16x2(right.x[0], right.x[1]),
+           pack_bf16x2(right.x[2], right.x[3])}};
 }
 
 }  // namespace ferry::cuda
