@@ -15,7 +15,7 @@ libraries=("$build/models/libferry_models.a" "$build/engine/core/libferry_core.a
            -lhwloc -lgomp /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so /usr/local/cuda/lib/libcudart_static.a
            /usr/local/cuda/lib/libcublasLt.so -L/usr/local/cuda/targets/x86_64-linux/lib -ldl -lrt -lpthread)
 # WARPS FORWARD_ROWS BACKWARD_ROWS
-for variant in "4 64 32" "8 64 32" "4 32 32" "4 64 16" "8 32 32"; do
+for variant in "4 64 32" "4 64 16" "4 32 32"; do
   read -r warps forward backward <<< "$variant"
   name=attention_benchmark_w${warps}_f${forward}_b${backward}
   defines=(-DFERRY_ATTENTION_WARPS="$warps" -DFERRY_ATTENTION_FORWARD_STAGED_ROWS="$forward" -DFERRY_ATTENTION_BACKWARD_STAGED_ROWS="$backward")

@@ -37,6 +37,25 @@ using RowTile = std::uint32_t[StagedRows][Bf16Tiles<HeadCapacity, StagedRows>::r
 template <int HeadCapacity, int StagedRows>
 using ColumnTile = std::uint32_t[HeadCapacity][Bf16Tiles<HeadCapacity, StagedRows>::column_words];
 
+// Each kernel's shared memory, 16-byte aligned for ldmatrix (every tile's rows are multiples of 16 bytes).
+template <int HeadCapacity, int StagedRows>
+struct alignas(16) ForwardShared {
+  RowTile<HeadCapacity, StagedRows> keys;
+  ColumnTile<HeadCapacity, StagedRows> values;
+};
+template <int HeadCapacity, int StagedRows>
+struct alignas(16) KeyValueGradientShared {
+  RowTile<HeadCapacity, StagedRows> queries, douts;
+  ColumnTile<HeadCapacity, StagedRows> query_columns, dout_columns;
+  float logsumexp[StagedRows];  // base 2
+  float row_dot[StagedRows];
+};
+template <int HeadCapacity, int StagedRows>
+struct alignas(16) QueryGradientShared {
+  RowTile<HeadCapacity, StagedRows> keys, values;
+  ColumnTile<HeadCapacity, StagedRows> key_columns;
+};
+
 struct alignas(16) FourFloats {
   float x[4];
 };
@@ -52,8 +71,27 @@ __device__ inline FourFloats load_four(const float* row, int dimension, int head
   return values;
 }
 
-__device__ inline FourFloats load_row_four(const float* source, std::int64_t row_stride, int position, int dimension, const Problem& problem) {
-  return position < problem.sequence ? load_four(source + position * row_stride, dimension, problem.head_size) : FourFloats{};
+// Where a staged step reads: its source rows, and whether all of them lie inside the sequence and the head
+// with 16-byte aligned rows (then every read is one unchecked 16-byte read).
+struct StagedSource {
+  const float* source;
+  std::int64_t row_stride;
+  int first_row;
+  bool whole;
+};
+
+template <int HeadCapacity, int StagedRows>
+__device__ inline StagedSource staged_source(const float* source, std::int64_t row_stride, int first_row, const Problem& problem) {
+  const bool aligned = (reinterpret_cast<std::uintptr_t>(source) & 15u) == 0 && row_stride % 4 == 0;
+  return {source, row_stride, first_row, aligned && problem.head_size == HeadCapacity && first_row + StagedRows <= problem.sequence};
+}
+
+// Dimensions [dimension, dimension + 4) of staged row `row`, zero past the sequence and the head.
+__device__ inline FourFloats load_staged_four(const StagedSource& staged, int row, int dimension, const Problem& problem) {
+  const int position = staged.first_row + row;
+  const float* values = staged.source + position * staged.row_stride;
+  if (staged.whole) return *reinterpret_cast<const FourFloats*>(values + dimension);
+  return position < problem.sequence ? load_four(values, dimension, problem.head_size) : FourFloats{};
 }
 
 // tile = rows [first_row, first_row + StagedRows) of source in bf16, zero past the sequence and the head. Every
@@ -63,11 +101,12 @@ __device__ void stage_rows(RowTile<HeadCapacity, StagedRows>& tile, const float*
                            const Problem& problem) {
   constexpr int quads = HeadCapacity / 4, per_thread = StagedRows * quads / kMmaThreads;
   static_assert(StagedRows * quads % kMmaThreads == 0);
+  const StagedSource staged = staged_source<HeadCapacity, StagedRows>(source, row_stride, first_row, problem);
   FourFloats values[per_thread];
 #pragma unroll
   for (int i = 0; i < per_thread; ++i) {
     const int element = static_cast<int>(threadIdx.x) + i * kMmaThreads;
-    values[i] = load_row_four(source, row_stride, first_row + element / quads, 4 * (element % quads), problem);
+    values[i] = load_staged_four(staged, element / quads, 4 * (element % quads), problem);
   }
 #pragma unroll
   for (int i = 0; i < per_thread; ++i) {
@@ -77,20 +116,37 @@ __device__ void stage_rows(RowTile<HeadCapacity, StagedRows>& tile, const float*
   }
 }
 
-// columns = the same rows transposed, and rows (when given) as stage_rows writes them, from one read. A lane
-// takes two adjacent rows at four dimensions; the warp's 32 lanes write 32 consecutive words of a dimension.
+// A thread's share of a staged step read for the transposed tile: two adjacent rows at four dimensions, each
+// of the warp's 32 lanes at the next pair of rows.
 template <int HeadCapacity, int StagedRows>
-__device__ void stage_columns(ColumnTile<HeadCapacity, StagedRows>& columns, RowTile<HeadCapacity, StagedRows>* rows, const float* source,
-                              std::int64_t row_stride, int first_row, const Problem& problem) {
-  constexpr int pairs = StagedRows / 2, quads = HeadCapacity / 4, per_thread = pairs * quads / kMmaThreads;
+struct RowPairs {
+  static constexpr int pairs = StagedRows / 2, quads = HeadCapacity / 4, per_thread = pairs * quads / kMmaThreads;
   static_assert(pairs * quads % kMmaThreads == 0);
   FourFloats even[per_thread], odd[per_thread];
+};
+
+template <int HeadCapacity, int StagedRows>
+__device__ void read_row_pairs(RowPairs<HeadCapacity, StagedRows>& values, const float* source, std::int64_t row_stride, int first_row,
+                               const Problem& problem) {
+  using Pairs = RowPairs<HeadCapacity, StagedRows>;
+  const StagedSource staged = staged_source<HeadCapacity, StagedRows>(source, row_stride, first_row, problem);
 #pragma unroll
-  for (int i = 0; i < per_thread; ++i) {
-    const int element = static_cast<int>(threadIdx.x) + i * kMmaThreads, pair = element % pairs, dimension = 4 * (element / pairs);
-    even[i] = load_row_four(source, row_stride, first_row + 2 * pair, dimension, problem);
-    odd[i] = load_row_four(source, row_stride, first_row + 2 * pair + 1, dimension, problem);
+  for (int i = 0; i < Pairs::per_thread; ++i) {
+    const int element = static_cast<int>(threadIdx.x) + i * kMmaThreads, pair = element % Pairs::pairs, dimension = 4 * (element / Pairs::pairs);
+    values.even[i] = load_staged_four(staged, 2 * pair, dimension, problem);
+    values.odd[i] = load_staged_four(staged, 2 * pair + 1, dimension, problem);
   }
+}
+
+// columns = the rows read transposed, and rows (when given) as stage_rows writes them. The warp's 32 lanes
+// write 32 consecutive words of a dimension.
+template <int HeadCapacity, int StagedRows>
+__device__ void write_row_pairs(ColumnTile<HeadCapacity, StagedRows>& columns, RowTile<HeadCapacity, StagedRows>* rows,
+                                const RowPairs<HeadCapacity, StagedRows>& values) {
+  using Pairs = RowPairs<HeadCapacity, StagedRows>;
+  constexpr int pairs = Pairs::pairs, per_thread = Pairs::per_thread;
+  const FourFloats(&even)[per_thread] = values.even;
+  const FourFloats(&odd)[per_thread] = values.odd;
 #pragma unroll
   for (int i = 0; i < per_thread; ++i) {
     const int element = static_cast<int>(threadIdx.x) + i * kMmaThreads, pair = element % pairs, dimension = 4 * (element / pairs);
@@ -104,12 +160,25 @@ __device__ void stage_columns(ColumnTile<HeadCapacity, StagedRows>& columns, Row
   }
 }
 
-// The B fragment of k-step `step` and n-tile `n` from either tile: row-major tiles give (k = dimension,
-// n = staged row), transposed ones (k = staged row, n = dimension).
+// Both at once: a step staged as it is read.
+template <int HeadCapacity, int StagedRows>
+__device__ void stage_columns(ColumnTile<HeadCapacity, StagedRows>& columns, RowTile<HeadCapacity, StagedRows>* rows, const float* source,
+                              std::int64_t row_stride, int first_row, const Problem& problem) {
+  RowPairs<HeadCapacity, StagedRows> values;
+  read_row_pairs<HeadCapacity, StagedRows>(values, source, row_stride, first_row, problem);
+  write_row_pairs<HeadCapacity, StagedRows>(columns, rows, values);
+}
+
+// The B fragments of n-tiles n and n + 1 at k-step `step` from either tile, in one ldmatrix: row-major tiles
+// give (k = dimension, n = staged row), transposed ones (k = staged row, n = dimension). Fragment register
+// x[0] of n-tile m is word tile[8m + g][8 step + t], x[1] the word 4 further.
 template <typename Tile>
-__device__ inline Bf16FragmentB staged_fragment(const Tile& tile, int n, int step, const LanePlace& place) {
-  const std::uint32_t* words = tile[8 * n + place.group] + 8 * step + place.thread;
-  return {{words[0], words[4]}};
+__device__ inline void load_staged_fragments(Bf16FragmentB& first, Bf16FragmentB& second, const Tile& tile, int n, int step) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize, matrix = lane / 8;
+  std::uint32_t words[4];
+  load_matrices_x4(words, tile[8 * (n + matrix / 2) + lane % 8] + 8 * step + 4 * (matrix % 2));
+  first = {{words[0], words[1]}};
+  second = {{words[2], words[3]}};
 }
 
 // A warp's rows [first_row, first_row + 16) of source as A fragments, one per 16 dimensions, read from global.
@@ -134,13 +203,17 @@ __device__ void load_row_fragments(Bf16FragmentA (&fragments)[HeadCapacity / 16]
 template <int HeadCapacity, int StagedRows>
 __device__ void product_with_staged_rows(FragmentC (&result)[StagedRows / 8], const Bf16FragmentA (&rows)[HeadCapacity / 16],
                                          const RowTile<HeadCapacity, StagedRows>& tile) {
-  const LanePlace place = lane_place();
 #pragma unroll
   for (int n = 0; n < StagedRows / 8; ++n) result[n] = FragmentC{};
 #pragma unroll
   for (int step = 0; step < HeadCapacity / 16; ++step) {
 #pragma unroll
-    for (int n = 0; n < StagedRows / 8; ++n) mma_bf16(result[n], rows[step], staged_fragment(tile, n, step, place));
+    for (int n = 0; n < StagedRows / 8; n += 2) {
+      Bf16FragmentB first, second;
+      load_staged_fragments(first, second, tile, n, step);
+      mma_bf16(result[n], rows[step], first);
+      mma_bf16(result[n + 1], rows[step], second);
+    }
   }
 }
 
@@ -148,20 +221,26 @@ __device__ void product_with_staged_rows(FragmentC (&result)[StagedRows / 8], co
 template <int HeadCapacity, int StagedRows>
 __device__ void accumulate_weighted_rows(FragmentC (&accumulator)[HeadCapacity / 8], const FragmentC (&weights)[StagedRows / 8],
                                          const ColumnTile<HeadCapacity, StagedRows>& tile) {
-  const LanePlace place = lane_place();
 #pragma unroll
   for (int step = 0; step < StagedRows / 16; ++step) {
     const Bf16FragmentA weight_fragment = c_pair_to_a_fragment(weights[2 * step], weights[2 * step + 1]);
 #pragma unroll
-    for (int n = 0; n < HeadCapacity / 8; ++n) mma_bf16(accumulator[n], weight_fragment, staged_fragment(tile, n, step, place));
+    for (int n = 0; n < HeadCapacity / 8; n += 2) {
+      Bf16FragmentB first, second;
+      load_staged_fragments(first, second, tile, n, step);
+      mma_bf16(accumulator[n], weight_fragment, first);
+      mma_bf16(accumulator[n + 1], weight_fragment, second);
+    }
   }
 }
 
 template <int HeadCapacity, int StagedRows>
 __global__ void __launch_bounds__(kMmaThreads) forward_bf16_kernel(float* out, float* logsumexp, const float* qkv, Problem problem) {
   using Tiles = Bf16Tiles<HeadCapacity, StagedRows>;
-  FERRY_SHARED(std::uint32_t, key_tile, [StagedRows][Tiles::row_words]);
-  FERRY_SHARED(std::uint32_t, value_tile, [HeadCapacity][Tiles::column_words]);
+  using Shared = ForwardShared<HeadCapacity, StagedRows>;
+  FERRY_SHARED(Shared, shared, );
+  auto& key_tile = shared.keys;
+  auto& value_tile = shared.values;
   const QueryWarp warp = query_warp(qkv, problem);
   const HeadView& head = warp.head;
   const LanePlace& place = warp.place;
@@ -170,7 +249,7 @@ __global__ void __launch_bounds__(kMmaThreads) forward_bf16_kernel(float* out, f
   Bf16FragmentA query_rows[Tiles::head_steps];
   load_row_fragments<HeadCapacity>(query_rows, warp.queries, warp.qkv_stride, first_query, problem);
 
-  // Scores in base 2: scale * log2(e) * q.k, so that exp2 gives the softmax's exponentials.
+  // Maxima of the raw dot products; exponentials in base 2: exp(scale (s - max)) = 2^(s log2_scale - max log2_scale).
   const float log2_scale = problem.scale * kLog2E;
   float running_max[2] = {-INFINITY, -INFINITY}, running_sum[2] = {0.0f, 0.0f};
   FragmentC accumulator[Tiles::head_tiles] = {};
@@ -192,26 +271,34 @@ __global__ void __launch_bounds__(kMmaThreads) forward_bf16_kernel(float* out, f
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int key = first_key + 8 * n + 2 * place.thread + i % 2;
-        const bool visible = !masked || (key <= queries_of_lane[i / 2] && key < problem.sequence);
-        const float score = visible ? log2_scale * scores[n].x[i] : -INFINITY;
-        scores[n].x[i] = score;
-        tile_max[i / 2] = fmaxf(tile_max[i / 2], score);
+        if (masked && !(key <= queries_of_lane[i / 2] && key < problem.sequence)) scores[n].x[i] = -INFINITY;
+        tile_max[i / 2] = fmaxf(tile_max[i / 2], scores[n].x[i]);
       }
     }
-    float new_max[2], correction[2], tile_sum[2] = {0.0f, 0.0f};
+    float new_max[2], correction[2], offset[2], tile_sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       new_max[half] = fmaxf(running_max[half], row_max<4>(tile_max[half]));
-      correction[half] = exp2f(running_max[half] - new_max[half]);  // 0 on the first step
+      correction[half] = fast_exp2((running_max[half] - new_max[half]) * log2_scale);  // 0 on the first step
+      offset[half] = new_max[half] * log2_scale;
     }
 #pragma unroll
     for (int n = 0; n < Tiles::staged_tiles; ++n) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int key = first_key + 8 * n + 2 * place.thread + i % 2;
-        const float probability = exp2f(scores[n].x[i] - new_max[i / 2]);  // up to the row's final normalization
-        tile_sum[i / 2] += probability;
-        scores[n].x[i] = probability > 0.0f ? probability * dropout_factor(problem, head, queries_of_lane[i / 2], key) : 0.0f;
+        // Up to the row's final normalization; masked entries (-inf) give 0.
+        scores[n].x[i] = fast_exp2(fmaf(scores[n].x[i], log2_scale, -offset[i / 2]));
+        tile_sum[i / 2] += scores[n].x[i];
+      }
+    }
+    if (problem.dropout > 0.0f) {
+#pragma unroll
+      for (int n = 0; n < Tiles::staged_tiles; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int key = first_key + 8 * n + 2 * place.thread + i % 2;
+          if (scores[n].x[i] > 0.0f) scores[n].x[i] *= dropout_factor(problem, head, queries_of_lane[i / 2], key);
+        }
       }
     }
 #pragma unroll
@@ -233,7 +320,7 @@ __global__ void __launch_bounds__(kMmaThreads) forward_bf16_kernel(float* out, f
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int query = queries_of_lane[half];
-    if (query < problem.sequence) logsumexp[head.statistics_offset + query] = (running_max[half] + log2f(running_sum[half])) / kLog2E;
+    if (query < problem.sequence) logsumexp[head.statistics_offset + query] = problem.scale * running_max[half] + logf(running_sum[half]);
   }
 }
 
@@ -242,12 +329,14 @@ template <int HeadCapacity, int StagedRows>
 __global__ void __launch_bounds__(kMmaThreads) key_value_gradient_bf16_kernel(float* dqkv, const float* dout, const float* qkv,
                                                                               const float* logsumexp, const float* row_dot, Problem problem) {
   using Tiles = Bf16Tiles<HeadCapacity, StagedRows>;
-  FERRY_SHARED(std::uint32_t, query_tile, [StagedRows][Tiles::row_words]);
-  FERRY_SHARED(std::uint32_t, query_columns, [HeadCapacity][Tiles::column_words]);
-  FERRY_SHARED(std::uint32_t, dout_tile, [StagedRows][Tiles::row_words]);
-  FERRY_SHARED(std::uint32_t, dout_columns, [HeadCapacity][Tiles::column_words]);
-  FERRY_SHARED(float, tile_logsumexp, [StagedRows]);
-  FERRY_SHARED(float, tile_row_dot, [StagedRows]);
+  using Shared = KeyValueGradientShared<HeadCapacity, StagedRows>;
+  FERRY_SHARED(Shared, shared, );
+  auto& query_tile = shared.queries;
+  auto& query_columns = shared.query_columns;
+  auto& dout_tile = shared.douts;
+  auto& dout_columns = shared.dout_columns;
+  auto& tile_logsumexp = shared.logsumexp;
+  auto& tile_row_dot = shared.row_dot;
   const int block_tile = static_cast<int>(blockIdx.x);  // the first keys see the most queries: they start first
   const HeadView head = head_view(problem, static_cast<int>(blockIdx.y));
   const LanePlace place = lane_place();
@@ -262,17 +351,32 @@ __global__ void __launch_bounds__(kMmaThreads) key_value_gradient_bf16_kernel(fl
   const float log2_scale = problem.scale * kLog2E;
   FragmentC key_gradient[Tiles::head_tiles] = {}, value_gradient[Tiles::head_tiles] = {};
   const bool warp_has_rows = first_key < problem.sequence;
+  // Each step's queries, dout and row statistics are read during the step before (in registers), so a step
+  // waits for memory only on the first.
+  RowPairs<HeadCapacity, StagedRows> next_queries, next_douts;
+  float next_logsumexp = 0.0f, next_row_dot = 0.0f;
+  const auto read_step = [&](int first_query) {
+    read_row_pairs<HeadCapacity, StagedRows>(next_queries, queries, qkv_stride, first_query, problem);
+    read_row_pairs<HeadCapacity, StagedRows>(next_douts, dout_rows, problem.channels, first_query, problem);
+    const int query = first_query + static_cast<int>(threadIdx.x);
+    if (static_cast<int>(threadIdx.x) < StagedRows && query < problem.sequence) {
+      next_logsumexp = logsumexp[head.statistics_offset + query] * kLog2E;  // base 2
+      next_row_dot = row_dot[head.statistics_offset + query];
+    } else {
+      next_logsumexp = next_row_dot = 0.0f;
+    }
+  };
+  read_step(block_tile * kBlockRows);
   for (int first_query = block_tile * kBlockRows; first_query < problem.sequence; first_query += StagedRows) {
     __syncthreads();  // every warp is done with the previous queries
-    stage_columns<HeadCapacity, StagedRows>(query_columns, &query_tile, queries, qkv_stride, first_query, problem);
-    stage_columns<HeadCapacity, StagedRows>(dout_columns, &dout_tile, dout_rows, problem.channels, first_query, problem);
+    write_row_pairs<HeadCapacity, StagedRows>(query_columns, &query_tile, next_queries);
+    write_row_pairs<HeadCapacity, StagedRows>(dout_columns, &dout_tile, next_douts);
     if (static_cast<int>(threadIdx.x) < StagedRows) {
-      const int query = first_query + static_cast<int>(threadIdx.x);
-      const bool inside = query < problem.sequence;
-      tile_logsumexp[threadIdx.x] = inside ? logsumexp[head.statistics_offset + query] * kLog2E : 0.0f;  // base 2
-      tile_row_dot[threadIdx.x] = inside ? row_dot[head.statistics_offset + query] : 0.0f;
+      tile_logsumexp[threadIdx.x] = next_logsumexp;
+      tile_row_dot[threadIdx.x] = next_row_dot;
     }
     __syncthreads();
+    if (first_query + StagedRows < problem.sequence) read_step(first_query + StagedRows);
     if (!warp_has_rows || first_query + StagedRows <= first_key) continue;  // every staged query precedes the warp's keys
     FragmentC probabilities[Tiles::staged_tiles], score_gradients[Tiles::staged_tiles];  // [key][query]: transposed P and dS
     product_with_staged_rows<HeadCapacity, StagedRows>(probabilities, key_rows, query_tile);
@@ -282,7 +386,7 @@ __global__ void __launch_bounds__(kMmaThreads) key_value_gradient_bf16_kernel(fl
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int column = 8 * n + 2 * place.thread + i % 2;
-        const float probability = exp2f(log2_scale * probabilities[n].x[i] - tile_logsumexp[column]);
+        const float probability = fast_exp2(fmaf(probabilities[n].x[i], log2_scale, -tile_logsumexp[column]));
         const EntryGradient gradient = entry_gradient_of_probability(problem, head, first_query + column, first_key + place.group + 8 * (i / 2),
                                                                      probability, score_gradients[n].x[i], tile_row_dot[column]);
         probabilities[n].x[i] = gradient.dropped_probability;
@@ -303,9 +407,11 @@ template <int HeadCapacity, int StagedRows>
 __global__ void __launch_bounds__(kMmaThreads) query_gradient_bf16_kernel(float* dqkv, const float* dout, const float* qkv,
                                                                           const float* logsumexp, const float* row_dot, Problem problem) {
   using Tiles = Bf16Tiles<HeadCapacity, StagedRows>;
-  FERRY_SHARED(std::uint32_t, key_tile, [StagedRows][Tiles::row_words]);
-  FERRY_SHARED(std::uint32_t, key_columns, [HeadCapacity][Tiles::column_words]);
-  FERRY_SHARED(std::uint32_t, value_tile, [StagedRows][Tiles::row_words]);
+  using Shared = QueryGradientShared<HeadCapacity, StagedRows>;
+  FERRY_SHARED(Shared, shared, );
+  auto& key_tile = shared.keys;
+  auto& key_columns = shared.key_columns;
+  auto& value_tile = shared.values;
   const QueryWarp warp = query_warp(qkv, problem);
   const HeadView& head = warp.head;
   const LanePlace& place = warp.place;
@@ -340,7 +446,7 @@ __global__ void __launch_bounds__(kMmaThreads) query_gradient_bf16_kernel(float*
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int half = i / 2;
-        const float probability = exp2f(log2_scale * score_gradients[n].x[i] - row_logsumexp[half]);
+        const float probability = fast_exp2(fmaf(score_gradients[n].x[i], log2_scale, -row_logsumexp[half]));
         score_gradients[n].x[i] = entry_gradient_of_probability(problem, head, queries_of_lane[half],
                                                                 first_key + 8 * n + 2 * place.thread + i % 2, probability,
                                                                 dout_values[n].x[i], row_dot_value[half])

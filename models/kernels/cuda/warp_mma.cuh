@@ -98,6 +98,35 @@ __device__ inline void mma_bf16(FragmentC& c, const Bf16FragmentA& a, const Bf16
 #endif
 }
 
+// Four 8 x 8 matrices of 32-bit words (pairs of bf16) from shared memory in one warp-wide read (ldmatrix.x4):
+// lane l gives the address of row l % 8 of matrix l / 8 (four words, 16-byte aligned); words[i] is matrix
+// i's word (row l / 4, column l % 4) for lane l, the place of an mma fragment's register.
+__device__ inline void load_matrices_x4(std::uint32_t (&words)[4], const std::uint32_t* row) {
+#if defined(FERRY_CUDA_EMULATION)
+  const std::uint64_t* rows = ::ferry::cuda_emulation::warp_exchange(0xffffffffu, reinterpret_cast<std::uintptr_t>(row));
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  for (int i = 0; i < 4; ++i) words[i] = reinterpret_cast<const std::uint32_t*>(rows[8 * i + lane / 4])[lane % 4];
+#elif defined(__CUDA_ARCH__)
+  const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(words[0]), "=r"(words[1]), "=r"(words[2]), "=r"(words[3])
+               : "r"(address));
+#else
+  (void)words, (void)row;  // nvcc's host pass of a device function: never run
+#endif
+}
+
+// 2^x, to the GPU's ex2.approx (2 ulp; results below 2^-126 flushed to zero): the softmax's exponentials.
+__device__ inline float fast_exp2(float x) {
+#if defined(__CUDA_ARCH__) && !defined(FERRY_CUDA_EMULATION)
+  float result;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(result) : "f"(x));
+  return result;
+#else
+  return exp2f(x);
+#endif
+}
+
 // The A fragment of columns [16j, 16j + 16) of a 16 x (8 n) f32 product held as C fragments: left = c[2j],
 // right = c[2j + 1], rounded to bf16. C's layout is A's: no exchange between lanes.
 __device__ inline Bf16FragmentA c_pair_to_a_fragment(const FragmentC& left, const FragmentC& right) {
