@@ -240,11 +240,22 @@ void ZeroOffloadOptimizer::export_state(std::vector<float>& master, std::vector<
   master.resize(total);
   first_moment.resize(total);
   second_moment.resize(total);
+  export_by_group([&](std::int64_t begin, std::int64_t count, const float* from_master, const float* from_first, const float* from_second) {
+    std::copy_n(from_master, count, master.begin() + begin);
+    std::copy_n(from_first, count, first_moment.begin() + begin);
+    std::copy_n(from_second, count, second_moment.begin() + begin);
+  });
+}
+
+void ZeroOffloadOptimizer::export_by_group(const GroupRead& read) {
   for (std::int64_t group = 0; group < tier_->group_count(); ++group) {
     const StateGroup state = tier_->acquire(group);
-    std::copy_n(state.master, state.count, master.begin() + state.begin);
-    std::copy_n(state.first_moment, state.count, first_moment.begin() + state.begin);
-    std::copy_n(state.second_moment, state.count, second_moment.begin() + state.begin);
+    try {
+      read(state.begin, state.count, state.master, state.first_moment, state.second_moment);
+    } catch (...) {
+      tier_->release(group, false);
+      throw;
+    }
     tier_->release(group, false);
   }
 }
@@ -267,7 +278,12 @@ void ZeroOffloadOptimizer::import_by_group(const GroupFill& fill) {
   copy_after_compute();
   for (std::int64_t group = 0; group < tier_->group_count(); ++group) {
     const StateGroup state = tier_->acquire(group);
-    fill(state.begin, state.count, state.master, state.first_moment, state.second_moment);
+    try {
+      fill(state.begin, state.count, state.master, state.first_moment, state.second_moment);
+    } catch (...) {
+      tier_->release(group, false);
+      throw;
+    }
     convert_from_f32(state.master, staged(state, element), parameter_dtype_,
                      static_cast<std::size_t>(state.count));
     tier_->release(group, true);

@@ -83,6 +83,12 @@ class ZeroOffloadOptimizer {
   const std::vector<OffloadedParameter>& parameters() const { return parameters_; }
   // Flat copies of the whole state (parameters end to end), for checkpoints.
   void export_state(std::vector<float>& master, std::vector<float>& first_moment, std::vector<float>& second_moment);
+  // The state a sub-group at a time, in order: `read(begin, count, master, first_moment, second_moment)` sees
+  // elements [begin, begin + count) where they live (pinned host memory, or the NVMe tier's buffer), valid
+  // only during the call: a checkpoint's writer never holds the whole state on the host.
+  using GroupRead = std::function<void(std::int64_t begin, std::int64_t count, const float* master, const float* first_moment,
+                                       const float* second_moment)>;
+  void export_by_group(const GroupRead& read);
   // Replaces the state and sets the device parameters from the master weights (rounded to their dtype).
   void import_state(const std::vector<float>& master, const std::vector<float>& first_moment, const std::vector<float>& second_moment);
   // The same, a sub-group at a time: `fill(begin, count, master, first_moment, second_moment)` writes

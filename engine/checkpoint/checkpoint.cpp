@@ -147,22 +147,26 @@ void create_checkpoint_files(const std::string& directory, const GptConfig& conf
   create_sized_safetensors(in(directory, kOptimizerFile), moments, {{"optimizer", "AdamW"}, {"steps", std::to_string(optimizer_steps)}});
 }
 
-void write_checkpoint_shard(const std::string& directory, const OptimizerSnapshot& shard, const std::vector<std::string>& skipped) {
+void write_checkpoint_shard(const std::string& directory, const ShardExport& shard, const std::vector<std::string>& skipped) {
   SafetensorsFiller masters(in(directory, kModelFile));
   SafetensorsFiller moments(in(directory, kOptimizerFile));
-  for (const FlatRange& range : shard.share.ranges()) {  // one range, or the rank's shard of each unit
-    for (std::size_t i = 0; i < shard.names.size(); ++i) {
-      const FlatRange tensor{shard.offsets[i], shard.offsets[i] + shape_numel(shard.shapes[i])};
-      const FlatRange piece = tensor.intersect(range);
-      if (piece.empty() || std::find(skipped.begin(), skipped.end(), shard.names[i]) != skipped.end()) continue;
-      const auto at = static_cast<std::size_t>(shard.share.offset(piece.begin));
-      masters.write(shard.names[i], DType::f32, piece.begin - tensor.begin, piece.size(), shard.master.data() + at);
-      moments.write("exp_avg." + shard.names[i], DType::f32, piece.begin - tensor.begin, piece.size(), shard.first_moment.data() + at);
-      moments.write("exp_avg_sq." + shard.names[i], DType::f32, piece.begin - tensor.begin, piece.size(), shard.second_moment.data() + at);
-    }
-  }
+  const OptimizerSnapshot& outline = shard.outline;
+  shard.pieces([&](std::int64_t first, std::int64_t count, const float* master, const float* first_moment, const float* second_moment) {
+    // One range, or the rank's shard of each unit; a piece may cross tensors and ranges.
+    for_each_tensor_piece(outline, first, count, [&](std::size_t tensor, std::int64_t element, std::int64_t elements, std::int64_t at) {
+      const std::string& name = outline.names[tensor];
+      if (std::find(skipped.begin(), skipped.end(), name) != skipped.end()) return;
+      masters.write(name, DType::f32, element, elements, master + at);
+      moments.write("exp_avg." + name, DType::f32, element, elements, first_moment + at);
+      moments.write("exp_avg_sq." + name, DType::f32, element, elements, second_moment + at);
+    });
+  });
   masters.sync();
   moments.sync();
+}
+
+void write_checkpoint_shard(const std::string& directory, const OptimizerSnapshot& shard, const std::vector<std::string>& skipped) {
+  write_checkpoint_shard(directory, export_of(shard), skipped);
 }
 
 void finish_checkpoint(const std::string& directory, const GptConfig& config, const TrainerState& state, std::int64_t optimizer_steps) {
@@ -175,13 +179,13 @@ void finish_checkpoint(const std::string& directory, const GptConfig& config, co
 }
 
 void save_checkpoint(const std::string& directory, const GptModel& model, TrainingOptimizer& optimizer, const TrainerState& state) {
-  const OptimizerSnapshot shard = optimizer.shard();
-  if (!(shard.share == FlatShards(FlatRange{0, model.parameters().numel()})) || !model.part().whole()) {
+  const ShardExport shard = optimizer.export_shard();
+  if (!(shard.outline.share == FlatShards(FlatRange{0, model.parameters().numel()})) || !model.part().whole()) {
     throw std::logic_error("save_checkpoint writes a whole model from one process; a grid's ranks save together (save_sharded_checkpoint)");
   }
-  create_checkpoint_files(directory, model.config(), shard.steps);
+  create_checkpoint_files(directory, model.config(), shard.outline.steps);
   write_checkpoint_shard(directory, shard, {});
-  finish_checkpoint(directory, model.config(), state, shard.steps);
+  finish_checkpoint(directory, model.config(), state, shard.outline.steps);
 }
 
 GptConfig read_checkpoint_config(const std::string& directory) {
@@ -202,31 +206,28 @@ TrainerState load_checkpoint(const std::string& directory, const GptModel& model
   verify_checksums(directory);
   const TrainerState state = read_trainer_state(directory);
   // Only the rank's share of the state is read (a data-parallel rank's partition, of each tensor the
-  // elements in it); the optimizer's restore fills in the rest of the parameters.
-  const FlatShards share = optimizer.state_range();
-  OptimizerSnapshot snapshot = shard_layout(model, share);
-  snapshot.steps = state.optimizer_steps;
+  // elements in it), a piece at a time into where the optimizer keeps it; the optimizer's restore fills
+  // in the rest of the parameters.
+  const OptimizerSnapshot outline = shard_outline(model, optimizer.state_range());
   try {
     const SafetensorsFile weights(in(directory, kModelFile));
     const SafetensorsFile moments(in(directory, kOptimizerFile));
-    for (const FlatRange& range : share.ranges()) {
-      for (std::size_t i = 0; i < snapshot.names.size(); ++i) {
-        const FlatRange tensor{snapshot.offsets[i], snapshot.offsets[i] + shape_numel(snapshot.shapes[i])};
-        const FlatRange piece = tensor.intersect(range);
-        if (piece.empty()) continue;
-        const std::int64_t first = piece.begin - tensor.begin;
-        const auto at = static_cast<std::size_t>(share.offset(piece.begin));
-        load_f32(weights, snapshot.names[i], snapshot.shapes[i], first, piece.size(), snapshot.master.data() + at);
-        load_f32(moments, "exp_avg." + snapshot.names[i], snapshot.shapes[i], first, piece.size(), snapshot.first_moment.data() + at);
-        load_f32(moments, "exp_avg_sq." + snapshot.names[i], snapshot.shapes[i], first, piece.size(), snapshot.second_moment.data() + at);
-      }
-    }
+    optimizer.restore_by_pieces(model, state.optimizer_steps,
+                                [&](std::int64_t first, std::int64_t count, float* master, float* first_moment, float* second_moment) {
+                                  for_each_tensor_piece(outline, first, count,
+                                                        [&](std::size_t tensor, std::int64_t element, std::int64_t elements, std::int64_t at) {
+                                                          const std::string& name = outline.names[tensor];
+                                                          const Shape& shape = outline.shapes[tensor];
+                                                          load_f32(weights, name, shape, element, elements, master + at);
+                                                          load_f32(moments, "exp_avg." + name, shape, element, elements, first_moment + at);
+                                                          load_f32(moments, "exp_avg_sq." + name, shape, element, elements, second_moment + at);
+                                                        });
+                                });
   } catch (const SafetensorsError& error) {
     throw CheckpointError(std::string("checkpoint '") + directory + "' is corrupt: " + error.what());
   } catch (const FileError& error) {
     throw CheckpointError(std::string("checkpoint '") + directory + "' is corrupt: " + error.what());
   }
-  optimizer.restore(snapshot);
   return state;
 }
 

@@ -22,8 +22,10 @@ namespace ferry {
 // 1. (one rank) the directory and its two tensor files at full size, every tensor of the model of
 //    `config` listed and zero; throws CheckpointError when `directory` already holds a checkpoint.
 void create_checkpoint_files(const std::string& directory, const GptConfig& config, std::int64_t optimizer_steps);
-// 2. (every rank) its shard's master weights and moments written in place and synced, leaving out the
-//    parameters named in `skipped` (another rank writes them: a pipeline's second copy of the tied table).
+// 2. (every rank) its shard's master weights and moments written in place a piece at a time and synced,
+//    leaving out the parameters named in `skipped` (another rank writes them: a pipeline's second copy of
+//    the tied table); the second form writes a shard held whole.
+void write_checkpoint_shard(const std::string& directory, const ShardExport& shard, const std::vector<std::string>& skipped);
 void write_checkpoint_shard(const std::string& directory, const OptimizerSnapshot& shard, const std::vector<std::string>& skipped);
 // 3. (one rank, after every shard is written) config.json, trainer_state.json and DONE with each file's
 //    checksum.

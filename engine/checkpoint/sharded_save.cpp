@@ -47,6 +47,12 @@ constexpr char kSaved = '+', kFailed = '-';
 std::string save_sharded_checkpoint(Communicator& world, const std::string& root, std::int64_t step, std::int64_t keep,
                                     const GptConfig& config, const OptimizerSnapshot& shard, const std::vector<std::string>& skipped,
                                     const TrainerState& state) {
+  return save_sharded_checkpoint(world, root, step, keep, config, export_of(shard), skipped, state);
+}
+
+std::string save_sharded_checkpoint(Communicator& world, const std::string& root, std::int64_t step, std::int64_t keep,
+                                    const GptConfig& config, const ShardExport& shard, const std::vector<std::string>& skipped,
+                                    const TrainerState& state) {
   // Three collectives in this order on every rank, whatever fails: the staging directory ("" when it
   // could not be made), every rank's failure to rank 0, the outcome.
   bool announced = false, collected = false;
@@ -54,7 +60,7 @@ std::string save_sharded_checkpoint(Communicator& world, const std::string& root
   if (world.rank() == 0) {
     try {
       const std::string directory = save_checkpoint_step(root, step, keep, [&](const std::string& staging) {
-        const std::string created = failure_of([&] { create_checkpoint_files(staging, config, shard.steps); });
+        const std::string created = failure_of([&] { create_checkpoint_files(staging, config, shard.outline.steps); });
         broadcast_text(world, created.empty() ? staging : std::string());
         announced = true;
         const std::string own = created.empty() ? failure_of([&] { write_checkpoint_shard(staging, shard, skipped); }) : std::string();
@@ -62,7 +68,7 @@ std::string save_sharded_checkpoint(Communicator& world, const std::string& root
         collected = true;
         if (!created.empty()) throw CheckpointError("cannot create the checkpoint's files: " + created);
         if (!failures.empty()) throw CheckpointError("a rank could not write its shard of the checkpoint (" + failures + ")");
-        finish_checkpoint(staging, config, state, shard.steps);
+        finish_checkpoint(staging, config, state, shard.outline.steps);
       });
       outcome = kSaved + directory;
     } catch (const std::exception& error) {

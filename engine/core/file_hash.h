@@ -1,4 +1,4 @@
-// The XXH64 of a whole file, read through a read-only mapping (no copy in memory): what a checkpoint's
+// The XXH64 of a whole file, read 4 MiB at a time (the process never holds more of it): what a checkpoint's
 // DONE marker records for each of its files and checks on resume, so a flipped byte is found. Equal to
 // `xxhsum -H1 FILE`.
 #pragma once

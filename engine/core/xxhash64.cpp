@@ -1,9 +1,10 @@
 // xxhash64: XXH64 (seed 0), written here from the published xxHash specification
 // (https://github.com/Cyan4973/xxHash/blob/dev/doc/xxhash_spec.md): four 64-bit accumulators over
-// 32-byte stripes, then the tail and an avalanche. Portable scalar code at about a byte per cycle,
+// 32-byte stripes, then the tail (under 32 bytes) and an avalanche; streamed, the tail waits in a buffer. Portable scalar code at about a byte per cycle,
 // well above a drive's bandwidth; the result equals xxhsum -H1, so a file can be checked by hand.
 #include "engine/core/xxhash64.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstdio>
@@ -46,32 +47,35 @@ std::uint64_t merge(std::uint64_t hash, std::uint64_t accumulator) {
 
 }  // namespace
 
-std::uint64_t xxhash64(const void* data, std::size_t bytes) {
+void Xxhash64Stream::consume_stripe(const unsigned char* stripe) {
+  for (int lane = 0; lane < 4; ++lane) lanes_[lane] = accumulate(lanes_[lane], load64(stripe + 8 * lane));
+}
+
+void Xxhash64Stream::update(const void* data, std::size_t bytes) {
   const auto* cursor = static_cast<const unsigned char*>(data);
-  const unsigned char* const end = cursor + bytes;
-  std::uint64_t hash = 0;
-  if (bytes >= 32) {
-    std::uint64_t lane1 = prime1 + prime2;
-    std::uint64_t lane2 = prime2;
-    std::uint64_t lane3 = 0;
-    std::uint64_t lane4 = 0 - prime1;
-    const unsigned char* const last_stripe = end - 32;
-    do {
-      lane1 = accumulate(lane1, load64(cursor));
-      lane2 = accumulate(lane2, load64(cursor + 8));
-      lane3 = accumulate(lane3, load64(cursor + 16));
-      lane4 = accumulate(lane4, load64(cursor + 24));
-      cursor += 32;
-    } while (cursor <= last_stripe);
-    hash = std::rotl(lane1, 1) + std::rotl(lane2, 7) + std::rotl(lane3, 12) + std::rotl(lane4, 18);
-    hash = merge(hash, lane1);
-    hash = merge(hash, lane2);
-    hash = merge(hash, lane3);
-    hash = merge(hash, lane4);
-  } else {
-    hash = prime5;
+  total_bytes_ += bytes;
+  if (pending_bytes_ > 0) {  // complete the pending stripe first
+    const std::size_t taken = std::min(bytes, sizeof pending_ - pending_bytes_);
+    std::memcpy(pending_ + pending_bytes_, cursor, taken);
+    pending_bytes_ += taken, cursor += taken, bytes -= taken;
+    if (pending_bytes_ < sizeof pending_) return;
+    consume_stripe(pending_);
+    pending_bytes_ = 0;
   }
-  hash += static_cast<std::uint64_t>(bytes);
+  for (; bytes >= sizeof pending_; cursor += sizeof pending_, bytes -= sizeof pending_) consume_stripe(cursor);
+  std::memcpy(pending_, cursor, bytes);
+  pending_bytes_ = bytes;
+}
+
+std::uint64_t Xxhash64Stream::digest() const {
+  std::uint64_t hash = prime5;
+  if (total_bytes_ >= 32) {
+    hash = std::rotl(lanes_[0], 1) + std::rotl(lanes_[1], 7) + std::rotl(lanes_[2], 12) + std::rotl(lanes_[3], 18);
+    for (const std::uint64_t lane : lanes_) hash = merge(hash, lane);
+  }
+  hash += total_bytes_;
+  const unsigned char* cursor = pending_;
+  const unsigned char* const end = pending_ + pending_bytes_;
   while (end - cursor >= 8) {
     hash ^= accumulate(0, load64(cursor));
     hash = std::rotl(hash, 27) * prime1 + prime4;
@@ -93,6 +97,12 @@ std::uint64_t xxhash64(const void* data, std::size_t bytes) {
   hash *= prime3;
   hash ^= hash >> 32;
   return hash;
+}
+
+std::uint64_t xxhash64(const void* data, std::size_t bytes) {
+  Xxhash64Stream stream;
+  stream.update(data, bytes);
+  return stream.digest();
 }
 
 std::string xxhash64_text(std::uint64_t hash) {

@@ -119,16 +119,19 @@ class OffloadedDataParallelAdamW final : public DataParallelBase {
     held.second_moment = std::move(values.second_moment);
     return held;
   }
-  // A sub-group at a time: the host never holds the whole initial shard beside the optimizer's state.
-  void start_from(const GptModel& model, const ParameterValuesSource& values) override {
-    const FlatShards share = state_range();
+  // A sub-group at a time when the shard is the rank's whole share (ZeRO 1-3); ZeRO 0's shard is a cut of it.
+  ShardExport export_shard() override {
+    if (!(shard_range() == state_range())) return TrainingOptimizer::export_shard();
+    OptimizerSnapshot outline = shard_outline(model_, state_range());
+    outline.steps = optimizer_.steps_taken();
+    return {std::move(outline), [this](const ShardPieceVisitor& visit) { optimizer_.export_by_group(visit); }};
+  }
+  // A sub-group at a time: the host never holds the rank's whole share beside the optimizer's state.
+  void restore_by_pieces(const GptModel& model, std::int64_t steps, const ShardPieceFill& fill) override {
+    (void)model;
     drop_gathered();
-    optimizer_.import_by_group([&](std::int64_t begin, std::int64_t count, float* master, float* first, float* second) {
-      write_initial_values(model, share, begin, count, master, values);
-      std::fill_n(first, count, 0.0f);
-      std::fill_n(second, count, 0.0f);
-    });
-    optimizer_.set_steps_taken(0);
+    optimizer_.import_by_group(fill);
+    optimizer_.set_steps_taken(steps);
     gather_updated_parameters();
   }
   void restore(const OptimizerSnapshot& snapshot) override {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <stdexcept>
 
 #include "models/adamw_optimizer.h"
@@ -42,6 +43,33 @@ double TrainingOptimizer::gradient_sum_of_squares(std::optional<std::size_t> exc
 }
 
 OptimizerSnapshot shard_layout(const GptModel& model, const FlatShards& share) {
+  OptimizerSnapshot snapshot = shard_outline(model, share);
+  snapshot.master.resize(static_cast<std::size_t>(share.size()));
+  snapshot.first_moment.resize(static_cast<std::size_t>(share.size()));
+  snapshot.second_moment.resize(static_cast<std::size_t>(share.size()));
+  return snapshot;
+}
+
+ShardExport export_of(const OptimizerSnapshot& snapshot) {
+  OptimizerSnapshot outline;
+  outline.names = snapshot.names;
+  outline.shapes = snapshot.shapes;
+  outline.offsets = snapshot.offsets;
+  outline.share = snapshot.share;
+  outline.steps = snapshot.steps;
+  return {std::move(outline), [&snapshot](const ShardPieceVisitor& visit) {
+            visit(0, snapshot.share.size(), snapshot.master.data(), snapshot.first_moment.data(), snapshot.second_moment.data());
+          }};
+}
+
+ShardExport TrainingOptimizer::export_shard() {
+  auto held = std::make_shared<const OptimizerSnapshot>(shard());
+  ShardExport exported = export_of(*held);
+  exported.pieces = [held, pieces = std::move(exported.pieces)](const ShardPieceVisitor& visit) { pieces(visit); };
+  return exported;
+}
+
+OptimizerSnapshot shard_outline(const GptModel& model, const FlatShards& share) {
   OptimizerSnapshot snapshot;
   std::int64_t offset = 0;
   for (const ParameterSpec& each : model.parameter_specs()) {  // held or not (ZeRO stage 3 holds a partition)
@@ -57,9 +85,6 @@ OptimizerSnapshot shard_layout(const GptModel& model, const FlatShards& share) {
     }
   }
   snapshot.share = share;
-  snapshot.master.resize(static_cast<std::size_t>(share.size()));
-  snapshot.first_moment.resize(static_cast<std::size_t>(share.size()));
-  snapshot.second_moment.resize(static_cast<std::size_t>(share.size()));
   return snapshot;
 }
 
@@ -69,34 +94,38 @@ OptimizerSnapshot snapshot_layout(const GptModel& model) {
   return shard_layout(model, FlatRange{0, elements});
 }
 
-void write_initial_values(const GptModel& model, const FlatShards& share, std::int64_t begin, std::int64_t count, float* master,
-                          const ParameterValuesSource& source) {
-  const std::vector<ParameterSpec> specs = model.parameter_specs();
+void for_each_tensor_piece(const OptimizerSnapshot& outline, std::int64_t begin, std::int64_t count, const TensorPieceVisitor& visit) {
   std::int64_t share_start = 0;  // where each of the share's ranges starts in its elements, end to end
-  for (const FlatRange& range : share.ranges()) {
+  for (const FlatRange& range : outline.share.ranges()) {
     // The part of this range that lands in [begin, begin + count) of the share.
     const std::int64_t first = std::max(begin, share_start), last = std::min(begin + count, share_start + range.size());
     if (first < last) {
       const FlatRange wanted{range.begin + (first - share_start), range.begin + (last - share_start)};
-      std::int64_t tensor_begin = 0;  // the parameters end to end, in the model's order
-      for (const ParameterSpec& spec : specs) {
-        const FlatRange tensor{tensor_begin, tensor_begin + spec.numel()};
-        tensor_begin = tensor.end;
+      for (std::size_t i = 0; i < outline.names.size(); ++i) {
+        const FlatRange tensor{outline.offsets[i], outline.offsets[i] + shape_numel(outline.shapes[i])};
         const FlatRange piece = tensor.intersect(wanted);
-        if (piece.empty()) continue;
-        std::vector<float> values = source(spec, piece.begin - tensor.begin, piece.size());
-        // 16-bit parameters start as the values rounded to their dtype, and so does their master copy (as a
-        // model that holds its parameters whole starts).
-        if (model.parameter_dtype() != DType::f32) {
-          std::vector<std::uint16_t> rounded(values.size());
-          convert_from_f32(values.data(), rounded.data(), model.parameter_dtype(), values.size());
-          convert_to_f32(rounded.data(), values.data(), model.parameter_dtype(), values.size());
-        }
-        std::copy(values.begin(), values.end(), master + (share_start + piece.begin - range.begin) - begin);
+        if (!piece.empty()) visit(i, piece.begin - tensor.begin, piece.size(), (share_start + piece.begin - range.begin) - begin);
       }
     }
     share_start += range.size();
   }
+}
+
+void write_initial_values(const GptModel& model, const FlatShards& share, std::int64_t begin, std::int64_t count, float* master,
+                          const ParameterValuesSource& source) {
+  const std::vector<ParameterSpec> specs = model.parameter_specs();
+  const OptimizerSnapshot outline = shard_outline(model, share);
+  for_each_tensor_piece(outline, begin, count, [&](std::size_t tensor, std::int64_t element, std::int64_t elements, std::int64_t at) {
+    std::vector<float> values = source(specs[tensor], element, elements);
+    // 16-bit parameters start as the values rounded to their dtype, and so does their master copy (as a
+    // model that holds its parameters whole starts).
+    if (model.parameter_dtype() != DType::f32) {
+      std::vector<std::uint16_t> rounded(values.size());
+      convert_from_f32(values.data(), rounded.data(), model.parameter_dtype(), values.size());
+      convert_to_f32(rounded.data(), values.data(), model.parameter_dtype(), values.size());
+    }
+    std::copy(values.begin(), values.end(), master + at);
+  });
 }
 
 OptimizerSnapshot initial_shard(const GptModel& model, const FlatShards& share, const ParameterValuesSource& source) {
@@ -105,8 +134,20 @@ OptimizerSnapshot initial_shard(const GptModel& model, const FlatShards& share, 
   return snapshot;
 }
 
+void TrainingOptimizer::restore_by_pieces(const GptModel& model, std::int64_t steps, const ShardPieceFill& fill) {
+  OptimizerSnapshot snapshot = shard_layout(model, state_range());
+  fill(0, snapshot.share.size(), snapshot.master.data(), snapshot.first_moment.data(), snapshot.second_moment.data());
+  snapshot.steps = steps;
+  restore(snapshot);
+}
+
 void TrainingOptimizer::start_from(const GptModel& model, const ParameterValuesSource& values) {
-  restore(initial_shard(model, state_range(), values));
+  const FlatShards share = state_range();
+  restore_by_pieces(model, 0, [&](std::int64_t first, std::int64_t count, float* master, float* first_moment, float* second_moment) {
+    write_initial_values(model, share, first, count, master, values);
+    std::fill_n(first_moment, count, 0.0f);
+    std::fill_n(second_moment, count, 0.0f);
+  });
 }
 
 SnapshotValues values_of(const OptimizerSnapshot& snapshot, const FlatShards& shards) {
@@ -281,6 +322,16 @@ class OffloadedAdamW final : public TrainingOptimizer {
     OptimizerSnapshot snapshot = empty_snapshot(model_, optimizer_.steps_taken());
     optimizer_.export_state(snapshot.master, snapshot.first_moment, snapshot.second_moment);
     return snapshot;
+  }
+  ShardExport export_shard() override {
+    OptimizerSnapshot outline = shard_outline(model_, state_range());
+    outline.steps = optimizer_.steps_taken();
+    return {std::move(outline), [this](const ShardPieceVisitor& visit) { optimizer_.export_by_group(visit); }};
+  }
+  void restore_by_pieces(const GptModel& model, std::int64_t steps, const ShardPieceFill& fill) override {
+    (void)model;
+    optimizer_.import_by_group(fill);
+    optimizer_.set_steps_taken(steps);
   }
   FlatShards state_range() const override { return FlatRange{0, model_.parameters().numel()}; }
   void restore(const OptimizerSnapshot& snapshot) override {

@@ -37,6 +37,26 @@ struct OptimizerSnapshot {
 OptimizerSnapshot snapshot_layout(const GptModel& model);
 // The same for a shard of flat elements `share`.
 OptimizerSnapshot shard_layout(const GptModel& model, const FlatShards& share);
+// Its names, shapes, offsets and share with no values (empty vectors).
+OptimizerSnapshot shard_outline(const GptModel& model, const FlatShards& share);
+
+// What a rank writes of a checkpoint, a piece at a time: `outline` (names, shapes, offsets, share and steps;
+// no values) and `pieces(visit)`, which calls visit(first, count, master, first_moment, second_moment) with
+// the values of elements [first, first + count) of the share (counted end to end), in order, covering it;
+// each piece's values live only during its call. The offload optimizers give one sub-group at a time, so a
+// checkpoint never holds a rank's whole state (12 bytes a parameter) on the host beside it.
+using ShardPieceVisitor =
+    std::function<void(std::int64_t first, std::int64_t count, const float* master, const float* first_moment, const float* second_moment)>;
+struct ShardExport {
+  OptimizerSnapshot outline;
+  std::function<void(const ShardPieceVisitor&)> pieces;
+};
+// A snapshot held whole as one piece (it must outlive the export).
+ShardExport export_of(const OptimizerSnapshot& snapshot);
+// Calls visit(tensor, element, count, at) for each tensor's part of elements [begin, begin + count) of
+// outline.share (end to end): tensor `tensor`'s elements [element, element + count), at `at` of the window.
+using TensorPieceVisitor = std::function<void(std::size_t tensor, std::int64_t element, std::int64_t count, std::int64_t at)>;
+void for_each_tensor_piece(const OptimizerSnapshot& outline, std::int64_t begin, std::int64_t count, const TensorPieceVisitor& visit);
 // Flat elements `share` of the parameters' starting values as master weights with zero moments at step 0,
 // made piece by piece without holding any whole tensor (`values(spec, offset, count)`: GPT-2's
 // initialization from a seed, or an --init-from file's elements), each rounded to the parameters' dtype as
@@ -82,6 +102,8 @@ class TrainingOptimizer {
   // The state this rank writes of a checkpoint, without communication: the whole state of a model (or
   // of a pipeline rank's part), or a data-parallel rank's partition (ZeRO 0: the one it would own).
   virtual OptimizerSnapshot shard() = 0;
+  // The same a piece at a time (ShardExport); the default holds shard() whole.
+  virtual ShardExport export_shard();
   // The flat elements of the model's parameters whose state this rank holds: all of them, or a
   // data-parallel rank's share (ZeRO 1, 2: its partition; ZeRO 3: its shard of each unit).
   virtual FlatShards state_range() const = 0;
@@ -89,10 +111,17 @@ class TrainingOptimizer {
   // shard of that range); the model's parameters become the master weights rounded to their dtype (a
   // data-parallel rank gathers the other ranks' shares, so its whole dp group restores together).
   virtual void restore(const OptimizerSnapshot& snapshot) = 0;
+  // Replaces the state of state_range() a piece at a time, as restore() does: fill(first, count, master,
+  // first_moment, second_moment) writes elements [first, first + count) of the share (end to end) into the
+  // buffers, pieces in order and covering it; then the optimizer stands at `steps`. The default fills a
+  // whole snapshot (shard_layout) and restore()s it; the offload optimizers fill one sub-group at a time in
+  // place, so a checkpoint's load never holds a rank's state twice on the host.
+  using ShardPieceFill =
+      std::function<void(std::int64_t first, std::int64_t count, float* master, float* first_moment, float* second_moment)>;
+  virtual void restore_by_pieces(const GptModel& model, std::int64_t steps, const ShardPieceFill& fill);
   // Starts the state of state_range() from the parameters' starting values (`values`, as initial_shard
-  // takes them) with zero moments at step 0: restore(initial_shard(...)), which holds the whole shard on
-  // the host once more; ZeRO-Infinity's optimizer writes it a sub-group at a time instead.
-  virtual void start_from(const GptModel& model, const ParameterValuesSource& values);
+  // takes them) with zero moments at step 0, through restore_by_pieces.
+  void start_from(const GptModel& model, const ParameterValuesSource& values);
   // What the summary says about the optimizer (host memory, NVMe bytes, step phases).
   virtual nlohmann::json describe() const = 0;
 };

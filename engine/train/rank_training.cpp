@@ -273,7 +273,7 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
       state.schedule_overrides = schedule_overrides;
       if (scaler) state.loss_scaler = scaler->state();
       state.run["grid"] = plan.to_json();  // for people: a checkpoint resumes at any grid
-      saved_to = save_sharded_checkpoint(grid.world(), plan.io.save, steps_done, plan.io.keep_checkpoints, config, optimizer->shard(), skipped, state);
+      saved_to = save_sharded_checkpoint(grid.world(), plan.io.save, steps_done, plan.io.keep_checkpoints, config, optimizer->export_shard(), skipped, state);
     };
 
     if (speaks) {
