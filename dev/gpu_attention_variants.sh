@@ -5,14 +5,8 @@
 #   bash dev/gpu_attention_variants.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-build-gpu/out}
-mkdir -p "$out"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-tar -C "$work" -xJf build-gpu/bundle.tar.xz
-bundle=$work/bundle
-cuda_libraries=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null)
-export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64:$cuda_libraries${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# shellcheck source=dev/gpu_bundle_env.sh
+source dev/gpu_bundle_env.sh
 for binary in build-gpu/variants/attention_benchmark_*; do
   for shape in "16 1024 768 12" "16 1024 1024 16"; do
     # shellcheck disable=SC2086

@@ -7,14 +7,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-gpt2}
 batch=${2:-16}
-out=${OUT:-build-gpu/out}
-mkdir -p "$out"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-tar -C "$work" -xJf build-gpu/bundle.tar.xz
-bundle=$work/bundle
-cuda_libraries=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null)
-export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64:$cuda_libraries${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# shellcheck source=dev/gpu_bundle_env.sh
+source dev/gpu_bundle_env.sh
 python3 benchmarks/random_token_shard.py "$work/tokens.bin" $((1 << 22))
 flags=(train --model "$model" --device cuda --precision bf16 --batch "$batch" --seq 1024 --lr-schedule constant --data "$work/tokens.bin"
        --log-every 1000)

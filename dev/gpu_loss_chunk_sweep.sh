@@ -10,14 +10,8 @@ batch=${2:-16}
 shift 2 2> /dev/null
 chunks=("$@")
 [ ${#chunks[@]} = 0 ] && chunks=(0 336 672 1344 2688)
-out=${OUT:-build-gpu/out}
-mkdir -p "$out"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-tar -C "$work" -xJf build-gpu/bundle.tar.xz
-bundle=$work/bundle
-cuda_libraries=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null)
-export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64:$cuda_libraries${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# shellcheck source=dev/gpu_bundle_env.sh
+source dev/gpu_bundle_env.sh
 python3 benchmarks/random_token_shard.py "$work/tokens.bin" $((1 << 22))
 for chunk in "${chunks[@]}"; do
   timeout 90 "$bundle/bin/ferry" train --model "$model" --device cuda --precision bf16 --batch "$batch" --seq 1024 --lr-schedule constant \
