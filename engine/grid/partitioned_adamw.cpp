@@ -96,24 +96,28 @@ void PartitionedAdamW::export_shard(const FlatShards& shard, std::vector<float>&
   master.assign(count, 0.0f);
   first_moment.assign(count, 0.0f);
   second_moment.assign(count, 0.0f);
-  for (const FlatRange& range : shard.ranges()) {
+  export_window(shard, master.data(), first_moment.data(), second_moment.data());
+}
+
+void PartitionedAdamW::export_window(const FlatShards& window, float* master, float* first_moment, float* second_moment) const {
+  for (const FlatRange& range : window.ranges()) {
     if (!owned_.holds(range)) {
       throw std::invalid_argument("flat elements [" + std::to_string(range.begin) + ", " + std::to_string(range.end) +
                                   ") are not all in one of this rank's " + std::to_string(owned_.ranges().size()) + " shards");
     }
-    const std::int64_t out = shard.offset(range.begin), at = owned_.offset(range.begin);
+    const std::int64_t out = window.offset(range.begin), at = owned_.offset(range.begin);
     for (const Segment& segment : segments_) {
       const FlatRange piece = segment.range.intersect(range);
       if (piece.empty()) continue;
-      float* destination = master.data() + out + (piece.begin - range.begin);
+      float* destination = master + out + (piece.begin - range.begin);
       if (dtype_ == DType::f32) {
         segment.view.narrow(0, piece.begin - segment.range.begin, piece.size()).copy_to_host(destination);
       } else {
         master_.narrow(0, owned_.offset(piece.begin), piece.size()).copy_to_host(destination);
       }
     }
-    first_moment_.narrow(0, at, range.size()).copy_to_host(first_moment.data() + out);
-    second_moment_.narrow(0, at, range.size()).copy_to_host(second_moment.data() + out);
+    first_moment_.narrow(0, at, range.size()).copy_to_host(first_moment + out);
+    second_moment_.narrow(0, at, range.size()).copy_to_host(second_moment + out);
   }
 }
 
@@ -123,13 +127,24 @@ void PartitionedAdamW::import_share(const std::vector<float>& master, const std:
   if (master.size() != count || first_moment.size() != count || second_moment.size() != count) {
     throw std::invalid_argument("optimizer state of " + std::to_string(master.size()) + " elements for a share of " + std::to_string(count));
   }
-  if (count > 0) {
-    first_moment_.narrow(0, 0, owned_.size()).copy_from_host(first_moment.data());
-    second_moment_.narrow(0, 0, owned_.size()).copy_from_host(second_moment.data());
-    if (master_.defined()) master_.narrow(0, 0, owned_.size()).copy_from_host(master.data());
-  }
-  for (const Segment& segment : segments_) {
-    copy_from_host_f32(segment.view, master.data() + owned_.offset(segment.range.begin));
+  import_window(owned_, master.data(), first_moment.data(), second_moment.data());
+}
+
+void PartitionedAdamW::import_window(const FlatShards& window, const float* master, const float* first_moment, const float* second_moment) {
+  for (const FlatRange& range : window.ranges()) {
+    if (!owned_.holds(range)) {
+      throw std::invalid_argument("flat elements [" + std::to_string(range.begin) + ", " + std::to_string(range.end) +
+                                  ") are not all in one of this rank's " + std::to_string(owned_.ranges().size()) + " shards");
+    }
+    const std::int64_t in = window.offset(range.begin), at = owned_.offset(range.begin);
+    first_moment_.narrow(0, at, range.size()).copy_from_host(first_moment + in);
+    second_moment_.narrow(0, at, range.size()).copy_from_host(second_moment + in);
+    if (master_.defined()) master_.narrow(0, at, range.size()).copy_from_host(master + in);
+    for (const Segment& segment : segments_) {
+      const FlatRange piece = segment.range.intersect(range);
+      if (piece.empty()) continue;
+      copy_from_host_f32(segment.view.narrow(0, piece.begin - segment.range.begin, piece.size()), master + in + (piece.begin - range.begin));
+    }
   }
 }
 

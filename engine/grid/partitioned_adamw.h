@@ -37,9 +37,14 @@ class PartitionedAdamW {
   // Flat elements `shard` (within this rank's share) of the master weights and moments, each
   // [shard.size()] f32 end to end, without communication: what the rank writes of a checkpoint.
   void export_shard(const FlatShards& shard, std::vector<float>& master, std::vector<float>& first_moment, std::vector<float>& second_moment);
+  // The same into buffers of [window.size()] f32 each.
+  void export_window(const FlatShards& window, float* master, float* first_moment, float* second_moment) const;
   // This rank's share (its shards, cut to the parameters; stage 0: everything) from vectors of
   // [share's size] f32, end to end; the share's parameters become the master weights in their dtype.
   void import_share(const std::vector<float>& master, const std::vector<float>& first_moment, const std::vector<float>& second_moment);
+  // Flat elements `window` of the share from buffers of [window.size()] f32 each, end to end; their
+  // parameters' elements become the master weights in their dtype.
+  void import_window(const FlatShards& window, const float* master, const float* first_moment, const float* second_moment);
 
  private:
   // A parameter's elements inside this rank's share.

@@ -41,6 +41,26 @@ class DataParallelAdamW final : public DataParallelBase {
     adam_.export_shard(shard.share, shard.master, shard.first_moment, shard.second_moment);
     return shard;
   }
+  // A piece of at most kStatePieceElements at a time through host buffers (the state lives on the device).
+  ShardExport export_shard() override {
+    OptimizerSnapshot outline = shard_outline(model_, shard_range());
+    outline.steps = adam_.steps_taken();
+    const FlatShards shard = outline.share;
+    return export_in_pieces(std::move(outline), [this, shard](std::int64_t first, std::int64_t count, float* master, float* first_moment,
+                                                              float* second_moment) {
+      adam_.export_window(shards_window(shard, first, count), master, first_moment, second_moment);
+    });
+  }
+  void restore_by_pieces(const GptModel& model, std::int64_t steps, const ShardPieceFill& fill) override {
+    (void)model;
+    const FlatShards share = state_range();
+    drop_gathered();
+    import_in_pieces(share.size(), fill, [&](std::int64_t first, std::int64_t count, float* master, float* first_moment, float* second_moment) {
+      adam_.import_window(shards_window(share, first, count), master, first_moment, second_moment);
+    });
+    gather_updated_parameters();
+    adam_.set_steps_taken(steps);
+  }
   void restore(const OptimizerSnapshot& snapshot) override {
     import_values_of(snapshot, state_range(), [&](const std::vector<float>& master, const std::vector<float>& first, const std::vector<float>& second) {
       drop_gathered();  // once the snapshot is known to cover the share

@@ -62,6 +62,40 @@ ShardExport export_of(const OptimizerSnapshot& snapshot) {
           }};
 }
 
+ShardExport export_in_pieces(OptimizerSnapshot outline, ShardPieceRead read) {
+  const std::int64_t elements = outline.share.size();
+  return {std::move(outline), [elements, read = std::move(read)](const ShardPieceVisitor& visit) {
+            const auto piece = static_cast<std::size_t>(std::min(elements, kStatePieceElements));
+            std::vector<float> master(piece), first_moment(piece), second_moment(piece);
+            for (std::int64_t first = 0; first < elements; first += kStatePieceElements) {
+              const std::int64_t count = std::min(kStatePieceElements, elements - first);
+              read(first, count, master.data(), first_moment.data(), second_moment.data());
+              visit(first, count, master.data(), first_moment.data(), second_moment.data());
+            }
+          }};
+}
+
+void import_in_pieces(std::int64_t elements, const ShardPieceRead& fill, const ShardPieceRead& write) {
+  const auto piece = static_cast<std::size_t>(std::min(elements, kStatePieceElements));
+  std::vector<float> master(piece), first_moment(piece), second_moment(piece);
+  for (std::int64_t first = 0; first < elements; first += kStatePieceElements) {
+    const std::int64_t count = std::min(kStatePieceElements, elements - first);
+    fill(first, count, master.data(), first_moment.data(), second_moment.data());
+    write(first, count, master.data(), first_moment.data(), second_moment.data());
+  }
+}
+
+FlatShards shards_window(const FlatShards& shards, std::int64_t first, std::int64_t count) {
+  std::vector<FlatRange> ranges;
+  std::int64_t start = 0;  // the range's first element in the concatenation
+  for (const FlatRange& range : shards.ranges()) {
+    const std::int64_t from = std::max(first, start), to = std::min(first + count, start + range.size());
+    if (from < to) ranges.push_back({range.begin + (from - start), range.begin + (to - start)});
+    start += range.size();
+  }
+  return FlatShards(std::move(ranges));
+}
+
 ShardExport TrainingOptimizer::export_shard() {
   auto held = std::make_shared<const OptimizerSnapshot>(shard());
   ShardExport exported = export_of(*held);
@@ -224,6 +258,40 @@ class DeviceAdamW final : public TrainingOptimizer {
       optimizer_.states()[i].second_moment.copy_to_host(snapshot.second_moment.data() + at);
     }
     return snapshot;
+  }
+
+  // A piece of at most kStatePieceElements at a time through host buffers (the state lives on the device).
+  ShardExport export_shard() override {
+    OptimizerSnapshot outline = shard_outline(model_, state_range());
+    outline.steps = optimizer_.steps_taken();
+    const OptimizerSnapshot layout = outline;  // names, shapes, offsets (no values) for the reads
+    return export_in_pieces(std::move(outline), [this, layout](std::int64_t first, std::int64_t count, float* master, float* first_moment,
+                                                               float* second_moment) {
+      const std::vector<NamedTensor> masters = optimizer_.master_weights();
+      for_each_tensor_piece(layout, first, count, [&](std::size_t tensor, std::int64_t element, std::int64_t elements, std::int64_t at) {
+        const auto start = static_cast<std::size_t>(element), size = static_cast<std::size_t>(elements);
+        read_tensor_elements(*masters[tensor].tensor, start, {master + at, size});
+        read_tensor_elements(optimizer_.states()[tensor].first_moment, start, {first_moment + at, size});
+        read_tensor_elements(optimizer_.states()[tensor].second_moment, start, {second_moment + at, size});
+      });
+    });
+  }
+  void restore_by_pieces(const GptModel& model, std::int64_t steps, const ShardPieceFill& fill) override {
+    const OptimizerSnapshot layout = shard_outline(model, state_range());
+    const std::vector<NamedTensor> masters = optimizer_.master_weights();
+    const std::vector<NamedTensor> parameters = model_.parameters().named();
+    import_in_pieces(layout.share.size(), fill, [&](std::int64_t first, std::int64_t count, float* master, float* first_moment, float* second_moment) {
+      for_each_tensor_piece(layout, first, count, [&](std::size_t tensor, std::int64_t element, std::int64_t elements, std::int64_t at) {
+        const auto start = static_cast<std::size_t>(element), size = static_cast<std::size_t>(elements);
+        write_tensor_elements(*masters[tensor].tensor, start, {master + at, size});
+        write_tensor_elements(optimizer_.states()[tensor].first_moment, start, {first_moment + at, size});
+        write_tensor_elements(optimizer_.states()[tensor].second_moment, start, {second_moment + at, size});
+        // bf16 parameters are the rounded master weights, exactly as after the step that saved them.
+        const Tensor& parameter = *parameters[tensor].tensor;
+        if (parameter.dtype() != DType::f32) copy_from_host_f32(parameter.reshape({parameter.numel()}).narrow(0, element, elements), master + at);
+      });
+    });
+    optimizer_.set_steps_taken(steps);
   }
 
   FlatShards state_range() const override { return FlatRange{0, model_.parameters().numel()}; }

@@ -53,6 +53,17 @@ struct ShardExport {
 };
 // A snapshot held whole as one piece (it must outlive the export).
 ShardExport export_of(const OptimizerSnapshot& snapshot);
+// Pieces of at most kStatePieceElements (16 MiB of each of the three f32 arrays), each read into host
+// buffers by read(first, count, master, first_moment, second_moment): how optimizers whose state lives on
+// the device save it.
+inline constexpr std::int64_t kStatePieceElements = std::int64_t{1} << 22;
+using ShardPieceRead = std::function<void(std::int64_t first, std::int64_t count, float* master, float* first_moment, float* second_moment)>;
+ShardExport export_in_pieces(OptimizerSnapshot outline, ShardPieceRead read);
+// The converse for a restore: `fill` each piece of `elements` into host buffers, then `write` it where the
+// state lives.
+void import_in_pieces(std::int64_t elements, const ShardPieceRead& fill, const ShardPieceRead& write);
+// Elements [first, first + count) of `shards` (end to end) as flat ranges.
+FlatShards shards_window(const FlatShards& shards, std::int64_t first, std::int64_t count);
 // Calls visit(tensor, element, count, at) for each tensor's part of elements [begin, begin + count) of
 // outline.share (end to end): tensor `tensor`'s elements [element, element + count), at `at` of the window.
 using TensorPieceVisitor = std::function<void(std::size_t tensor, std::int64_t element, std::int64_t count, std::int64_t at)>;

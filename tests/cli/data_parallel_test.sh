@@ -229,6 +229,24 @@ rank_pid() {  # the process of world rank $1 among the running ferry trainings
     if tr '\0' '\n' < "/proc/$pid/environ" 2> /dev/null | grep -q "^OMPI_COMM_WORLD_RANK=$1\$"; then echo "$pid"; return; fi
   done
 }
+# State larger than one of the pieces a checkpoint moves between the device and the files (4M elements: this
+# model has 14.2M): saved and read a piece at a time, at dp 1 (AdamW on the device) and dp 2 (ZeRO 1's
+# partitions), the resumed steps' losses equal those of the run that never stopped, bit for bit (the third
+# step's depends on the moments).
+pieces=(--model gpt2 --layers 1 --vocab 8192 --batch 2 --seq 32 --lr 1e-3 --threads 1)
+"$ferry" train "${pieces[@]}" --steps 3 --summary "$work/pieces_whole.json" > /dev/null
+"$ferry" train "${pieces[@]}" --steps 1 --save "$work/pieces_ck" > /dev/null
+"$ferry" train "${pieces[@]}" --steps 3 --resume "$work/pieces_ck" --summary "$work/pieces_resumed.json" > /dev/null
+launch 2 train "${pieces[@]}" --batch 1 --zero-stage 1 --steps 3 --summary "$work/pieces_dp_whole.json" > /dev/null
+launch 2 train "${pieces[@]}" --batch 1 --zero-stage 1 --steps 1 --save "$work/pieces_dp_ck" > /dev/null
+launch 2 train "${pieces[@]}" --batch 1 --zero-stage 1 --steps 3 --resume "$work/pieces_dp_ck" --summary "$work/pieces_dp_resumed.json" > /dev/null
+python3 - "$work" <<'PY'
+import json, sys
+def losses(name): return [s["loss"] for s in json.load(open(f"{sys.argv[1]}/{name}.json"))["steps"]]
+for name, whole in (("pieces_resumed", "pieces_whole"), ("pieces_dp_resumed", "pieces_dp_whole")):
+    assert len(losses(whole)) == 3 and losses(name) == losses(whole)[1:], (name, losses(name), losses(whole))
+PY
+
 interrupt_rank_1() {  # interrupt_rank_1 SIGNAL: starts a long dp 2 run, sends SIGNAL to rank 1, waits for the job
   local signal=$1 pid="" started
   FERRY_COMM_TIMEOUT_SECONDS=3 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe -x FERRY_COMM_TIMEOUT_SECONDS -np 2 "$ferry" train \
