@@ -235,10 +235,10 @@ rank_pid() {  # the process of world rank $1 among the running ferry trainings
 # step's depends on the moments).
 pieces=(--model gpt2 --layers 1 --vocab 8192 --batch 2 --seq 32 --lr 1e-3 --threads 1)
 "$ferry" train "${pieces[@]}" --steps 3 --summary "$work/pieces_whole.json" > /dev/null
-"$ferry" train "${pieces[@]}" --steps 1 --save "$work/pieces_ck" > /dev/null
+"$ferry" train "${pieces[@]}" --steps 3 --exit-interval 1 --save "$work/pieces_ck" > /dev/null
 "$ferry" train "${pieces[@]}" --steps 3 --resume "$work/pieces_ck" --summary "$work/pieces_resumed.json" > /dev/null
 launch 2 train "${pieces[@]}" --batch 1 --zero-stage 1 --steps 3 --summary "$work/pieces_dp_whole.json" > /dev/null
-launch 2 train "${pieces[@]}" --batch 1 --zero-stage 1 --steps 1 --save "$work/pieces_dp_ck" > /dev/null
+launch 2 train "${pieces[@]}" --batch 1 --zero-stage 1 --steps 3 --exit-interval 1 --save "$work/pieces_dp_ck" > /dev/null
 launch 2 train "${pieces[@]}" --batch 1 --zero-stage 1 --steps 3 --resume "$work/pieces_dp_ck" --summary "$work/pieces_dp_resumed.json" > /dev/null
 python3 - "$work" <<'PY'
 import json, sys
