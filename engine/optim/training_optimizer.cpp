@@ -62,27 +62,35 @@ ShardExport export_of(const OptimizerSnapshot& snapshot) {
           }};
 }
 
+namespace {
+
+// work(first, count, master, first_moment, second_moment) for pieces of at most kStatePieceElements of
+// `elements`, in order, with host buffers of that size.
+void for_each_state_piece(std::int64_t elements, const ShardPieceRead& work) {
+  const auto piece = static_cast<std::size_t>(std::min(elements, kStatePieceElements));
+  std::vector<float> master(piece), first_moment(piece), second_moment(piece);
+  for (std::int64_t first = 0; first < elements; first += kStatePieceElements) {
+    work(first, std::min(kStatePieceElements, elements - first), master.data(), first_moment.data(), second_moment.data());
+  }
+}
+
+}  // namespace
+
 ShardExport export_in_pieces(OptimizerSnapshot outline, ShardPieceRead read) {
   const std::int64_t elements = outline.share.size();
   return {std::move(outline), [elements, read = std::move(read)](const ShardPieceVisitor& visit) {
-            const auto piece = static_cast<std::size_t>(std::min(elements, kStatePieceElements));
-            std::vector<float> master(piece), first_moment(piece), second_moment(piece);
-            for (std::int64_t first = 0; first < elements; first += kStatePieceElements) {
-              const std::int64_t count = std::min(kStatePieceElements, elements - first);
-              read(first, count, master.data(), first_moment.data(), second_moment.data());
-              visit(first, count, master.data(), first_moment.data(), second_moment.data());
-            }
+            for_each_state_piece(elements, [&](std::int64_t first, std::int64_t count, float* master, float* first_moment, float* second_moment) {
+              read(first, count, master, first_moment, second_moment);
+              visit(first, count, master, first_moment, second_moment);
+            });
           }};
 }
 
 void import_in_pieces(std::int64_t elements, const ShardPieceRead& fill, const ShardPieceRead& write) {
-  const auto piece = static_cast<std::size_t>(std::min(elements, kStatePieceElements));
-  std::vector<float> master(piece), first_moment(piece), second_moment(piece);
-  for (std::int64_t first = 0; first < elements; first += kStatePieceElements) {
-    const std::int64_t count = std::min(kStatePieceElements, elements - first);
-    fill(first, count, master.data(), first_moment.data(), second_moment.data());
-    write(first, count, master.data(), first_moment.data(), second_moment.data());
-  }
+  for_each_state_piece(elements, [&](std::int64_t first, std::int64_t count, float* master, float* first_moment, float* second_moment) {
+    fill(first, count, master, first_moment, second_moment);
+    write(first, count, master, first_moment, second_moment);
+  });
 }
 
 FlatShards shards_window(const FlatShards& shards, std::int64_t first, std::int64_t count) {
