@@ -52,6 +52,7 @@ void Xxhash64Stream::consume_stripe(const unsigned char* stripe) {
 }
 
 void Xxhash64Stream::update(const void* data, std::size_t bytes) {
+  if (bytes == 0) return;  // data may be null: memcpy must not see it
   const auto* cursor = static_cast<const unsigned char*>(data);
   total_bytes_ += bytes;
   if (pending_bytes_ > 0) {  // complete the pending stripe first
