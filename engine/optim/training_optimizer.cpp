@@ -170,12 +170,6 @@ void write_initial_values(const GptModel& model, const FlatShards& share, std::i
   });
 }
 
-OptimizerSnapshot initial_shard(const GptModel& model, const FlatShards& share, const ParameterValuesSource& source) {
-  OptimizerSnapshot snapshot = shard_layout(model, share);
-  write_initial_values(model, share, 0, share.size(), snapshot.master.data(), source);
-  return snapshot;
-}
-
 void TrainingOptimizer::restore_by_pieces(const GptModel& model, std::int64_t steps, const ShardPieceFill& fill) {
   OptimizerSnapshot snapshot = shard_layout(model, state_range());
   fill(0, snapshot.share.size(), snapshot.master.data(), snapshot.first_moment.data(), snapshot.second_moment.data());

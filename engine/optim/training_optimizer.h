@@ -68,15 +68,12 @@ FlatShards shards_window(const FlatShards& shards, std::int64_t first, std::int6
 // outline.share (end to end): tensor `tensor`'s elements [element, element + count), at `at` of the window.
 using TensorPieceVisitor = std::function<void(std::size_t tensor, std::int64_t element, std::int64_t count, std::int64_t at)>;
 void for_each_tensor_piece(const OptimizerSnapshot& outline, std::int64_t begin, std::int64_t count, const TensorPieceVisitor& visit);
-// Flat elements `share` of the parameters' starting values as master weights with zero moments at step 0,
-// made piece by piece without holding any whole tensor (`values(spec, offset, count)`: GPT-2's
-// initialization from a seed, or an --init-from file's elements), each rounded to the parameters' dtype as
-// a model holding them whole starts: what a rank that holds only a partition of the parameters (ZeRO
-// stage 3) restores its optimizer from to start.
+// The parameters' starting values, piece by piece without holding any whole tensor (`values(spec, offset,
+// count)`: GPT-2's initialization from a seed, or an --init-from file's elements).
 using ParameterValuesSource = std::function<std::vector<float>(const ParameterSpec& spec, std::int64_t offset, std::int64_t count)>;
-OptimizerSnapshot initial_shard(const GptModel& model, const FlatShards& share, const ParameterValuesSource& values);
-// Elements [begin, begin + count) of initial_shard's master weights (counted in the share, end to end)
-// into `master`: a part of the shard without the rest.
+// Elements [begin, begin + count) of flat elements `share` (counted end to end) of the starting values into
+// `master`, each rounded to the parameters' dtype as a model holding them whole starts: the master weights
+// a rank that holds only a partition of the parameters (ZeRO stage 3) starts its optimizer from.
 void write_initial_values(const GptModel& model, const FlatShards& share, std::int64_t begin, std::int64_t count, float* master,
                           const ParameterValuesSource& values);
 // Throws std::invalid_argument unless the snapshot holds the model's tensors.
@@ -130,8 +127,8 @@ class TrainingOptimizer {
   using ShardPieceFill =
       std::function<void(std::int64_t first, std::int64_t count, float* master, float* first_moment, float* second_moment)>;
   virtual void restore_by_pieces(const GptModel& model, std::int64_t steps, const ShardPieceFill& fill);
-  // Starts the state of state_range() from the parameters' starting values (`values`, as initial_shard
-  // takes them) with zero moments at step 0, through restore_by_pieces.
+  // Starts the state of state_range() from the parameters' starting values (write_initial_values) with zero
+  // moments at step 0, through restore_by_pieces.
   void start_from(const GptModel& model, const ParameterValuesSource& values);
   // What the summary says about the optimizer (host memory, NVMe bytes, step phases).
   virtual nlohmann::json describe() const = 0;
