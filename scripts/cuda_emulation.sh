@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 build=build-sanitize
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DFERRY_WERROR=ON -DFERRY_SANITIZE=ON -DFERRY_BUILD_BENCHMARKS=OFF \
   -DFERRY_CUDA_EMULATION=ON >/dev/null
-cmake --build "$build" -j "${FERRY_JOBS:-$(nproc)}" --target ferry_cuda_emulation_tests ferry_nccl_emulation_tests
+cmake --build "$build" -j "${FERRY_JOBS:-$(nproc)}" --target ferry_cuda_emulation_tests ferry_nccl_emulation_tests nccl_failure_probe
 # Passive OpenMP waits: the cpu twins' threads would otherwise spin beside the single-threaded emulator.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_WAIT_POLICY=passive \
   "$build/tests/cuda_emulation/ferry_cuda_emulation_tests" "$@"
@@ -23,6 +23,11 @@ for ranks in 2 3; do
     mpirun --allow-run-as-root --oversubscribe -np "$ranks" -x ASAN_OPTIONS -x UBSAN_OPTIONS \
     "$build/tests/cuda_emulation/ferry_nccl_emulation_tests" --gtest_brief=1
 done
+# A rank that fails, or never joins an NCCL all-reduce, ends the job with an error naming it, never a hang.
+ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  SILENT_ERROR="error: rank 0: all_reduce (sum) of 1024 f32 (4096 bytes) over 2 ranks (NCCL, device 0) did not complete within 1000 ms" \
+  bash tests/comm/rank_failure_test.sh "$build/tests/cuda_emulation/nccl_failure_probe" \
+  mpirun --allow-run-as-root --oversubscribe -np 2 -x ASAN_OPTIONS -x UBSAN_OPTIONS
 # The ferry command itself on the emulated CUDA and NCCL: --device cuda on one rank and on dp 2.
 cmake --build "$build" -j "${FERRY_JOBS:-$(nproc)}" --target ferry_emulated
 FERRY="$build/ferry-emulated" bash tests/cli/cuda_emulated_test.sh

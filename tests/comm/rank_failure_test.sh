@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# A rank that fails ends the job quickly instead of hanging it: comm_failure_probe under mpirun -np 2,
-# each run bounded by `timeout 60` (exit 124 would mean a hang).
-#   abort:  rank 1 calls Communicator::abort(3) while rank 0 waits in a receive: mpirun fails at once.
+# A rank that fails ends the job quickly instead of hanging it: comm_failure_probe (MPI) or
+# nccl_failure_probe (NCCL, on the emulated CUDA and NCCL) under mpirun -np 2, each run bounded by
+# `timeout 60` (exit 124 would mean a hang).
+#   abort:  rank 1 calls abort(3) while rank 0 waits for it: mpirun fails at once.
 #   crash:  rank 1 dies of an uncaught exception: mpirun ends rank 0 and fails.
-#   silent: rank 1 returns without sending: rank 0's receive times out (FERRY_COMM_TIMEOUT_SECONDS=1),
-#           its CommunicationError names the peer and the tag, and the job fails.
+#   silent: rank 1 returns without joining: rank 0's wait times out (FERRY_COMM_TIMEOUT_SECONDS=1),
+#           its CommunicationError names the operation (MPI: the peer and the tag), and the job fails.
 # Usage: rank_failure_test.sh PROBE MPIRUN [MPIRUN FLAGS...]   (the mpirun command includes -np 2)
+# SILENT_ERROR: what rank 0 says in the silent case (default: comm_failure_probe's receive).
 set -euo pipefail
 probe=${1:?usage: rank_failure_test.sh PROBE MPIRUN [FLAGS...]}
 shift
@@ -45,7 +47,7 @@ run_job crash
 
 export FERRY_COMM_TIMEOUT_SECONDS=1
 run_job silent
-expect_in_stderr silent "error: rank 0: receive of 8 bytes from rank 1 with tag 11 did not complete within 1000 ms"
+expect_in_stderr silent "${SILENT_ERROR:-error: rank 0: receive of 8 bytes from rank 1 with tag 11 did not complete within 1000 ms}"
 expect_in_stderr silent "FERRY_COMM_TIMEOUT_SECONDS"
 [[ $seconds -lt 30 ]] || { echo "silent: took ${seconds}s"; exit 1; }
 echo "rank failures end the job"

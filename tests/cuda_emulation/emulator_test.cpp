@@ -1,6 +1,7 @@
 // The emulator itself (cuda_emulation/device_functions.h, grid_launch.h): barriers, threads that return
 // early, shared memory per block, warp shuffles and votes, and the failures it must report: results that
-// depend on the schedule order, deadlocks, exchanges with lanes that have exited, refused configurations.
+// depend on the schedule order, deadlocks, exchanges with lanes that have exited, refused configurations;
+// and work a stream defers (the emulated NCCL's), which holds back its events and its later work.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "allocator/cuda_check.h"
+#include "cuda_emulation/stream_work.h"
 #include "models/kernels/cuda/kernel_launch.h"
 
 namespace ferry {
@@ -205,6 +207,60 @@ TEST(CudaEmulation, EventsTimeWhatRanBetweenTheirRecords) {
   EXPECT_EQ(cudaEventElapsedTime(&milliseconds, start, untimed), cudaErrorInvalidResourceHandle) << "made without timing";
   cudaGetLastError();
   for (cudaEvent_t event : {start, end, untimed}) EXPECT_EQ(cudaEventDestroy(event), cudaSuccess);
+}
+
+// Deferred work (stream_work.h) that completes once `arrived`, or when waited for.
+struct DeferredArrival {
+  bool arrived = false;
+  int completed = 0;
+  cuda_emulation::DeferredWork work() {
+    return [this](bool wait) {
+      if (!arrived && !wait) return false;
+      ++completed;
+      return true;
+    };
+  }
+};
+
+TEST(CudaEmulation, DeferredWorkHoldsBackItsStreamsEventsAndLaterWork) {
+  cudaStream_t stream = nullptr, waiting = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&waiting, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t before = nullptr, after = nullptr;
+  ASSERT_EQ(cudaEventCreate(&before), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&after), cudaSuccess);
+  DeferredArrival first, second;
+
+  ASSERT_EQ(cudaEventRecord(before, stream), cudaSuccess);
+  cuda_emulation::defer_on_stream(stream, first.work());
+  ASSERT_EQ(cudaEventRecord(after, stream), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(before), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(after), cudaErrorNotReady);
+  EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady);
+  float milliseconds = 0;
+  EXPECT_EQ(cudaEventElapsedTime(&milliseconds, before, after), cudaErrorNotReady);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorNotReady);
+  // A stream told to wait for the event waits with it; the legacy stream's copies do not wait for a
+  // non-blocking stream.
+  ASSERT_EQ(cudaStreamWaitEvent(waiting, after, 0), cudaSuccess);
+  EXPECT_EQ(cudaStreamQuery(waiting), cudaErrorNotReady);
+  DeviceBuffer<float> buffer(std::vector<float>{1.0f});
+  ASSERT_EQ(cudaMemset(buffer.data(), 0, sizeof(float)), cudaSuccess);
+  EXPECT_EQ(first.completed, 0);
+
+  first.arrived = true;
+  EXPECT_EQ(cudaEventQuery(after), cudaSuccess);
+  EXPECT_EQ(first.completed, 1);
+  EXPECT_EQ(cudaStreamQuery(waiting), cudaSuccess);
+  EXPECT_EQ(cudaEventElapsedTime(&milliseconds, before, after), cudaSuccess);
+
+  // Work issued to the stream later runs after what it deferred, waiting for it.
+  cuda_emulation::defer_on_stream(stream, second.work());
+  ASSERT_EQ(cudaMemsetAsync(buffer.data(), 0, sizeof(float), stream), cudaSuccess);
+  EXPECT_EQ(second.completed, 1);
+
+  for (cudaEvent_t event : {before, after}) EXPECT_EQ(cudaEventDestroy(event), cudaSuccess);
+  for (cudaStream_t each : {stream, waiting}) EXPECT_EQ(cudaStreamDestroy(each), cudaSuccess);
 }
 
 }  // namespace

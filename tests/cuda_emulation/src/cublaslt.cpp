@@ -10,6 +10,7 @@
 
 #include "cuda_emulation/cublaslt_api.h"
 #include "cuda_emulation/half_types.h"
+#include "cuda_emulation/stream_work.h"
 #include "device_memory.h"
 
 struct cublasLtContext {
@@ -251,7 +252,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t descriptor, const void* alpha, const void* a,
                               cublasLtMatrixLayout_t a_layout, const void* b, cublasLtMatrixLayout_t b_layout, const void* beta,
                               const void* c, cublasLtMatrixLayout_t c_layout, void* d, cublasLtMatrixLayout_t d_layout,
-                              const cublasLtMatmulAlgo_t* algo, void* workspace, std::size_t workspace_bytes, cudaStream_t) {
+                              const cublasLtMatmulAlgo_t* algo, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  ferry::cuda_emulation::finish_deferred_work(stream);  // the product runs now: after what its stream deferred
   if (handle == nullptr || alpha == nullptr || beta == nullptr || algo == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   if (workspace_bytes > 0 && !DeviceMemory::instance().contains(workspace, workspace_bytes)) return CUBLAS_STATUS_INVALID_VALUE;
   ProductShape shape{};

@@ -12,6 +12,7 @@
 
 #include "block_run.h"
 #include "cuda_emulation/grid_launch.h"
+#include "cuda_emulation/stream_work.h"
 #include "device_memory.h"
 
 namespace ferry::cuda_emulation {
@@ -88,8 +89,9 @@ void run_grid(dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, ScheduleO
 
 }  // namespace
 
-void launch(const KernelSite& site, dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, cudaStream_t,
+void launch(const KernelSite& site, dim3 grid, dim3 block, std::size_t dynamic_shared_bytes, cudaStream_t stream,
             std::span<const ArgumentBytes> arguments, const std::function<void()>& thread_body) {
+  finish_deferred_work(stream);  // the launch runs now: after what its stream deferred
   if (!valid_configuration(grid, block, dynamic_shared_bytes)) {
     set_last_error(cudaErrorInvalidConfiguration);
     return;

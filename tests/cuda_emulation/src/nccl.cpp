@@ -1,10 +1,11 @@
 // The emulated NCCL (include/nccl.h) over MPI on the emulated device memory, which is host memory: an
-// NCCL communicator is an MPI communicator, and every operation runs when it is issued (the emulated
-// streams complete their work at once), except between ncclGroupStart and ncclGroupEnd, where operations
-// wait for ncclGroupEnd: its sends and receives are posted together (so a group may both send and
-// receive), its collectives then run in the order issued. Reductions of f16 and bf16 add in f32 in rank
-// order and round once; the others are MPI's. ncclCommInitRank makes communicators over MPI_COMM_WORLD
-// (an mpirun job, in the world's rank order); groups come from ncclCommSplit, as in ferry.
+// NCCL communicator is an MPI communicator. Every operation is posted as non-blocking MPI calls when it
+// is issued (between ncclGroupStart and ncclGroupEnd, all of the group's at ncclGroupEnd, as one
+// operation) and completes on its stream when its peers' parts have arrived (nccl_operations.h), so a
+// missing peer leaves the stream's events not ready instead of blocking the caller. Reductions of f16
+// and bf16 add in f32 in rank order and round once; the others are MPI's. ncclCommInitRank makes
+// communicators over MPI_COMM_WORLD (an mpirun job, in the world's rank order); groups come from
+// ncclCommSplit, as in ferry.
 #include <mpi.h>
 #include <nccl.h>
 #include <unistd.h>
@@ -15,16 +16,19 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "cuda_emulation/half_types.h"
+#include "nccl_operations.h"
 
 struct ncclComm {
   MPI_Comm mpi = MPI_COMM_NULL;
   int rank = 0;
   int size = 1;
+  std::shared_ptr<ferry::cuda_emulation::CommState> state = std::make_shared<ferry::cuda_emulation::CommState>();
 };
 
 namespace {
@@ -151,44 +155,84 @@ ncclResult_t byte_count(std::size_t count, ncclDataType_t type, const char* call
   return ncclSuccess;
 }
 
-// Every rank's `count` elements reduced by `op` into `out` (every rank's, or only `root`'s when root >= 0).
-ncclResult_t reduce(const void* send, std::byte* out, std::size_t count, ncclDataType_t type, ncclRedOp_t op, int root,
-                    ncclComm_t comm, const char* call) {
-  int bytes = 0;
-  if (const ncclResult_t result = byte_count(count, type, call, bytes); result != ncclSuccess) return result;
-  if (mpi_operation(op) == MPI_OP_NULL) return fail(ncclInvalidArgument, std::string(call) + ": unknown reduction " + std::to_string(static_cast<int>(op)));
-  const std::vector<std::byte> input(static_cast<const std::byte*>(send), static_cast<const std::byte*>(send) + bytes);
+using ferry::cuda_emulation::ByteSpan;
+using ferry::cuda_emulation::Posting;
+using ferry::cuda_emulation::PostedOperation;
+
+ByteSpan span_of(const void* data, int bytes) { return ByteSpan{static_cast<const std::byte*>(data), static_cast<std::size_t>(bytes)}; }
+
+// A copy of what an operation sends, taken when it is posted (so that in-place operations read their
+// input, not their output), kept until it completes.
+std::shared_ptr<std::vector<std::byte>> copy_of(const void* send, int bytes) {
+  return std::make_shared<std::vector<std::byte>>(static_cast<const std::byte*>(send), static_cast<const std::byte*>(send) + bytes);
+}
+
+// Posts every rank's `count` elements reduced by `op` into `out` (every rank's, or only `root`'s when
+// root >= 0); `bytes` is count x the type's size, checked.
+ncclResult_t post_reduce(PostedOperation& posted, const void* send, std::byte* out, std::size_t count, int bytes, ncclDataType_t type,
+                         ncclRedOp_t op, int root, ncclComm_t comm, const char* call) {
+  const auto input = copy_of(send, bytes);
   const bool receives = root < 0 || root == comm->rank;
   const MPI_Datatype mpi = mpi_type(type);
-  if (mpi == MPI_DATATYPE_NULL) {
-    std::vector<std::byte> all(static_cast<std::size_t>(bytes) * static_cast<std::size_t>(comm->size));
-    const int code = MPI_Allgather(input.data(), bytes, MPI_BYTE, all.data(), bytes, MPI_BYTE, comm->mpi);
+  const int ranks = comm->size;
+  if (mpi == MPI_DATATYPE_NULL) {  // 16-bit floats: every rank's values, added here in f32
+    auto all = std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(bytes) * static_cast<std::size_t>(ranks));
+    const int code = MPI_Iallgather(input->data(), bytes, MPI_BYTE, all->data(), bytes, MPI_BYTE, comm->mpi, posted.add_request());
     if (code != MPI_SUCCESS) return mpi_result(code, call);
-    if (receives) reduce16(all, count, type, op, comm->size, out);
+    posted.then([input, all, count, type, op, ranks, out, receives] {
+      if (receives) reduce16(*all, count, type, op, ranks, out);
+      return ncclSuccess;
+    });
     return ncclSuccess;
   }
   const int elements = static_cast<int>(count);
-  const int code = root < 0 ? MPI_Allreduce(input.data(), out, elements, mpi, mpi_operation(op), comm->mpi)
-                            : MPI_Reduce(input.data(), receives ? out : nullptr, elements, mpi, mpi_operation(op), root, comm->mpi);
+  const int code = root < 0 ? MPI_Iallreduce(input->data(), out, elements, mpi, mpi_operation(op), comm->mpi, posted.add_request())
+                            : MPI_Ireduce(input->data(), receives ? out : nullptr, elements, mpi, mpi_operation(op), root, comm->mpi,
+                                          posted.add_request());
   if (code != MPI_SUCCESS) return mpi_result(code, call);
-  if (receives && op == ncclAvg) average(out, count, type, comm->size);
+  posted.then([input, out, count, type, op, ranks, receives] {
+    if (receives && op == ncclAvg) average(out, count, type, ranks);
+    return ncclSuccess;
+  });
   return ncclSuccess;
 }
 
-// Operations issued inside ncclGroupStart/End, run by ncclGroupEnd.
+// Operations issued inside ncclGroupStart/End, posted together by ncclGroupEnd as one operation.
 struct Group {
   int depth = 0;
-  std::vector<std::function<ncclResult_t(std::vector<MPI_Request>&)>> messages;  // post a send or receive
-  std::vector<std::function<ncclResult_t()>> collectives;
+  cudaStream_t stream = nullptr;
+  std::shared_ptr<ferry::cuda_emulation::CommState> state;
+  std::vector<Posting> postings;
 };
 thread_local Group group;
 
-ncclResult_t run_or_queue(std::function<ncclResult_t()> collective) {
+// Posts `posting` now (as an operation of its own on `stream`), or at ncclGroupEnd inside a group.
+ncclResult_t post_or_group(ncclComm_t comm, cudaStream_t stream, Posting posting) {
   if (group.depth > 0) {
-    group.collectives.push_back(std::move(collective));
+    if (group.postings.empty()) {
+      group.stream = stream;
+      group.state = comm->state;
+    }
+    group.postings.push_back(std::move(posting));
     return ncclSuccess;
   }
-  return collective();
+  std::vector<Posting> one;
+  one.push_back(std::move(posting));
+  return ferry::cuda_emulation::issue(stream, comm->state, std::move(one));
+}
+
+// A reduction as an operation: its input read, its output (`receive`, where this rank receives) written.
+ncclResult_t issue_reduce(const void* send, void* receive, std::size_t count, ncclDataType_t type, ncclRedOp_t op, int root, ncclComm_t comm,
+                          cudaStream_t stream, const char* call) {
+  int bytes = 0;
+  if (const ncclResult_t result = byte_count(count, type, call, bytes); result != ncclSuccess) return result;
+  if (mpi_operation(op) == MPI_OP_NULL) return fail(ncclInvalidArgument, std::string(call) + ": unknown reduction " + std::to_string(static_cast<int>(op)));
+  const bool receives = root < 0 || root == comm->rank;
+  Posting posting{{span_of(send, bytes)}, {receives ? span_of(receive, bytes) : ByteSpan{}}, {}};
+  posting.post = [=](PostedOperation& posted) {
+    return post_reduce(posted, send, static_cast<std::byte*>(receive), count, bytes, type, op, root, comm, call);
+  };
+  return post_or_group(comm, stream, std::move(posting));
 }
 
 }  // namespace
@@ -280,11 +324,17 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+// Its unfinished operations end unfinished (MPI may still complete them: their buffers are kept).
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
+  ferry::cuda_emulation::abandon_operations(*comm->state);
+  return ncclCommDestroy(comm);
+}
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
   if (const ncclResult_t result = check_comm(comm, "ncclCommGetAsyncError"); result != ncclSuccess) return result;
-  *async_error = ncclSuccess;  // every operation finished (or failed) when it was issued
+  *async_error = comm->state->async_error;  // the first of its operations that failed to complete
+  if (*async_error != ncclSuccess) last_error = comm->state->async_error_text;
   return ncclSuccess;
 }
 
@@ -301,80 +351,93 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
 }
 
 ncclResult_t ncclAllReduce(const void* send, void* receive, std::size_t count, ncclDataType_t type, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
   if (const ncclResult_t result = check_comm(comm, "ncclAllReduce"); result != ncclSuccess) return result;
-  return run_or_queue([=] { return reduce(send, static_cast<std::byte*>(receive), count, type, op, -1, comm, "ncclAllReduce"); });
+  return issue_reduce(send, receive, count, type, op, -1, comm, stream, "ncclAllReduce");
 }
 
 ncclResult_t ncclReduce(const void* send, void* receive, std::size_t count, ncclDataType_t type, ncclRedOp_t op, int root,
-                        ncclComm_t comm, cudaStream_t) {
+                        ncclComm_t comm, cudaStream_t stream) {
   if (const ncclResult_t result = check_comm(comm, "ncclReduce"); result != ncclSuccess) return result;
   if (root < 0 || root >= comm->size) return fail(ncclInvalidArgument, "ncclReduce: root " + std::to_string(root) + " is not a rank");
-  return run_or_queue([=] { return reduce(send, static_cast<std::byte*>(receive), count, type, op, root, comm, "ncclReduce"); });
+  return issue_reduce(send, receive, count, type, op, root, comm, stream, "ncclReduce");
 }
 
 ncclResult_t ncclReduceScatter(const void* send, void* receive, std::size_t receive_count, ncclDataType_t type,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   if (const ncclResult_t result = check_comm(comm, "ncclReduceScatter"); result != ncclSuccess) return result;
-  return run_or_queue([=] {
-    // The whole reduction, then this rank's block of it (the emulation trades bytes for simplicity).
-    const std::size_t total = receive_count * static_cast<std::size_t>(comm->size);
-    std::vector<std::byte> reduced(total * type_size(type));
-    const ncclResult_t result = reduce(send, reduced.data(), total, type, op, -1, comm, "ncclReduceScatter");
+  // The whole reduction, then this rank's block of it (the emulation trades bytes for simplicity).
+  const std::size_t total = receive_count * static_cast<std::size_t>(comm->size);
+  int bytes = 0, block = 0;
+  if (const ncclResult_t result = byte_count(total, type, "ncclReduceScatter", bytes); result != ncclSuccess) return result;
+  if (mpi_operation(op) == MPI_OP_NULL) return fail(ncclInvalidArgument, "ncclReduceScatter: unknown reduction " + std::to_string(static_cast<int>(op)));
+  byte_count(receive_count, type, "ncclReduceScatter", block);
+  Posting posting{{span_of(send, bytes)}, {span_of(receive, block)}, {}};
+  posting.post = [=](PostedOperation& posted) {
+    auto reduced = std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(bytes));
+    const ncclResult_t result = post_reduce(posted, send, reduced->data(), total, bytes, type, op, -1, comm, "ncclReduceScatter");
     if (result != ncclSuccess) return result;
-    const std::size_t block = receive_count * type_size(type);
-    std::memcpy(receive, reduced.data() + static_cast<std::size_t>(comm->rank) * block, block);
+    const std::size_t offset = static_cast<std::size_t>(comm->rank) * static_cast<std::size_t>(block);
+    posted.then([reduced, receive, offset, block] {
+      std::memcpy(receive, reduced->data() + offset, static_cast<std::size_t>(block));
+      return ncclSuccess;
+    });
     return ncclSuccess;
-  });
+  };
+  return post_or_group(comm, stream, std::move(posting));
 }
 
 ncclResult_t ncclAllGather(const void* send, void* receive, std::size_t send_count, ncclDataType_t type, ncclComm_t comm,
-                           cudaStream_t) {
+                           cudaStream_t stream) {
   if (const ncclResult_t result = check_comm(comm, "ncclAllGather"); result != ncclSuccess) return result;
-  return run_or_queue([=] {
-    int bytes = 0;
-    if (const ncclResult_t result = byte_count(send_count, type, "ncclAllGather", bytes); result != ncclSuccess) return result;
-    const std::vector<std::byte> input(static_cast<const std::byte*>(send), static_cast<const std::byte*>(send) + bytes);
-    return mpi_result(MPI_Allgather(input.data(), bytes, MPI_BYTE, receive, bytes, MPI_BYTE, comm->mpi), "MPI_Allgather");
-  });
+  int bytes = 0;
+  if (const ncclResult_t result = byte_count(send_count, type, "ncclAllGather", bytes); result != ncclSuccess) return result;
+  Posting posting{{span_of(send, bytes)}, {ByteSpan{static_cast<const std::byte*>(receive), static_cast<std::size_t>(bytes) * static_cast<std::size_t>(comm->size)}}, {}};
+  posting.post = [=](PostedOperation& posted) {
+    const auto input = copy_of(send, bytes);
+    posted.then([input] { return ncclSuccess; });  // kept until MPI is done with it
+    return mpi_result(MPI_Iallgather(input->data(), bytes, MPI_BYTE, receive, bytes, MPI_BYTE, comm->mpi, posted.add_request()), "MPI_Iallgather");
+  };
+  return post_or_group(comm, stream, std::move(posting));
 }
 
 ncclResult_t ncclBroadcast(const void* send, void* receive, std::size_t count, ncclDataType_t type, int root,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
   if (const ncclResult_t result = check_comm(comm, "ncclBroadcast"); result != ncclSuccess) return result;
   if (root < 0 || root >= comm->size) return fail(ncclInvalidArgument, "ncclBroadcast: root " + std::to_string(root) + " is not a rank");
-  return run_or_queue([=] {
-    int bytes = 0;
-    if (const ncclResult_t result = byte_count(count, type, "ncclBroadcast", bytes); result != ncclSuccess) return result;
-    if (comm->rank == root && send != receive) std::memmove(receive, send, static_cast<std::size_t>(bytes));
-    return mpi_result(MPI_Bcast(receive, bytes, MPI_BYTE, root, comm->mpi), "MPI_Bcast");
-  });
+  int bytes = 0;
+  if (const ncclResult_t result = byte_count(count, type, "ncclBroadcast", bytes); result != ncclSuccess) return result;
+  const bool sends = comm->rank == root;
+  Posting posting{{sends ? span_of(send, bytes) : ByteSpan{}}, {span_of(receive, bytes)}, {}};
+  posting.post = [=](PostedOperation& posted) {
+    if (sends && send != receive) std::memmove(receive, send, static_cast<std::size_t>(bytes));
+    return mpi_result(MPI_Ibcast(receive, bytes, MPI_BYTE, root, comm->mpi, posted.add_request()), "MPI_Ibcast");
+  };
+  return post_or_group(comm, stream, std::move(posting));
 }
 
-ncclResult_t ncclSend(const void* send, std::size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t) {
+ncclResult_t ncclSend(const void* send, std::size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t stream) {
   if (const ncclResult_t result = check_comm(comm, "ncclSend"); result != ncclSuccess) return result;
   int bytes = 0;
   if (const ncclResult_t result = byte_count(count, type, "ncclSend", bytes); result != ncclSuccess) return result;
   if (peer < 0 || peer >= comm->size) return fail(ncclInvalidArgument, "ncclSend: peer " + std::to_string(peer) + " is not a rank");
-  if (group.depth == 0) return mpi_result(MPI_Send(send, bytes, MPI_BYTE, peer, 0, comm->mpi), "MPI_Send");
-  group.messages.push_back([=](std::vector<MPI_Request>& requests) {
-    requests.emplace_back();
-    return mpi_result(MPI_Isend(send, bytes, MPI_BYTE, peer, 0, comm->mpi, &requests.back()), "MPI_Isend");
-  });
-  return ncclSuccess;
+  Posting posting{{span_of(send, bytes)}, {}, {}, /*completes_when_issued=*/true};
+  posting.post = [=](PostedOperation& posted) {
+    return mpi_result(MPI_Isend(send, bytes, MPI_BYTE, peer, 0, comm->mpi, posted.add_request()), "MPI_Isend");
+  };
+  return post_or_group(comm, stream, std::move(posting));
 }
 
-ncclResult_t ncclRecv(void* receive, std::size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t) {
+ncclResult_t ncclRecv(void* receive, std::size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t stream) {
   if (const ncclResult_t result = check_comm(comm, "ncclRecv"); result != ncclSuccess) return result;
   int bytes = 0;
   if (const ncclResult_t result = byte_count(count, type, "ncclRecv", bytes); result != ncclSuccess) return result;
   if (peer < 0 || peer >= comm->size) return fail(ncclInvalidArgument, "ncclRecv: peer " + std::to_string(peer) + " is not a rank");
-  if (group.depth == 0) return mpi_result(MPI_Recv(receive, bytes, MPI_BYTE, peer, 0, comm->mpi, MPI_STATUS_IGNORE), "MPI_Recv");
-  group.messages.push_back([=](std::vector<MPI_Request>& requests) {
-    requests.emplace_back();
-    return mpi_result(MPI_Irecv(receive, bytes, MPI_BYTE, peer, 0, comm->mpi, &requests.back()), "MPI_Irecv");
-  });
-  return ncclSuccess;
+  Posting posting{{}, {span_of(receive, bytes)}, {}};
+  posting.post = [=](PostedOperation& posted) {
+    return mpi_result(MPI_Irecv(receive, bytes, MPI_BYTE, peer, 0, comm->mpi, posted.add_request()), "MPI_Irecv");
+  };
+  return post_or_group(comm, stream, std::move(posting));
 }
 
 ncclResult_t ncclGroupStart() {
@@ -387,20 +450,8 @@ ncclResult_t ncclGroupEnd() {
   if (--group.depth > 0) return ncclSuccess;
   Group issued = std::move(group);
   group = Group{};
-  ncclResult_t result = ncclSuccess;
-  std::vector<MPI_Request> requests;
-  requests.reserve(issued.messages.size());
-  for (const auto& post : issued.messages) {
-    if (result == ncclSuccess) result = post(requests);
-  }
-  for (const auto& collective : issued.collectives) {
-    if (result == ncclSuccess) result = collective();
-  }
-  if (!requests.empty()) {
-    const ncclResult_t waited = mpi_result(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
-    if (result == ncclSuccess) result = waited;
-  }
-  return result;
+  if (issued.postings.empty()) return ncclSuccess;
+  return ferry::cuda_emulation::issue(issued.stream, issued.state, std::move(issued.postings));
 }
 
 }  // extern "C"

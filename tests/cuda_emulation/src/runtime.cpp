@@ -1,25 +1,17 @@
 // The emulated CUDA runtime API (cuda_emulation/runtime_api.h): one device, memory from DeviceMemory,
-// and streams and events that complete every operation when it is issued, which keeps the order each
-// stream issued them in (and orders streams against each other more strictly than a GPU would).
-#include <chrono>
+// copies and fills that run when they are issued, after what their stream deferred (streams and events:
+// streams_and_events.cpp).
 #include <cstdio>
 #include <cstring>
-#include <optional>
 
 #include "cuda_emulation/runtime_api.h"
+#include "cuda_emulation/stream_work.h"
 #include "device_memory.h"
-
-struct CUstream_st {
-  unsigned int flags;
-};
-struct CUevent_st {
-  unsigned int flags;
-  std::optional<std::chrono::steady_clock::time_point> recorded = std::nullopt;
-};
 
 namespace {
 
 using ferry::cuda_emulation::DeviceMemory;
+using ferry::cuda_emulation::finish_deferred_work;
 
 // The runtime's per-thread "last error", as cudaGetLastError reports and clears it.
 thread_local cudaError_t last_error = cudaSuccess;
@@ -71,7 +63,6 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
   properties->major = 9;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 cudaError_t cudaGetLastError() {
   const cudaError_t error = last_error;
   last_error = cudaSuccess;
@@ -117,6 +108,7 @@ cudaError_t cudaMalloc(void** pointer, std::size_t bytes) {
 }
 cudaError_t cudaFree(void* pointer) {
   if (pointer == nullptr) return cudaSuccess;
+  ferry::cuda_emulation::finish_all_deferred_work();  // cudaFree synchronizes the device
   return DeviceMemory::instance().free(pointer) ? cudaSuccess : report(cudaErrorInvalidValue);
 }
 cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
@@ -125,16 +117,22 @@ cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
   return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind) {
+  return cudaMemcpyAsync(destination, source, bytes, kind, nullptr);
+}
+cudaError_t cudaMemcpyAsync(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  finish_deferred_work(stream);
   if (bytes == 0) return cudaSuccess;
   if (!valid_copy(destination, source, bytes, kind)) return report(cudaErrorInvalidValue);
   std::memmove(destination, source, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* destination, const void* source, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(destination, source, bytes, kind);
-}
 cudaError_t cudaMemcpy2D(void* destination, std::size_t destination_pitch, const void* source, std::size_t source_pitch,
                          std::size_t width_bytes, std::size_t rows, cudaMemcpyKind kind) {
+  return cudaMemcpy2DAsync(destination, destination_pitch, source, source_pitch, width_bytes, rows, kind, nullptr);
+}
+cudaError_t cudaMemcpy2DAsync(void* destination, std::size_t destination_pitch, const void* source, std::size_t source_pitch,
+                              std::size_t width_bytes, std::size_t rows, cudaMemcpyKind kind, cudaStream_t stream) {
+  finish_deferred_work(stream);
   if (width_bytes == 0 || rows == 0) return cudaSuccess;
   if (width_bytes > destination_pitch || width_bytes > source_pitch) return report(cudaErrorInvalidValue);
   // Each side's whole span (rows - 1 pitches and one width) must be inside device memory where it is on the device.
@@ -151,17 +149,14 @@ cudaError_t cudaMemcpy2D(void* destination, std::size_t destination_pitch, const
   }
   return cudaSuccess;
 }
-cudaError_t cudaMemcpy2DAsync(void* destination, std::size_t destination_pitch, const void* source, std::size_t source_pitch,
-                              std::size_t width_bytes, std::size_t rows, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy2D(destination, destination_pitch, source, source_pitch, width_bytes, rows, kind);
-}
-cudaError_t cudaMemset(void* destination, int value, std::size_t bytes) {
+cudaError_t cudaMemset(void* destination, int value, std::size_t bytes) { return cudaMemsetAsync(destination, value, bytes, nullptr); }
+cudaError_t cudaMemsetAsync(void* destination, int value, std::size_t bytes, cudaStream_t stream) {
+  finish_deferred_work(stream);
   if (bytes == 0) return cudaSuccess;
   if (!DeviceMemory::instance().contains(destination, bytes)) return report(cudaErrorInvalidValue);
   std::memset(destination, value, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* destination, int value, std::size_t bytes, cudaStream_t) { return cudaMemset(destination, value, bytes); }
 cudaError_t cudaHostRegister(void* pointer, std::size_t, unsigned int) { return pointer != nullptr ? cudaSuccess : report(cudaErrorInvalidValue); }
 cudaError_t cudaHostUnregister(void* pointer) { return pointer != nullptr ? cudaSuccess : report(cudaErrorInvalidValue); }
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* pointer) {
@@ -171,46 +166,6 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
                                       device ? const_cast<void*>(pointer) : nullptr, device ? nullptr : const_cast<void*>(pointer)};
   return cudaSuccess;
 }
-
-cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
-  *stream = new CUstream_st{flags};
-  return cudaSuccess;
-}
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  delete stream;
-  return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
-  return event != nullptr ? cudaSuccess : report(cudaErrorInvalidResourceHandle);
-}
-cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
-  *event = new CUevent_st{flags};
-  return cudaSuccess;
-}
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete event;
-  return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  if (event == nullptr) return report(cudaErrorInvalidResourceHandle);
-  event->recorded = std::chrono::steady_clock::now();
-  return cudaSuccess;
-}
-cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEvent_t end) {
-  if (milliseconds == nullptr) return report(cudaErrorInvalidValue);
-  if (start == nullptr || end == nullptr || ((start->flags | end->flags) & cudaEventDisableTiming) != 0 || !start->recorded ||
-      !end->recorded) {
-    return report(cudaErrorInvalidResourceHandle);
-  }
-  *milliseconds = std::chrono::duration<float, std::milli>(*end->recorded - *start->recorded).count();
-  return cudaSuccess;
-}
-cudaError_t cudaEventQuery(cudaEvent_t event) { return event != nullptr ? cudaSuccess : report(cudaErrorInvalidResourceHandle); }
-cudaError_t cudaEventSynchronize(cudaEvent_t event) { return event != nullptr ? cudaSuccess : report(cudaErrorInvalidResourceHandle); }
 
 cudaError_t cudaGetDriverEntryPointByVersion(const char*, void** function, unsigned int, unsigned long long,
                                              cudaDriverEntryPointQueryResult* status) {

@@ -1,6 +1,7 @@
 // The subset of the CUDA runtime API ferry calls, implemented on the host for the emulated build
 // (tests/cuda_emulation): device memory is heap memory of exactly the requested size (so AddressSanitizer
-// sees overruns), and streams and events complete every operation at once, in the order it was issued.
+// sees overruns), and streams run every operation when it is issued, in issue order, except the work they
+// defer (stream_work.h: the emulated NCCL's operations), which completes when its peers' parts arrive.
 #pragma once
 
 #include <cstddef>
@@ -61,8 +62,8 @@ struct dim3 {
   constexpr operator uint3() const { return uint3{x, y, z}; }
 };
 
-struct CUstream_st;  // an emulated stream: an id, nothing queued (every call completes at once)
-struct CUevent_st;   // an emulated event: always complete, with the host's clock at its last record
+struct CUstream_st;  // an emulated stream: what it deferred (stream_work.h); everything else runs when issued
+struct CUevent_st;   // an emulated event: ready once the work its stream deferred before it completed
 using cudaStream_t = CUstream_st*;
 using cudaEvent_t = CUevent_st*;
 // The legacy default stream's handle, as the runtime defines it ((cudaStream_t)0x1).
@@ -141,8 +142,9 @@ cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
-// Milliseconds between two recorded events: the host's clock at each record (an emulated stream's work has
-// run when it is issued); refused, as by CUDA, for an event made with cudaEventDisableTiming or not recorded.
+// Milliseconds between two recorded events: the host's clock when each was seen ready (an emulated stream's
+// work has run when it is issued, but for what it deferred); refused, as by CUDA, for an event made with
+// cudaEventDisableTiming or not recorded, and cudaErrorNotReady while either waits for deferred work.
 cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEvent_t end);
 
 // The virtual-memory driver calls cannot be emulated: this reports every symbol as not found, so
