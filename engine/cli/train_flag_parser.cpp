@@ -255,6 +255,13 @@ CLI::App* add_train_command(CLI::App& app, TrainOptions& o) {
                     "default), or keep them from forward to backward (false: less gather traffic, every block held at the peak); "
                     "PyTorch FSDP2's reshard_after_forward")
       ->check(kTrueOrFalse);
+  train->add_option("--stage3-prefetch-bucket-size", o.stage3_prefetch_bucket_size,
+                    "ZeRO 3: 0 gathers each layer's parameters when it starts; any other number of elements gathers the next "
+                    "layer's while this one runs (default; one layer ahead at most); zero_optimization.stage3_prefetch_bucket_size");
+  train->add_option("--stage3-max-live-parameters", o.stage3_max_live_parameters,
+                    "ZeRO 3: at most this many elements stay gathered beyond the running layer (blocks kept for their backward, "
+                    "the prefetched layer); a block that would pass it is resharded, a prefetch skipped (default: no bound); "
+                    "zero_optimization.stage3_max_live_parameters");
   train->add_option("--micro-batches", o.micro_batches, "Micro-batches per step through the pipeline (default: --grad-accum)");
   train->add_option("--schedule", o.schedule, "Pipeline schedule: gpipe | 1f1b | 1f1b-deep | interleaved:V | zb-h1");
   train->add_option("--profile", o.profile, "Record a memory profile into DIR (see `ferry report DIR`)");

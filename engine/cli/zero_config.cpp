@@ -82,15 +82,18 @@ void apply_zero_optimization(const json& section, TrainOptions& options) {
                               "stage 1 and gathers parameters by partition");
     }
   }
-  // Stage 3's tuning keys (Hugging Face writes them "auto"): ferry's gathers are fixed by the plan, so each
-  // is said to have no effect, with what ferry does instead.
+  // Stage 3's gather keys: "auto" (Hugging Face's) is ferry's default for each.
+  for (const auto& [key, field] : {std::pair{"stage3_prefetch_bucket_size", &TrainOptions::stage3_prefetch_bucket_size},
+                                   std::pair{"stage3_max_live_parameters", &TrainOptions::stage3_max_live_parameters}}) {
+    if (!section.contains(key) || (section[key].is_string() && section[key].get<std::string>() == "auto")) continue;
+    options.*field = value_of<std::int64_t>(section[key], std::string("zero_optimization.") + key);
+  }
+  // The other tuning keys: ferry's gathers are fixed by the plan, so each is said to have no effect, with
+  // what ferry does instead.
   const std::pair<const char*, const char*> stage3_keys[] = {
-      {"stage3_prefetch_bucket_size", "ferry prefetches the next layer's parameters, one layer ahead"},
       {"stage3_param_persistence_threshold", "ferry gathers a layer's parameters in one collective, its small tensors with it"},
-      {"stage3_max_live_parameters", "ferry holds at most the running layer's and the next one's parameters (all blocks' with "
-                                     "--reshard-after-forward false)"},
       {"stage3_max_reuse_distance", "ferry frees a block's gathered parameters after its forward (--reshard-after-forward true) or "
-                                    "keeps them to its backward (false)"},
+                                    "keeps them to its backward (false), within stage3_max_live_parameters"},
       {"stage3_gather_16bit_weights_on_model_save", "ferry's checkpoints are always consolidated, each rank writing its partition"}};
   for (const auto& [key, instead] : stage3_keys) {
     if (section.contains(key)) options.notes.push_back(std::string("zero_optimization.") + key + " has no effect: " + instead);

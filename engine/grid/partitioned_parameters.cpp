@@ -20,9 +20,10 @@ bool same(std::span<const std::size_t> a, const std::vector<std::size_t>& b) { r
 }  // namespace
 
 PartitionedParameters::PartitionedParameters(Device& device, std::vector<ParameterSpec> parameters, DType dtype, const FlatLayout& layout,
-                                             FlatShards owned, Communicator& dp, bool reshard_after_forward, ParameterHome* home)
+                                             FlatShards owned, Communicator& dp, GatherPolicy policy, ParameterHome* home)
     : device_(device), parameters_(std::move(parameters)), dtype_(dtype), layout_(layout), owned_(std::move(owned)), dp_(dp),
-      reshard_after_forward_(reshard_after_forward), home_(home) {
+      policy_(policy), home_(home) {
+  if (policy_.max_live_elements < 0) throw std::invalid_argument("stage3_max_live_parameters must be 0 or more elements");
   if (parameters_.size() != layout.parameter_count()) {
     throw std::logic_error("a partition of " + std::to_string(parameters_.size()) + " parameters over a layout of " +
                            std::to_string(layout.parameter_count()));
@@ -112,6 +113,7 @@ PartitionedParameters::Gathered PartitionedParameters::start_gather(std::span<co
       gathered.views.push_back(buffer.narrow(0, parameter.begin - run.begin, parameter.size()).reshape(parameters_[position].shape));
     }
     gathered.buffers.push_back(std::move(buffer));
+    gathered.elements += run.size();
     ++gathers_;
   }
   return gathered;
@@ -122,6 +124,20 @@ PartitionedParameters::Gathered* PartitionedParameters::find(std::span<const std
     if (same(indices, each.indices)) return &each;
   }
   return nullptr;
+}
+
+std::int64_t PartitionedParameters::held_beyond_running() const {
+  std::int64_t elements = 0;
+  for (const Gathered& each : gathered_) {
+    if (each.state != Gathered::State::acquired) elements += each.elements;
+  }
+  return elements;
+}
+
+std::int64_t PartitionedParameters::elements_of(std::span<const std::size_t> indices) const {
+  std::int64_t elements = 0;
+  for (const auto& [first, last] : runs(indices)) elements += layout_.parameter(last).end - layout_.parameter(first).begin;
+  return elements;
 }
 
 void PartitionedParameters::erase(std::span<const std::size_t> indices) {
@@ -154,13 +170,18 @@ void PartitionedParameters::prefetch(std::span<const std::size_t> indices) {
   if (find(indices) != nullptr) return;  // gathered already (kept from the forward, or prefetched)
   // One prefetch at most: a second while the first waits to be acquired is not started.
   if (std::any_of(gathered_.begin(), gathered_.end(), [](const Gathered& each) { return each.state == Gathered::State::prefetched; })) return;
-  gathered_.push_back(start_gather(indices));
+  const bool gathering = policy_.prefetch && held_beyond_running() + elements_of(indices) <= policy_.max_live_elements;
+  if (gathering) gathered_.push_back(start_gather(indices));
+  read_ahead(position, indices, gathering);
+}
+
+void PartitionedParameters::read_ahead(std::size_t position, std::span<const std::size_t> indices, bool gathering) {
   // The home reads the layers after this one, as last step ran them, while this one's gather and the
   // running layer proceed (the first step, or a step that left last step's order, reads nothing ahead).
   if (home_ == nullptr || position >= last_step_prefetched_.size() || !same(indices, last_step_prefetched_[position])) return;
   std::vector<ElementRange> ahead;
   const std::size_t end = std::min(last_step_prefetched_.size(), position + 1 + kReadAheadLayers);
-  for (std::size_t next = position + 1; next < end; ++next) {
+  for (std::size_t next = gathering ? position + 1 : position; next < end; ++next) {
     for (const ElementRange& range : owned_ranges(last_step_prefetched_[next])) ahead.push_back(range);
   }
   home_->read_ahead(ahead);
@@ -171,8 +192,9 @@ void PartitionedParameters::release(std::span<const std::size_t> indices, bool a
   if (gathered == nullptr || gathered->state != Gathered::State::acquired) {
     throw std::logic_error("parameters released that were not acquired (first index " + std::to_string(indices.empty() ? 0 : indices.front()) + ")");
   }
-  if (again && !reshard_after_forward_) {
-    gathered->state = Gathered::State::kept;  // for the backward, which acquires it again
+  // Kept for the backward, which acquires it again, unless that would hold more than the policy allows.
+  if (again && !policy_.reshard_after_forward && held_beyond_running() + gathered->elements <= policy_.max_live_elements) {
+    gathered->state = Gathered::State::kept;
     return;
   }
   erase(indices);

@@ -4,7 +4,8 @@
 // (category parameters) before it runs and freed when it releases them. The next layer's gather starts
 // while this one computes (one prefetch at most), so what is gathered at once is a formula of the plan,
 // whatever the timing: the layer running, the one prefetched, and (reshard_after_forward off, FSDP2's
-// option) every block kept gathered from its forward to its backward. With a ParameterHome (parameter
+// option) every block kept gathered from its forward to its backward, within the GatherPolicy's bounds
+// (DeepSpeed's stage3_prefetch_bucket_size and stage3_max_live_parameters). With a ParameterHome (parameter
 // offload) the partition is not on the device: the rank's slice of a layer is fetched from the home into
 // the gather buffer, and the home reads ahead the layers that followed the prefetched one last step, as
 // many as its buffers hold (the plan runs the same layers in the same order every step).
@@ -19,6 +20,7 @@
 #include "engine/core/parameter_provider.h"
 #include "engine/core/tensor.h"
 #include "engine/grid/flat_layout.h"
+#include "engine/grid/gather_policy.h"
 #include "models/gpt_parameters.h"
 #include "engine/core/parameter_home.h"
 
@@ -29,7 +31,7 @@ class PartitionedParameters final : public ParameterProvider {
   // `parameters` in the layout's order; `owned` this rank's shards of `layout` (cut to the parameters).
   // `home`: where the partition lives when it is offloaded (null: on the device).
   PartitionedParameters(Device& device, std::vector<ParameterSpec> parameters, DType dtype, const FlatLayout& layout, FlatShards owned,
-                        Communicator& dp, bool reshard_after_forward, ParameterHome* home = nullptr);
+                        Communicator& dp, GatherPolicy policy, ParameterHome* home = nullptr);
   ~PartitionedParameters() override;
   PartitionedParameters(const PartitionedParameters&) = delete;
   PartitionedParameters& operator=(const PartitionedParameters&) = delete;
@@ -39,7 +41,7 @@ class PartitionedParameters final : public ParameterProvider {
   const Tensor& partition() const;
   // The device bytes the partition holds (0 where it lives in a home).
   std::int64_t partition_bytes() const;
-  bool reshard_after_forward() const { return reshard_after_forward_; }
+  const GatherPolicy& policy() const { return policy_; }
 
   std::vector<Tensor> acquire(std::span<const std::size_t> indices) override;
   void prefetch(std::span<const std::size_t> indices) override;
@@ -64,6 +66,7 @@ class PartitionedParameters final : public ParameterProvider {
     std::vector<Tensor> buffers;  // one per run of consecutive parameters
     std::vector<Tensor> views;    // one per index, shaped
     std::vector<std::unique_ptr<CommRequest>> requests;
+    std::int64_t elements = 0;  // of the parameters gathered
     // Prefetched (started, not yet asked for), acquired by a layer, or kept between a block's forward
     // and its backward (reshard_after_forward off).
     enum class State : std::uint8_t { prefetched, acquired, kept } state = State::prefetched;
@@ -73,6 +76,12 @@ class PartitionedParameters final : public ParameterProvider {
   std::vector<std::pair<std::size_t, std::size_t>> runs(std::span<const std::size_t> indices) const;
   Gathered start_gather(std::span<const std::size_t> indices);
   Gathered* find(std::span<const std::size_t> indices);
+  // Elements gathered beyond the layers running: kept for a backward, or prefetched (what the policy bounds).
+  std::int64_t held_beyond_running() const;
+  std::int64_t elements_of(std::span<const std::size_t> indices) const;
+  // The home reads ahead the layers that followed prefetch `position` last step (from the prefetched
+  // layer itself when its gather did not start).
+  void read_ahead(std::size_t position, std::span<const std::size_t> indices, bool gathering);
   void erase(std::span<const std::size_t> indices);
   // The home's ranges of this rank's slices of `indices`.
   std::vector<ElementRange> owned_ranges(std::span<const std::size_t> indices) const;
@@ -84,7 +93,7 @@ class PartitionedParameters final : public ParameterProvider {
   const FlatLayout& layout_;
   FlatShards owned_;
   Communicator& dp_;
-  bool reshard_after_forward_;
+  GatherPolicy policy_;
   ParameterHome* home_;
   Tensor partition_;
   std::vector<Gathered> gathered_;

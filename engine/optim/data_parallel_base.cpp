@@ -40,7 +40,7 @@ std::unique_ptr<PartitionedParameters> provided_parameters(GptModel& model, cons
                                                            const DataParallelSettings& settings, offload::ParameterOffload* offloaded) {
   if (settings.zero_stage != 3) return nullptr;
   return std::make_unique<PartitionedParameters>(model.device(), model.parameter_specs(), model.parameter_dtype(), gradients.layout(),
-                                                 gradients.owned(), dp, settings.reshard_after_forward,
+                                                 gradients.owned(), dp, settings.gather,
                                                  offloaded != nullptr ? &offloaded->home() : nullptr);
 }
 
@@ -153,21 +153,29 @@ nlohmann::json DataParallelBase::parameter_bound() const {
   const std::int64_t embedding_bytes = part.embedding ? bytes(embedding) : 0;
   const std::int64_t table_bytes = part.has_token_table() ? bytes(table) : 0;
   const std::int64_t head = part.head ? bytes(ln_f) + table_bytes : 0;
-  const bool reshard = provided_->reshard_after_forward();
+  const GatherPolicy& policy = provided_->policy();
+  const bool reshard = policy.reshard_after_forward;
+  const std::int64_t prefetched_block = policy.prefetch ? block_bytes : 0;
   std::int64_t gathered = 0;
   if (part.whole() && !settings_.cuts.pipeline) {
-    gathered = reshard ? std::max({embedding_bytes + block_bytes, blocks > 1 ? 2 * block_bytes : 0, head + block_bytes})
-                       : std::max(embedding_bytes + block_bytes, blocks * block_bytes + head);
+    gathered = reshard ? std::max({embedding_bytes + prefetched_block, block_bytes + (blocks > 1 ? prefetched_block : 0), head + prefetched_block})
+                       : std::max(embedding_bytes + prefetched_block, blocks * block_bytes + head);
   } else {
     const std::int64_t layer = std::max({embedding_bytes, block_bytes, head});
-    const std::int64_t prefetch = std::max(block_bytes, part.head ? table_bytes : 0);
+    const std::int64_t prefetch = policy.prefetch ? std::max(block_bytes, part.head ? table_bytes : 0) : 0;
     gathered = (reshard ? 0 : blocks * block_bytes) + layer + prefetch;
   }
+  // stage3_max_live_parameters below the part's parameters may reshard blocks and skip prefetches where
+  // the formula counts them: then it is a bound, not the exact most.
+  std::int64_t part_elements = 0;
+  for (const ParameterSpec& each : model_.parameter_specs()) part_elements += each.numel();
+  const bool capped = policy.max_live_elements < part_elements;
   const std::int64_t partition = provided_->partition_bytes();  // 0 where it lives off the device
   std::int64_t largest = 0;  // DeepSpeed's estimator's "largest layer": the tied token table here
   for (const ParameterSpec& each : model_.parameter_specs()) largest = std::max(largest, each.numel());
   return {{"partition", partition}, {"block", block_bytes}, {"gathered", gathered}, {"total", partition + gathered},
-          {"exact", part.whole() && !settings_.cuts.pipeline}, {"reshard_after_forward", reshard}, {"largest_parameter_elements", largest},
+          {"exact", part.whole() && !settings_.cuts.pipeline && !capped}, {"reshard_after_forward", reshard}, {"prefetch", policy.prefetch},
+          {"max_live_elements", policy.max_live_elements}, {"largest_parameter_elements", largest},
           {"offloaded", parameter_offload_ ? (parameter_offload_->settings().nvme ? "nvme" : "cpu") : "none"}};
 }
 

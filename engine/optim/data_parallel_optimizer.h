@@ -11,6 +11,7 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/grid/data_parallel_gradients.h"
+#include "engine/grid/gather_policy.h"
 #include "engine/optim/training_optimizer.h"
 #include "models/gpt_model.h"
 #include "offload/parameter_offload.h"
@@ -30,10 +31,9 @@ struct DataParallelSettings {
   // How the model hands over the tied table's gradient (deferred: slice by slice, each complete, cut
   // into buckets like any parameter; as computed: in parts, the table one bucket of its own).
   TiedTableGradient tied_table = TiedTableGradient::as_computed;
-  // Stage 3 (FSDP2's reshard_after_forward): a block's gathered parameters are freed after its forward
-  // and gathered again for its backward; false keeps them from forward to backward (stage 2's gather
-  // traffic, every block's parameters held at the backward's start).
-  bool reshard_after_forward = true;
+  // Stage 3: what stays gathered beyond the running layer (FSDP2's reshard_after_forward, DeepSpeed's
+  // stage3_prefetch_bucket_size and stage3_max_live_parameters).
+  GatherPolicy gather{};
   // Stage 3 with ZeRO-Infinity's parameter offload: where the rank's partition lives (its nvme_path the
   // rank's own); nothing: on the device.
   std::optional<offload::ParameterOffloadSettings> offload_param;

@@ -82,7 +82,7 @@ StepTimeEstimate predict_step_time(const TrainingPlan& plan, const ClusterSpec& 
     if (plan.zero_stage == 3) {
       // Every layer gathered for forward and again for backward (once when blocks stay gathered); the
       // next layer's gather hides behind this one's compute, the first of each pass does not.
-      const double passes = plan.reshard_after_forward ? 2 : 1;
+      const double passes = plan.gather.reshard_after_forward ? 2 : 1;
       const double gathers = micro_batches * passes * share * parameter_bytes * psi / bandwidth;
       const double first_layer = micro_batches * 2 * share * parameter_bytes * (psi / std::max(blocks, 1.0)) / bandwidth;
       estimate.zero3_gathers = std::max(0.0, gathers - (cluster.kind == DeviceKind::cpu ? 0.0 : estimate.compute)) + first_layer;
@@ -104,7 +104,7 @@ StepTimeEstimate predict_step_time(const TrainingPlan& plan, const ClusterSpec& 
   if (plan.offload_param && plan.zero_stage == 3) {
     // Each pass over the layers copies the rank's slice of each from the home, on the compute stream
     // before the layer's gather: nothing hides it.
-    const double passes = plan.reshard_after_forward ? 2 : 1;
+    const double passes = plan.gather.reshard_after_forward ? 2 : 1;
     estimate.parameter_offload = micro_batches * passes * (psi / dp) * parameter_bytes / cluster.host_link_bandwidth;
   }
   return estimate;

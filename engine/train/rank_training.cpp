@@ -133,7 +133,7 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
                             offloaded, plan.kernels,
                             plan.reduce_bucket_elements, plan.weight_copy_elements,
                             {grid.dp().rank(), grid.dp().size(), plan.zero_stage, plan.allgather_bucket_elements, plan.overlap_comm,
-                             plan.tied_table_gradient(), plan.reshard_after_forward, plan.offload_param.has_value()}};
+                             plan.tied_table_gradient(), plan.gather, plan.offload_param.has_value()}};
   if (speaks) {
     for (const std::string& note : plan.notes) std::printf("  note: %s\n", note.c_str());
     if (const auto note = schedule_horizon_note(hyper.schedule, saved ? saved->step : 0, plan.steps, saved.has_value())) {
@@ -215,7 +215,7 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
         plan.data_parallel()       ? make_data_parallel_optimizer(model, hyper.adamw(), grid.dp(),
                                                                   {plan.zero_stage, plan.reduce_bucket_elements, plan.allgather_bucket_elements,
                                                                    plan.overlap_comm, buckets, plan.tied_table_gradient(),
-                                                                   plan.reshard_after_forward, rank_parameter_offload(plan, grid)},
+                                                                   plan.gather, rank_parameter_offload(plan, grid)},
                                                                   offloaded ? std::optional(rank_offload_settings(plan, grid)) : std::nullopt)
         : !offloaded               ? make_device_optimizer(model, hyper.adamw())
         : device->has_storage()    ? make_offload_optimizer(model, hyper.adamw(), rank_offload_settings(plan, grid))

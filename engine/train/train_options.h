@@ -81,6 +81,10 @@ struct TrainOptions {
   std::optional<std::int64_t> train_batch_size;
   std::optional<bool> overlap_comm;  // default true
   std::optional<bool> reshard_after_forward;  // ZeRO 3 only; default true
+  // DeepSpeed's stage3_prefetch_bucket_size (0: no prefetch; else the next layer) and
+  // stage3_max_live_parameters (elements kept gathered beyond the running layer; default: no bound).
+  std::optional<std::int64_t> stage3_prefetch_bucket_size;
+  std::optional<std::int64_t> stage3_max_live_parameters;
   std::optional<std::int64_t> micro_batches;
   std::string schedule = "1f1b";
   bool quiet = false;  // no progress or banner lines (benchmarks run many trainings)

@@ -118,12 +118,26 @@ nlohmann::json TrainingPlan::to_json() const {
           {"reduce_bucket_elements", reduce_bucket_elements},
           {"allgather_bucket_elements", allgather_bucket_elements},
           {"overlap_comm", overlap_comm},
-          {"reshard_after_forward", reshard_after_forward},
+          {"reshard_after_forward", gather.reshard_after_forward},
+          {"stage3_prefetch", gather.prefetch},
+          {"stage3_max_live_parameters", gather.max_live_elements},
           {"allocator", allocator.to_string()},
           {"dry_run", dry_run}};
 }
 
 namespace {
+
+// Stage 3's gather policy from --reshard-after-forward and DeepSpeed's stage-3 keys. A prefetch bucket of
+// 0 elements turns prefetching off; any other (Hugging Face's "auto" too) prefetches the next layer, the
+// most ferry gathers ahead. No live-parameter bound unless one is given (DeepSpeed's 1e9 would stop a
+// layer of more than 1e9 elements from being prefetched, which ferry's own default never does).
+GatherPolicy gather_policy(const TrainOptions& o) {
+  GatherPolicy policy;
+  policy.reshard_after_forward = o.reshard_after_forward.value_or(true);
+  policy.prefetch = o.stage3_prefetch_bucket_size.value_or(1) != 0;
+  if (o.stage3_max_live_parameters) policy.max_live_elements = *o.stage3_max_live_parameters;
+  return policy;
+}
 
 // DeepSpeed's train_batch_size = micro-batch x gradient_accumulation_steps x dp, with a factor not given
 // (by a flag or a config key) derived as DeepSpeed derives it: the micro-batch from the other two, the
@@ -179,7 +193,7 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   plan.precision = parse_precision(o.precision);
   plan.zero_stage = o.zero_stage;
   plan.overlap_comm = o.overlap_comm.value_or(true);
-  plan.reshard_after_forward = o.reshard_after_forward.value_or(true);
+  plan.gather = gather_policy(o);
   if (o.offload_optimizer != "none") plan.offload_optimizer = offload::parse_offload_device(o.offload_optimizer);
   plan.offload = offload_settings(o, plan.offload_optimizer.value_or(offload::OffloadDevice::cpu));
   plan.device = parse_device_kind(o.device);
@@ -263,6 +277,14 @@ TrainingPlan make_training_plan(const TrainOptions& o, const RankEnvironment& en
   if (o.zero_stage < 0 || o.zero_stage > 3) throw std::invalid_argument("--zero-stage must be 0, 1, 2 or 3, got " + number(o.zero_stage));
   if (o.reshard_after_forward && o.zero_stage != 3) {
     throw std::invalid_argument("--reshard-after-forward is ZeRO stage 3's (only stage 3 gathers parameters per block); add --zero-stage 3 or drop it");
+  }
+  for (const auto& [flag, value] : {std::pair{"--stage3-prefetch-bucket-size (zero_optimization.stage3_prefetch_bucket_size)", o.stage3_prefetch_bucket_size},
+                                    std::pair{"--stage3-max-live-parameters (zero_optimization.stage3_max_live_parameters)", o.stage3_max_live_parameters}}) {
+    if (!value) continue;
+    if (*value < 0) throw std::invalid_argument(std::string(flag) + " must be 0 or more elements, got " + number(*value));
+    if (o.zero_stage != 3) {
+      throw std::invalid_argument(std::string(flag) + " is ZeRO stage 3's (only stage 3 gathers parameters per block); add --zero-stage 3 or drop it");
+    }
   }
   if (o.offload_param != "none") {
     if (o.zero_stage != 3) {

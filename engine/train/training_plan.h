@@ -14,6 +14,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/core/device.h"
 #include "engine/core/dtype.h"
+#include "engine/grid/gather_policy.h"
 #include "engine/grid/process_grid.h"
 #include "engine/optim/optimizer_settings.h"
 #include "engine/train/model_config.h"
@@ -72,7 +73,7 @@ struct TrainingPlan {
   std::int64_t allgather_bucket_elements = 0;  // DeepSpeed's allgather_bucket_size (0: one bucket)
 
   bool overlap_comm = true;                    // DeepSpeed's overlap_comm: bucket reductions overlap backward
-  bool reshard_after_forward = true;           // ZeRO 3 (FSDP2's): gathered blocks freed after forward
+  GatherPolicy gather{};                       // ZeRO 3: what stays gathered beyond the running layer
   AllocatorConfig allocator;                   // the caching allocator's settings (FERRY_ALLOC_CONF, PyTorch's keys)
   bool dry_run = false;                        // --device meta
   std::int64_t steps = 0;                      // total, also when resuming

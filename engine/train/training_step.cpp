@@ -113,7 +113,7 @@ DryRun dry_run_step(const DryRunSetup& setup) {
     model.set_weight_copy_elements(setup.weight_copy_elements);
     const std::unique_ptr<Communicator> group = make_dry_run_communicator(dp.rank, dp.size);
     const DataParallelSettings settings_dp{dp.zero_stage, setup.gradient_bucket_elements, dp.allgather_bucket_elements, dp.overlap, {},
-                                           dp.tied_table, dp.reshard_after_forward,
+                                           dp.tied_table, dp.gather,
                                            dp.offload_param ? std::optional(offload::ParameterOffloadSettings{}) : std::nullopt};
     const std::unique_ptr<TrainingOptimizer> optimizer =
         dp.active()               ? make_data_parallel_optimizer(model, {}, *group, settings_dp,

@@ -11,6 +11,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/core/device.h"
 #include "engine/data/token_data.h"
+#include "engine/grid/gather_policy.h"
 #include "engine/optim/loss_scaler.h"
 #include "engine/optim/training_optimizer.h"
 #include "models/gpt_model.h"
@@ -87,7 +88,7 @@ struct DryRunSetup {
     std::int64_t allgather_bucket_elements = 0;
     bool overlap = true;
     TiedTableGradient tied_table = TiedTableGradient::as_computed;
-    bool reshard_after_forward = true;  // ZeRO 3
+    GatherPolicy gather{};              // ZeRO 3
     bool offload_param = false;         // ZeRO 3's partition off the device
     // The data-parallel runtime runs: more than one rank, or ZeRO-Infinity on one (its partition whole).
     bool active() const { return size > 1 || offload_param; }

@@ -16,6 +16,15 @@ run reshard 2 --grad-accum 2 --zero-stage 3
 grep -q "parameters, most at once .* | bound .* = partition .* + gathered .* the layer running and the next one's prefetch" "$work/out.txt" ||
   { echo "no parameter bound in the summary lines:"; cat "$work/out.txt"; exit 1; }
 run kept 2 --grad-accum 2 --zero-stage 3 --reshard-after-forward false
+# DeepSpeed's stage-3 keys: no prefetch (a config's stage3_prefetch_bucket_size 0), and a bound on what
+# stays gathered beyond the running layer (stage3_max_live_parameters, 2 of gpt2-tiny's blocks' elements).
+echo '{"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 0, "stage3_max_live_parameters": "auto"}}' > "$work/ds_no_prefetch.json"
+run no_prefetch 2 --grad-accum 2 --config "$work/ds_no_prefetch.json"
+run kept_bounded 2 --grad-accum 2 --zero-stage 3 --reshard-after-forward false --stage3-max-live-parameters 400000
+expect_error "stage3-prefetch-bucket-size (zero_optimization.stage3_prefetch_bucket_size) is ZeRO stage 3's" \
+  "$ferry" train "${model[@]}" --zero-stage 2 --stage3-prefetch-bucket-size 0
+expect_error "stage3-max-live-parameters (zero_optimization.stage3_max_live_parameters) must be 0 or more elements, got -1" \
+  "$ferry" train "${model[@]}" --zero-stage 3 --stage3-max-live-parameters -1
 run dp4 4 --grad-accum 1 --zero-stage 3 --reduce-bucket-size 100000
 run full 2 --grad-accum 2 --zero-stage 3 --checkpointing full
 run selective 2 --grad-accum 2 --zero-stage 3 --checkpointing selective
@@ -34,7 +43,7 @@ sys.path.insert(0, sys.argv[2])
 from summaries import Summaries, round512
 summaries = Summaries(sys.argv[1])
 load, losses_match = summaries.load, summaries.losses_match
-for name in ("reshard", "kept", "dp4", "full", "selective", "offload", "nvme"):
+for name in ("reshard", "kept", "no_prefetch", "kept_bounded", "dp4", "full", "selective", "offload", "nvme"):
     losses_match(name, "one", 1e-6)
 losses_match("bf16", "one_bf16", 1e-4)
 losses_match("fp16_3", "fp16_2", 0)
@@ -43,7 +52,7 @@ for name in ("offload", "nvme"):
     assert load(name)["optimizer"]["state"] == ("host" if name == "offload" else "nvme"), load(name)["optimizer"]
     for rank in load(name)["ranks"]:
         assert rank["max_by_category"]["optimizer_states"] == 0, (name, rank["max_by_category"])
-for name in ("reshard", "kept", "dp4", "full", "selective", "bf16", "offload"):
+for name in ("reshard", "kept", "no_prefetch", "dp4", "full", "selective", "bf16", "offload"):
     run = load(name)
     assert run["grid"]["zero_stage"] == 3, run["grid"]
     element = 2 if name == "bf16" else 4
@@ -74,6 +83,19 @@ gathered = lambda name: load(name)["ranks"][0]["optimizer"]["memory_bound"]["par
 block = gathered("reshard")["block"]
 assert gathered("reshard")["gathered"] < gathered("kept")["gathered"], (gathered("reshard"), gathered("kept"))
 assert gathered("kept")["gathered"] >= 4 * block, gathered("kept")  # gpt2-tiny's 4 blocks
+# Without prefetch each layer is gathered when it starts: one block less than resharding with prefetch.
+assert gathered("no_prefetch")["gathered"] == gathered("reshard")["gathered"] - block, (gathered("no_prefetch"), block)
+assert load("no_prefetch")["ranks"][0]["optimizer"]["parameter_gathers"] == load("reshard")["ranks"][0]["optimizer"]["parameter_gathers"]
+# The bound (400,000 elements: two blocks of 198,272) keeps two blocks for their backward where keeping
+# holds all four: the most at once is the running layer and two blocks, beside the partition, and the
+# dry run says so byte for byte; the stated formula is then a bound.
+bounded = load("kept_bounded")
+for rank, predicted in zip(bounded["ranks"], load("kept_bounded.meta")["ranks"]):
+    parameters, bound = rank["max_by_category"]["parameters"], rank["optimizer"]["memory_bound"]["parameters"]
+    assert not bound["exact"] and bound["max_live_elements"] == 400000 and parameters <= bound["total"], bound
+    assert parameters < load("kept")["ranks"][rank["rank"]]["max_by_category"]["parameters"], parameters
+    assert parameters - bound["partition"] <= 3 * block + gathered("reshard")["gathered"], (parameters, bound)
+    assert predicted["max_by_category"] == rank["max_by_category"] and predicted["peak_reserved"] == rank["peak_reserved"], rank["rank"]
 # Stage 3 holds less than stage 2 on every rank, and sends more (every block gathered twice a micro-batch).
 for s2, s3 in zip(load("stage2")["ranks"], load("reshard")["ranks"]):
     assert s3["peak_reserved"] <= s2["peak_reserved"] and s3["max_by_category"]["parameters"] < s2["max_by_category"]["parameters"], (s2, s3)
@@ -139,7 +161,7 @@ done
 
 # Ranks that would gather differently (another recompute policy or loss chunk: DeepSpeed's stage-3 hangs)
 # stop before step 1, every rank naming the setting.
-for flags in "--checkpointing full" "--loss-chunk 16"; do
+for flags in "--checkpointing full" "--loss-chunk 16" "--stage3-prefetch-bucket-size 0"; do
   # shellcheck disable=SC2086  # a word list
   if FERRY_COMM_TIMEOUT_SECONDS=20 timeout 120 "$mpirun" --allow-run-as-root --oversubscribe -np 1 "$ferry" train "${model[@]}" --zero-stage 3 \
        : -np 1 "$ferry" train "${model[@]}" --zero-stage 3 $flags > "$work/out.txt" 2> "$work/err.txt"; then
@@ -151,11 +173,19 @@ for flags in "--checkpointing full" "--loss-chunk 16"; do
   done
 done
 
-# DeepSpeed's stage-3 tuning keys are said to have no effect, with what ferry does instead.
-echo '{"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": "auto", "stage3_max_live_parameters": 1e9}}' > "$work/stage3.json"
-"$ferry" train --config "$work/stage3.json" "${model[@]}" --steps 1 --device meta --dp 2 > "$work/out.txt"
-grep -q "note: zero_optimization.stage3_prefetch_bucket_size has no effect: ferry prefetches the next layer's" "$work/out.txt"
-grep -q "note: zero_optimization.stage3_max_live_parameters has no effect" "$work/out.txt"
+# DeepSpeed's stage-3 keys: "auto" is ferry's default, a number is taken (the plan records it); the keys
+# ferry has no use for are said to have no effect, with what ferry does instead.
+echo '{"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": "auto", "stage3_max_live_parameters": 1e9,
+       "stage3_param_persistence_threshold": "auto", "stage3_max_reuse_distance": 1e9}}' > "$work/stage3.json"
+"$ferry" train --config "$work/stage3.json" "${model[@]}" --steps 1 --device meta --dp 2 --summary "$work/stage3_keys.json" > "$work/out.txt"
+grep -q "note: zero_optimization.stage3_param_persistence_threshold has no effect: ferry gathers a layer's" "$work/out.txt"
+grep -q "note: zero_optimization.stage3_max_reuse_distance has no effect" "$work/out.txt"
+if grep -q "stage3_prefetch_bucket_size has no effect\|stage3_max_live_parameters has no effect" "$work/out.txt"; then echo "a stage-3 key ferry takes is said to have no effect"; exit 1; fi
+/usr/bin/python3 -c "
+import json, sys
+plan = json.load(open(sys.argv[1]))['grid']
+assert plan['stage3_prefetch'] is True and plan['stage3_max_live_parameters'] == 1000000000, plan
+" "$work/stage3_keys.json"
 
 # ferry bench memory dry-runs stage 3 beside stage 2 with both formulas: ZeRO's 16 psi / dp and
 # DeepSpeed's stage-3 estimator (4 x the largest layer, the token table, + 18 psi / dp).

@@ -1,7 +1,8 @@
 // PartitionedParameters on one rank (the gather is a copy, so what a layer sees is the partition): the
 // views hold the partition's values in the parameters' shapes; one prefetch at most; a block kept from
 // forward to backward is not gathered again, and freed on its last release; releases of what was not
-// acquired are refused; the bytes allocated while a gather is held are gathered_bytes().
+// acquired are refused; the bytes allocated while a gather is held are gathered_bytes(); the gather
+// policy's bounds: no prefetch when it is off, and nothing kept or prefetched past max_live_elements.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -27,7 +28,7 @@ struct Fixture {
 
 TEST(PartitionedParameters, GathersThePartitionsValuesInTheParametersShapes) {
   Fixture f;
-  PartitionedParameters parameters(*f.device, f.specs, DType::f32, f.layout, f.layout.partition(0), *f.dp, true);
+  PartitionedParameters parameters(*f.device, f.specs, DType::f32, f.layout, f.layout.partition(0), *f.dp, GatherPolicy{});
   std::vector<float> values(26);
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
   parameters.partition().copy_from_host(values.data());
@@ -48,7 +49,7 @@ TEST(PartitionedParameters, GathersThePartitionsValuesInTheParametersShapes) {
 
 TEST(PartitionedParameters, OnePrefetchAtMost) {
   Fixture f;
-  PartitionedParameters parameters(*f.device, f.specs, DType::f32, f.layout, f.layout.partition(0), *f.dp, true);
+  PartitionedParameters parameters(*f.device, f.specs, DType::f32, f.layout, f.layout.partition(0), *f.dp, GatherPolicy{});
   const std::vector<std::size_t> a = {0, 1}, b = {2, 3};
   parameters.prefetch(a);
   parameters.prefetch(b);  // a second one while the first waits: not started
@@ -67,7 +68,7 @@ TEST(PartitionedParameters, OnePrefetchAtMost) {
 TEST(PartitionedParameters, KeptFromForwardToBackwardWithoutResharding) {
   for (const bool reshard : {true, false}) {
     Fixture f;
-    PartitionedParameters parameters(*f.device, f.specs, DType::f32, f.layout, f.layout.partition(0), *f.dp, reshard);
+    PartitionedParameters parameters(*f.device, f.specs, DType::f32, f.layout, f.layout.partition(0), *f.dp, GatherPolicy{.reshard_after_forward = reshard});
     const std::vector<std::size_t> a = {0, 1};
     const std::int64_t partition_only = f.allocated();
     { parameters.acquire(a); }
@@ -78,6 +79,46 @@ TEST(PartitionedParameters, KeptFromForwardToBackwardWithoutResharding) {
     parameters.release(a, /*again=*/false);
     EXPECT_EQ(f.allocated(), partition_only);
   }
+}
+
+TEST(PartitionedParameters, PrefetchOffGathersEachLayerWhenItStarts) {
+  Fixture f;
+  PartitionedParameters parameters(*f.device, f.specs, DType::f32, f.layout, f.layout.partition(0), *f.dp, GatherPolicy{.prefetch = false});
+  const std::vector<std::size_t> a = {0, 1}, b = {2, 3};
+  const std::int64_t partition_only = f.allocated();
+  parameters.prefetch(b);
+  EXPECT_EQ(parameters.gathers(), 0);
+  EXPECT_EQ(f.allocated(), partition_only);
+  parameters.acquire(b);
+  EXPECT_EQ(parameters.gathers(), 1);
+  parameters.release(b, false);
+  EXPECT_EQ(f.allocated(), partition_only);
+}
+
+TEST(PartitionedParameters, MaxLiveElementsBoundWhatIsKeptAndPrefetched) {
+  // a is 16 elements, b 10: a bound of 16 keeps a for its backward, and then has no room for b's prefetch
+  // nor for keeping b; b's own gather (its layer runs) is always made.
+  Fixture f;
+  PartitionedParameters parameters(*f.device, f.specs, DType::f32, f.layout, f.layout.partition(0), *f.dp,
+                                   GatherPolicy{.reshard_after_forward = false, .prefetch = true, .max_live_elements = 16});
+  const std::vector<std::size_t> a = {0, 1}, b = {2, 3};
+  const std::int64_t partition_only = f.allocated();
+  parameters.acquire(a);
+  parameters.release(a, /*again=*/true);  // kept: 16 <= 16
+  EXPECT_EQ(f.allocated() - partition_only, parameters.gathered_bytes(a));
+  parameters.prefetch(b);  // 16 kept + 10 > 16: skipped
+  EXPECT_EQ(parameters.gathers(), 1);
+  parameters.acquire(b);
+  EXPECT_EQ(parameters.gathers(), 2);
+  parameters.release(b, /*again=*/true);  // 16 kept + 10 > 16: resharded
+  EXPECT_EQ(f.allocated() - partition_only, parameters.gathered_bytes(a));
+  parameters.acquire(b);
+  EXPECT_EQ(parameters.gathers(), 3);  // b's backward gathers it again, a's does not
+  parameters.release(b, false);
+  parameters.acquire(a);
+  EXPECT_EQ(parameters.gathers(), 3);
+  parameters.release(a, false);
+  EXPECT_EQ(f.allocated(), partition_only);
 }
 
 }  // namespace
