@@ -81,11 +81,13 @@ StepTimeEstimate predict_step_time(const TrainingPlan& plan, const ClusterSpec& 
     }
     if (plan.zero_stage == 3) {
       // Every layer gathered for forward and again for backward (once when blocks stay gathered); the
-      // next layer's gather hides behind this one's compute, the first of each pass does not.
+      // next layer's gather hides behind this one's compute, the first of each pass does not (nor any
+      // without prefetch).
       const double passes = plan.gather.reshard_after_forward ? 2 : 1;
       const double gathers = micro_batches * passes * share * parameter_bytes * psi / bandwidth;
       const double first_layer = micro_batches * 2 * share * parameter_bytes * (psi / std::max(blocks, 1.0)) / bandwidth;
-      estimate.zero3_gathers = std::max(0.0, gathers - (cluster.kind == DeviceKind::cpu ? 0.0 : estimate.compute)) + first_layer;
+      const double hides_gathers = cluster.kind == DeviceKind::cpu || !plan.gather.prefetch ? 0.0 : estimate.compute;
+      estimate.zero3_gathers = std::max(0.0, gathers - hides_gathers) + first_layer;
     }
   }
   if (pp > 1) {
