@@ -42,7 +42,6 @@ nlohmann::json search_on_rank_zero(const TrainOptions& options, const RankEnviro
             {"cluster", request.cluster.name},
             {"device_memory", request.cluster.device_memory},
             {"predicted_step_seconds", candidate.time.total()},
-            {"exact", candidate.exact},
             {"ranks", candidate.ranks},
             {"dry_runs", search.dry_runs}};
   }

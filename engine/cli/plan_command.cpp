@@ -124,7 +124,6 @@ json plan_summary(const PlanSearch& search, const PlanSearchRequest& request) {
       plan["peak_reserved"] = candidate.peak_reserved;
       plan["headroom"] = static_cast<std::int64_t>(c.device_memory) - candidate.peak_reserved;
       plan["host_bytes"] = candidate.host_bytes;
-      plan["exact"] = candidate.exact;
     }
     if (candidate.status == PlanCandidate::Status::fits) plan["deepspeed_config"] = deepspeed_config(request, candidate);
     plans.push_back(std::move(plan));
@@ -171,8 +170,7 @@ int run_plan_command(const PlanCommandOptions& options) {
       continue;
     }
     const bool measured = !candidate.ranks.is_null();
-    const std::string peak = measured ? "rank " + std::to_string(candidate.fullest_rank) + " " + format_bytes(static_cast<std::size_t>(candidate.peak_reserved)) +
-                                            (candidate.exact ? "" : "*")
+    const std::string peak = measured ? "rank " + std::to_string(candidate.fullest_rank) + " " + format_bytes(static_cast<std::size_t>(candidate.peak_reserved))
                                       : "states " + format_bytes(static_cast<std::size_t>(candidate.model_states_floor)) + " (formula)";
     const std::int64_t headroom = static_cast<std::int64_t>(c.device_memory) - (measured ? candidate.peak_reserved : candidate.model_states_floor);
     std::printf("  %-9s %-13s %-10s %-9s %-4d %-11s %-22s %10s %9s %11.0f %5.1f%%\n", plan_status_name(candidate.status), grid.c_str(), micro.c_str(),
@@ -180,10 +178,6 @@ int run_plan_command(const PlanCommandOptions& options) {
                 headroom >= 0 ? format_bytes(static_cast<std::size_t>(headroom)).c_str() : ("-" + format_bytes(static_cast<std::size_t>(-headroom))).c_str(),
                 format_seconds(candidate.time.total()).c_str(), candidate.tokens_per_second, 100 * candidate.mfu);
     if (candidate.status == PlanCandidate::Status::too_big) std::printf("            why not: %s\n", candidate.why_not.c_str());
-  }
-  if (std::any_of(search.candidates.begin(), search.candidates.end(), [](const PlanCandidate& each) { return !each.ranks.is_null() && !each.exact; })) {
-    std::printf("  * a pipeline's peak: its ranks can hold one more activation message than the dry run (MPI frees a sent one when it\n"
-                "    completes the send), so leave that much headroom\n");
   }
   if (shown_refused > 5) std::printf("  ... and %zu more refused (--summary lists them)\n", shown_refused - 5);
   if (not_measured > 0) std::printf("  %zu more plans not measured: predicted slower than those that fit, or too big as a smaller one is (--summary)\n", not_measured);

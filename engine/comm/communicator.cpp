@@ -1,10 +1,41 @@
 // What every backend shares: element sizes and names of the communicator's data types and operations,
-// and the equal-count blocking collectives, which run as the variable-count ones.
+// the equal-count blocking collectives, which run as the variable-count ones, and exchanges as their
+// messages one by one.
 #include "engine/comm/communicator.h"
 
 #include <vector>
 
 namespace ferry {
+namespace {
+
+// Complete once all of its requests are.
+class AllRequests final : public CommRequest {
+ public:
+  explicit AllRequests(std::vector<std::unique_ptr<CommRequest>> requests) : requests_(std::move(requests)) {}
+  bool test() override {
+    bool complete = true;
+    for (const std::unique_ptr<CommRequest>& request : requests_) complete = request->test() && complete;  // each progresses
+    return complete;
+  }
+  void wait() override {
+    for (const std::unique_ptr<CommRequest>& request : requests_) request->wait();
+  }
+
+ private:
+  std::vector<std::unique_ptr<CommRequest>> requests_;
+};
+
+}  // namespace
+
+std::unique_ptr<CommRequest> Communicator::exchange_async(std::span<const PointToPoint> messages) {
+  std::vector<std::unique_ptr<CommRequest>> requests;
+  requests.reserve(messages.size());
+  for (const PointToPoint& message : messages) {
+    requests.push_back(message.kind == PointToPoint::Kind::send ? send_async(message.send_data, message.bytes, message.peer, message.tag)
+                                                    : receive_async(message.receive_data, message.bytes, message.peer, message.tag));
+  }
+  return std::make_unique<AllRequests>(std::move(requests));
+}
 
 std::size_t comm_data_type_size(CommDataType type) {
   switch (type) {

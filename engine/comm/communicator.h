@@ -58,6 +58,17 @@ class CommRequest {
   virtual void wait() = 0;
 };
 
+// One message of an exchange (Communicator::exchange_async): a send of `bytes` from `send_data`, or a
+// receive of `bytes` into `receive_data`.
+struct PointToPoint {
+  enum class Kind : std::uint8_t { send, receive } kind = Kind::send;
+  const void* send_data = nullptr;
+  void* receive_data = nullptr;
+  std::size_t bytes = 0;
+  int peer = 0;
+  int tag = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -120,6 +131,11 @@ class Communicator {
   virtual std::unique_ptr<CommRequest> receive_async(void* data, std::size_t bytes, int peer, int tag) = 0;
   void send(const void* data, std::size_t bytes, int peer, int tag) { send_async(data, bytes, peer, tag)->wait(); }
   void receive(void* data, std::size_t bytes, int peer, int tag) { receive_async(data, bytes, peer, tag)->wait(); }
+  // Several messages started together, in order; the request completes once every one has. NCCL starts
+  // them as one group, so they progress concurrently (NCCL's sends and receives on one stream otherwise
+  // run one after another, and two ranks that send to each other first would wait forever); the others
+  // start each with send_async or receive_async.
+  virtual std::unique_ptr<CommRequest> exchange_async(std::span<const PointToPoint> messages);
   virtual void barrier() = 0;
 
   // A timed-out receive is withdrawn and the communicator stays usable; after a timed-out collective or

@@ -300,6 +300,37 @@ std::unique_ptr<CommRequest> NcclCommunicatorImpl::send_async(const void* data, 
   return request;
 }
 
+std::unique_ptr<CommRequest> NcclCommunicatorImpl::exchange_async(std::span<const PointToPoint> messages) {
+  const auto on_device = [](const PointToPoint& message) {
+    return is_device_buffer(message.kind == PointToPoint::Kind::send ? message.send_data : message.receive_data, message.bytes);
+  };
+  // Host buffers (or none at all) go message by message, through the bootstrap.
+  if (messages.empty() || !std::all_of(messages.begin(), messages.end(), on_device)) return Communicator::exchange_async(messages);
+  std::string what = "exchange of";
+  std::uint64_t sent = 0;
+  for (const PointToPoint& message : messages) {
+    const bool sends = message.kind == PointToPoint::Kind::send;
+    require_peer(message.peer, message.tag, "exchange with rank " + std::to_string(message.peer));
+    what += std::string(what.back() == 'f' ? " " : ", ") + (sends ? "a send of " : "a receive of ") + std::to_string(message.bytes) +
+            " bytes " + (sends ? "to" : "from") + " rank " + std::to_string(message.peer) + " (tag " + std::to_string(message.tag) + ")";
+    if (sends) sent += message.bytes;
+  }
+  what += " " + world_text();
+  std::unique_ptr<CommRequest> request = start(what, [&] {
+    NcclGroup group;
+    for (const PointToPoint& message : messages) {
+      if (message.kind == PointToPoint::Kind::send) {
+        FERRY_NCCL_CHECK(ncclSend(message.send_data, message.bytes, ncclUint8, message.peer, comm_.get(), stream_.get()));
+      } else {
+        FERRY_NCCL_CHECK(ncclRecv(message.receive_data, message.bytes, ncclUint8, message.peer, comm_.get(), stream_.get()));
+      }
+    }
+    group.end();
+  });
+  count_bytes_sent(sent);
+  return request;
+}
+
 std::unique_ptr<CommRequest> NcclCommunicatorImpl::receive_async(void* data, std::size_t bytes, int peer, int tag) {
   const std::string what = "receive of " + std::to_string(bytes) + " bytes from rank " + std::to_string(peer) +
                            " (tag " + std::to_string(tag) + ") " + world_text();

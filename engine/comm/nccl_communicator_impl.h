@@ -48,6 +48,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   std::vector<std::string> gather_strings(const std::string& value, int root) override;
   std::unique_ptr<CommRequest> send_async(const void* data, std::size_t bytes, int peer, int tag) override;
   std::unique_ptr<CommRequest> receive_async(void* data, std::size_t bytes, int peer, int tag) override;
+  // Device buffers: one ncclGroupStart/End of every send and receive, one request.
+  std::unique_ptr<CommRequest> exchange_async(std::span<const PointToPoint> messages) override;
   void barrier() override;
   [[noreturn]] void abort(int exit_code) override;
 

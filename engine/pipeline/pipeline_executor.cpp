@@ -69,20 +69,21 @@ void PipelineRankExecutor::begin_step(std::int64_t step, const std::vector<Micro
 
 void PipelineRankExecutor::run() {
   while (next_ < actions_.size()) {
-    const PipelineAction& action = actions_[next_];
-    const std::int64_t before = action.is_communication() ? 0 : stash_bytes();
-    if (action.type == PipelineActionType::receive_forward || action.type == PipelineActionType::receive_backward) {
-      receive(action);
-    } else {
-      execute(action);
+    if (actions_[next_].is_communication()) {
+      const std::size_t first = next_;
+      next_ += communicate();
+      for (std::size_t each = first; each < next_; ++each) measure_stash(actions_[each], 0);
+      continue;
     }
+    const PipelineAction& action = actions_[next_];
+    const std::int64_t before = stash_bytes();
+    execute(action);
     ++next_;
     measure_stash(action, before);
   }
 }
 
 void PipelineRankExecutor::finish_step() {
-  transport_.finish_sends();
   for (const auto& [key, state] : states_) {
     if (state.tokens.defined() || state.input.defined() || !state.blocks.empty() || state.output.defined() ||
         state.output_gradient.defined() || state.input_gradient.defined() || !state.deferred.empty()) {
@@ -102,9 +103,7 @@ void PipelineRankExecutor::execute(const PipelineAction& action) {
     case PipelineActionType::backward: return backward(action.stage, action.micro_batch, false);
     case PipelineActionType::backward_input: return backward(action.stage, action.micro_batch, true);
     case PipelineActionType::backward_weight: return backward_weight(action.stage, action.micro_batch);
-    case PipelineActionType::send_forward:
-    case PipelineActionType::send_backward: return send(action);
-    default: throw std::logic_error(where(action, setup_.rank) + ": not a compute or send action");
+    default: throw std::logic_error(where(action, setup_.rank) + ": not a compute action");
   }
 }
 
@@ -224,38 +223,46 @@ int PipelineRankExecutor::message_tag(std::int32_t receiving_stage, std::int32_t
   return static_cast<int>((std::int64_t{micro_batch} * setup_.schedule->stages + receiving_stage) * 2 + (gradient ? 1 : 0));
 }
 
-void PipelineRankExecutor::send(const PipelineAction& action) {
+StageMessage PipelineRankExecutor::message(const PipelineAction& action) {
   const PipelineSchedule& schedule = *setup_.schedule;
   MicroBatchState& s = state(action.stage, action.micro_batch);
-  const bool gradient = action.type == PipelineActionType::send_backward;
-  const std::int32_t peer_stage = gradient ? action.stage - 1 : action.stage + 1;
-  Tensor& tensor = gradient ? s.input_gradient : s.output;
-  if (peer_stage < 0 || peer_stage >= schedule.stages || !tensor.defined()) {
-    throw std::logic_error(where(action, setup_.rank) + ": nothing to send (its " + (gradient ? "backward" : "forward") + " did not run before it)");
+  const bool sends = action.type == PipelineActionType::send_forward || action.type == PipelineActionType::send_backward;
+  const bool gradient = action.type == PipelineActionType::send_backward || action.type == PipelineActionType::receive_backward;
+  // A forward's output goes to the next stage, a backward's input gradient to the one before; receives
+  // come from the other side.
+  const std::int32_t peer_stage = (gradient == sends) ? action.stage - 1 : action.stage + 1;
+  if (peer_stage < 0 || peer_stage >= schedule.stages) throw std::logic_error(where(action, setup_.rank) + ": no stage to exchange with");
+  const std::int32_t peer_rank = schedule.rank_of_stage(peer_stage);
+  if (sends) {
+    Tensor& tensor = gradient ? s.input_gradient : s.output;
+    if (!tensor.defined()) {
+      throw std::logic_error(where(action, setup_.rank) + ": nothing to send (its " + (gradient ? "backward" : "forward") + " did not run before it)");
+    }
+    return StageMessage{true, peer_rank, message_tag(peer_stage, action.micro_batch, gradient), std::exchange(tensor, Tensor())};
   }
-  transport_.send(schedule.rank_of_stage(peer_stage), message_tag(peer_stage, action.micro_batch, gradient), tensor);
-  tensor = Tensor();
-}
-
-void PipelineRankExecutor::receive(const PipelineAction& action) {
-  const PipelineSchedule& schedule = *setup_.schedule;
-  const bool gradient = action.type == PipelineActionType::receive_backward;
-  const std::int32_t peer_stage = gradient ? action.stage + 1 : action.stage - 1;
-  if (peer_stage < 0 || peer_stage >= schedule.stages) throw std::logic_error(where(action, setup_.rank) + ": no stage to receive from");
   const Shape shape{setup_.batch, setup_.sequence, model_.config().hidden};
   // Activations travel in the parameters' dtype, gradients in f32 (as the model computes them).
   Tensor buffer = gradient ? Tensor::empty(model_.device(), shape, model_.parameter_dtype(), MemoryCategory::activation_gradients, "pipeline.output.grad")
                            : Tensor::empty(model_.device(), shape, model_.parameter_dtype(), MemoryCategory::activations, "pipeline.input");
-  transport_.receive(schedule.rank_of_stage(peer_stage), message_tag(action.stage, action.micro_batch, gradient), buffer);
-  MicroBatchState& s = state(action.stage, action.micro_batch);
-  (gradient ? s.output_gradient : s.input) = std::move(buffer);
+  (gradient ? s.output_gradient : s.input) = buffer;  // filled by the exchange, before anything reads it
+  return StageMessage{false, peer_rank, message_tag(action.stage, action.micro_batch, gradient), std::move(buffer)};
+}
+
+std::size_t PipelineRankExecutor::communicate() {
+  std::vector<StageMessage> messages;
+  for (std::size_t each = next_; each < actions_.size() && actions_[each].is_communication(); ++each) {
+    if (setup_.schedule->rank_of_stage(actions_[each].stage) != setup_.rank) {
+      throw std::logic_error(where(actions_[each], setup_.rank) + ": the stage lives on rank " + std::to_string(setup_.schedule->rank_of_stage(actions_[each].stage)));
+    }
+    messages.push_back(message(actions_[each]));
+  }
+  transport_.exchange(messages);
+  return messages.size();  // the sent tensors go with `messages`
 }
 
 std::int64_t PipelineRankExecutor::stash_bytes() {
-  // Sends that completed are freed first, so that the allocator's count and the transport's agree.
-  const std::int64_t in_transit = transport_.in_flight_bytes(MemoryCategory::activations);
   const AllocatorStatistics statistics = model_.device().allocator().statistics();
-  std::int64_t bytes = statistics.category_requested_bytes[static_cast<std::size_t>(MemoryCategory::activations)].current - in_transit;
+  std::int64_t bytes = statistics.category_requested_bytes[static_cast<std::size_t>(MemoryCategory::activations)].current;
   for (const auto& [key, s] : states_) {
     if (s.output.defined() && key.first != setup_.schedule->stages - 1) bytes -= static_cast<std::int64_t>(s.output.storage()->bytes());
     if (s.input.defined()) bytes -= static_cast<std::int64_t>(s.input.storage()->bytes());  // received, its F has not run

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,18 +18,23 @@
 
 namespace ferry {
 
-// Moves stage outputs and input gradients between ranks. Sends are asynchronous: the transport keeps
-// the tensor alive until the send completes.
+// One message between pipeline ranks: a stage output or input gradient sent, or a buffer to receive into.
+struct StageMessage {
+  bool send = true;
+  std::int32_t peer_rank = 0;
+  int tag = 0;
+  Tensor tensor;
+};
+
+// Moves stage outputs and input gradients between ranks. The messages a rank has between two of its
+// compute actions go together and are all complete when exchange returns: the ranks' sends and receives
+// progress at once (NCCL needs them in one group when two ranks send to each other), and a sent tensor
+// is freed at that fixed point of the schedule, not when a peer happens to take it, so every rank's
+// peaks are the dry run's whatever the timing.
 class PipelineTransport {
  public:
   virtual ~PipelineTransport() = default;
-  virtual void send(std::int32_t peer_rank, int tag, const Tensor& tensor) = 0;
-  // Fills `into`, waiting for the message.
-  virtual void receive(std::int32_t peer_rank, int tag, const Tensor& into) = 0;
-  // Bytes of the storages of sent tensors of `category` held until their sends complete (frees what
-  // completed first).
-  virtual std::int64_t in_flight_bytes(MemoryCategory category) = 0;
-  virtual void finish_sends() = 0;
+  virtual void exchange(std::span<const StageMessage> messages) = 0;
 };
 
 // The tensors of one micro-batch (B*T inputs and targets), for the first and the last stage.
@@ -84,7 +90,7 @@ class PipelineRankExecutor {
   void begin_step(std::int64_t step, const std::vector<MicroBatchTokens>& micro_batches, double loss_scale = 1.0);
   // Runs the rank's actions in order to the end of its list (receives wait for their messages).
   void run();
-  // Waits for the last sends; checks that every stash was consumed.
+  // Checks that every stash was consumed.
   void finish_step();
   // The sum of the micro-batches' mean token losses (on the rank with the last stage; else 0).
   double loss_sum() const { return loss_sum_; }
@@ -110,9 +116,11 @@ class PipelineRankExecutor {
   void forward(std::int32_t stage, std::int32_t micro_batch);
   void backward(std::int32_t stage, std::int32_t micro_batch, bool split);
   void backward_weight(std::int32_t stage, std::int32_t micro_batch);
-  void receive(const PipelineAction& action);
-  void send(const PipelineAction& action);
-  // The stash now: the allocator's activation bytes less the tensors in transit.
+  // The run of messages from actions_[next_] on, exchanged together; returns the actions it took.
+  std::size_t communicate();
+  // A receive's buffer, or a send's tensor (taken from its micro-batch's state).
+  StageMessage message(const PipelineAction& action);
+  // The stash now: the allocator's activation bytes less the stage inputs received and outputs to send.
   std::int64_t stash_bytes();
   // After an action: the peak, and the stage's sizes on its first F and first W (`before`: the stash
   // before the action).

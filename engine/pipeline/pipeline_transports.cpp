@@ -1,43 +1,26 @@
 #include "engine/pipeline/pipeline_transports.h"
 
-#include <cstdio>
-#include <stdexcept>
-#include <string>
+#include <vector>
 
 namespace ferry {
-CommunicatorTransport::~CommunicatorTransport() {
-  try {
-    finish_sends();
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "ferry: error: a pipeline send did not complete: %s\n", error.what());
+
+void CommunicatorTransport::exchange(std::span<const StageMessage> messages) {
+  std::vector<PointToPoint> calls;
+  calls.reserve(messages.size());
+  for (const StageMessage& message : messages) {
+    PointToPoint call;
+    call.kind = message.send ? PointToPoint::Kind::send : PointToPoint::Kind::receive;
+    if (message.send) {
+      call.send_data = message.tensor.data();
+    } else {
+      call.receive_data = message.tensor.data();
+    }
+    call.bytes = message.tensor.nbytes();
+    call.peer = message.peer_rank;
+    call.tag = message.tag;
+    calls.push_back(call);
   }
-}
-
-void CommunicatorTransport::send(std::int32_t peer_rank, int tag, const Tensor& tensor) {
-  pending_.push_back({communicator_.send_async(tensor.data(), tensor.nbytes(), peer_rank, tag), tensor});
-}
-
-void CommunicatorTransport::receive(std::int32_t peer_rank, int tag, const Tensor& into) {
-  release_completed();
-  communicator_.receive(into.data(), into.nbytes(), peer_rank, tag);
-}
-
-void CommunicatorTransport::release_completed() {
-  std::erase_if(pending_, [](PendingSend& send) { return send.request->test(); });
-}
-
-std::int64_t CommunicatorTransport::in_flight_bytes(MemoryCategory category) {
-  release_completed();
-  std::int64_t bytes = 0;
-  for (const PendingSend& send : pending_) {
-    if (send.tensor.category() == category) bytes += static_cast<std::int64_t>(send.tensor.storage()->bytes());
-  }
-  return bytes;
-}
-
-void CommunicatorTransport::finish_sends() {
-  for (PendingSend& send : pending_) send.request->wait();
-  pending_.clear();
+  communicator_.exchange_async(calls)->wait();
 }
 
 }  // namespace ferry

@@ -126,7 +126,6 @@ std::optional<std::string> host_memory_over(PlanCandidate& candidate, const Plan
 
 void measure(PlanCandidate& candidate, const PlanSearchRequest& request, const TrainingPlan& plan) {
   const nlohmann::json ranks = dry_run_every_rank(plan);
-  candidate.exact = plan.grid.pp == 1;
   candidate.ranks = nlohmann::json::array();
   for (std::size_t rank = 0; rank < ranks.size(); ++rank) {
     const nlohmann::json& each = ranks[rank];

@@ -2,8 +2,8 @@
 // dividing the world, dp the rest; micro-batch and micro-batches; recompute policy; ZeRO stage; optimizer
 // offload, and at stage 3 parameter offload), ranked by the step-time model, and judged for memory by dry runs of every rank on meta in
 // that order until the wanted number fit (each node's host memory by ZeRO-Offload's formula): so a plan
-// called fitting has each rank's exact peak (a pipeline's within one activation message in flight, whose
-// buffer MPI frees when it completes the send), one called too big names its fullest rank or node and
+// called fitting has each rank's exact peak (a pipeline's too: its sent tensors are freed at fixed points
+// of the schedule), one called too big names its fullest rank or node and
 // the bytes it lacks, and the search stays a few dry runs.
 #pragma once
 
@@ -53,9 +53,6 @@ struct PlanCandidate {
   // formula alone is over the device is too big without a dry run (ranks stays null).
   std::int64_t model_states_floor = 0;
   int fullest_rank = 0;
-  // The dry run's peaks are each rank's exactly; false for a pipeline, whose ranks can hold one more
-  // activation message than the dry run when MPI completes a send later than the dry run assumes.
-  bool exact = true;
   nlohmann::json ranks;          // measured: each rank's peak_reserved, peak_allocated, max_by_category
   TrainOptions options;          // the candidate as `ferry train` options on the cluster's device
 };

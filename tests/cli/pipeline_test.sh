@@ -109,9 +109,9 @@ PY
 echo "pp 2 checkpoints: saved at pp 2, resumed at pp 2 and at one rank; a one-rank checkpoint resumed at pp 2"
 
 # A dry run of every rank in one process (--device meta, no launcher) predicts each rank's activation
-# stash and bytes sent under mpirun byte for byte, and its peaks within one message in flight: a sent
-# activation is freed when its send completes, which MPI decides as it progresses (eager messages at
-# once, mostly), the dry run at the rank's next test.
+# stash, bytes sent and peaks under mpirun byte for byte: a rank's messages between two compute actions
+# are one exchange, complete before the next compute, so a sent activation is freed there whenever MPI
+# delivers it.
 for schedule in 1f1b zb-h1; do
   "$ferry" train "${model[@]}" --pp 2 --micro-batches 4 --schedule "$schedule" --device meta --summary "$work/dry.json" > /dev/null
   launch 2 train "${model[@]}" --pp 2 --micro-batches 4 --schedule "$schedule" --summary "$work/real.json" > /dev/null 2>&1
@@ -119,14 +119,11 @@ for schedule in 1f1b zb-h1; do
 import json, sys
 dry, real = (json.load(open(path)) for path in sys.argv[1:3])
 assert dry["pipeline"]["processes"] == 1 and real["pipeline"]["processes"] == 2
-message = 2 * 16 * 32 * 4  # batch x seq x hidden f32: one stage's output
 for d, r in zip(dry["ranks"], real["ranks"]):
-    for key in ("activation_stash", "bytes_sent"):
+    for key in ("activation_stash", "bytes_sent", "peak_allocated", "peak_reserved", "max_by_category"):
         assert d[key] == r[key], (d["rank"], key, d[key], r[key])
-    assert abs(d["peak_allocated"] - r["peak_allocated"]) <= message, (d["rank"], d["peak_allocated"], r["peak_allocated"])
-    assert d["peak_reserved"] == r["peak_reserved"], (d["rank"], d["peak_reserved"], r["peak_reserved"])
 PY
-  echo "pp 2 $schedule: the dry run's stash and bytes sent equal mpirun's, its peaks within a message, every rank"
+  echo "pp 2 $schedule: the dry run's stash, bytes sent and peaks equal mpirun's, every rank"
 done
 
 # dp 2 x pp 2 (ranks in Megatron's order: dp fastest after tp, then pp): each stage's dp group averages
@@ -134,8 +131,7 @@ done
 # reduce-scattered as soon as its parameters completed, the tied table's held whole for the stages' sum)
 # after the tied table is summed between the first and last stage of each replica; with dropout the
 # losses are one rank's with the whole global batch (1e-6 in fp32, bf16 within 1e-4). Saved at dp 2 x
-# pp 2, resumed at one rank. The dry run of all four ranks in one process gives mpirun's peaks within a
-# message. With buckets small beside a stage (hidden 64, 3000 elements), stage 2 peaks below stage 1
+# pp 2, resumed at one rank. The dry run of all four ranks in one process gives mpirun's peaks. With buckets small beside a stage (hidden 64, 3000 elements), stage 2 peaks below stage 1
 # on every rank, its gradient bytes too, under 1f1b and interleaved:2 (whose ranks hold two stages each:
 # no bucket spans two); with buckets of the whole stage, the default, its open bucket is the stage's
 # size, and at hidden 32 the held tied table and the buckets eat the half saved.
@@ -183,11 +179,10 @@ for r in load("grid_1")["ranks"]:
     stage_states = [x for x in load("grid_0")["ranks"] if x["pp"] == r["pp"]][0]["max_by_category"]["optimizer_states"]
     assert abs(r["max_by_category"]["optimizer_states"] - stage_states / 2) <= 2 * 64 * 4 * 2, (r["rank"], r["max_by_category"], stage_states)
 assert [r["peak_reserved"] for r in load("grid_dry_limited")["ranks"]] == [r["peak_reserved"] for r in load("grid_dry")["ranks"]]
-for dry, measured, hidden in (("grid_dry", "grid_1", 32), ("small_dry", "small_1f1b_2", 64)):
-    message = 2 * 16 * hidden * 4
+for dry, measured in (("grid_dry", "grid_1"), ("small_dry", "small_1f1b_2")):
     for d, m in zip(load(dry)["ranks"], load(measured)["ranks"]):
         assert (d["dp"], d["pp"]) == (m["dp"], m["pp"]) and d["activation_stash"] == m["activation_stash"], (measured, d["rank"])
-        assert d["peak_reserved"] == m["peak_reserved"] and abs(d["peak_allocated"] - m["peak_allocated"]) <= message, (measured, d["rank"], d["peak_allocated"], m["peak_allocated"])
+        assert d["peak_reserved"] == m["peak_reserved"] and d["peak_allocated"] == m["peak_allocated"], (measured, d["rank"], d["peak_allocated"], m["peak_allocated"])
         assert d["max_by_category"]["gradients"] == m["max_by_category"]["gradients"], (measured, d["rank"])
 for schedule in ("1f1b", "interleaved"):
     same(losses(load(f"small_{schedule}_2")), losses(load("wide_one")), 1e-6, f"dp 2 x pp 2 zero 2, {schedule}, small buckets")

@@ -28,7 +28,6 @@ for plan in fits:
     s = plan["settings"]
     assert s["dp"] * s["micro_batch"] * s["micro_batches"] == 8, s
     assert plan["deepspeed_config"]["train_batch_size"] == 8, plan["deepspeed_config"]
-    assert plan["exact"] == (s["pp"] == 1), plan  # a pipeline's peaks hold within one message in flight
 too_big = [p for p in plans if p["status"] == "too big" and "ranks" in p]  # by a dry run
 assert too_big and all(p["peak_reserved"] > limit and "over the device" in p["why_not"] for p in too_big), too_big[:1]
 by_formula = [p for p in plans if p["status"] == "too big" and "ranks" not in p]  # model states alone over the device
@@ -106,9 +105,8 @@ assert run["grid"]["global_batch"] == 8 and run["grid"]["checkpointing"] == s["r
 assert len(run["ranks"]) == len(plan["ranks"]) == 2
 for predicted, measured in zip(plan["ranks"], run["ranks"]):
     assert measured["peak_reserved"] <= 9 << 20, measured
-    if plan["exact"]:
-        for key in ("peak_reserved", "peak_allocated", "max_by_category"):
-            assert predicted[key] == measured[key], ("auto", measured["rank"], key, predicted[key], measured[key])
+    for key in ("peak_reserved", "peak_allocated", "max_by_category"):
+        assert predicted[key] == measured[key], ("auto", measured["rank"], key, predicted[key], measured[key])
 PY
 expect_error "no plan of .* fits .* 2.00 MiB each" "$ferry" train --plan auto --model gpt2-tiny --seq 64 --batch 4 --device-memory 2MiB --steps 1
 expect_error "plans cpu ranks, not --device meta" "$ferry" train --plan auto --model gpt2-tiny --device meta --steps 1

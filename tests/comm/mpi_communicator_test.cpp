@@ -180,25 +180,49 @@ TEST(CommMpi, RingMessagesKeepTheirOrderPerTag) { check_ring(world(), 64); }
 
 // 8 MiB is past Open MPI's eager limit: a send waits for its receive. Both neighbours send before they
 // receive, so blocking sends would deadlock.
+// 8 MiB (past MPI's eager sizes) to each neighbour on the ring and back: the rank's two outgoing
+// messages and buffers for the two incoming ones, and the check of what arrived.
+struct TwoWayMessages {
+  static constexpr std::size_t kBytes = std::size_t{8} << 20;
+  int right = (world().rank() + 1) % world().size();
+  int left = (world().rank() + world().size() - 1) % world().size();
+  std::vector<unsigned char> to_right = pattern(kBytes, world().rank() * 2);
+  std::vector<unsigned char> to_left = pattern(kBytes, world().rank() * 2 + 1);
+  std::vector<unsigned char> from_left = std::vector<unsigned char>(kBytes);
+  std::vector<unsigned char> from_right = std::vector<unsigned char>(kBytes);
+  void expect_arrived() const {
+    EXPECT_TRUE(from_left == pattern(kBytes, left * 2)) << "the message from the left differs";
+    EXPECT_TRUE(from_right == pattern(kBytes, right * 2 + 1)) << "the message from the right differs";
+  }
+};
+
 TEST(CommMpi, LargeSendsInBothDirectionsOverlap) {
-  constexpr std::size_t kBytes = std::size_t{8} << 20;
-  const int ranks = world().size();
-  const int right = (world().rank() + 1) % ranks;
-  const int left = (world().rank() + ranks - 1) % ranks;
-  const std::vector<unsigned char> to_right = pattern(kBytes, world().rank() * 2);
-  const std::vector<unsigned char> to_left = pattern(kBytes, world().rank() * 2 + 1);
-  std::vector<unsigned char> from_left(kBytes);
-  std::vector<unsigned char> from_right(kBytes);
-  std::unique_ptr<CommRequest> send_right = world().send_async(to_right.data(), kBytes, right, 21);
-  std::unique_ptr<CommRequest> send_left = world().send_async(to_left.data(), kBytes, left, 22);
-  std::unique_ptr<CommRequest> receive_left = world().receive_async(from_left.data(), kBytes, left, 21);
-  std::unique_ptr<CommRequest> receive_right = world().receive_async(from_right.data(), kBytes, right, 22);
+  TwoWayMessages m;
+  constexpr std::size_t kBytes = TwoWayMessages::kBytes;
+  std::unique_ptr<CommRequest> send_right = world().send_async(m.to_right.data(), kBytes, m.right, 21);
+  std::unique_ptr<CommRequest> send_left = world().send_async(m.to_left.data(), kBytes, m.left, 22);
+  std::unique_ptr<CommRequest> receive_left = world().receive_async(m.from_left.data(), kBytes, m.left, 21);
+  std::unique_ptr<CommRequest> receive_right = world().receive_async(m.from_right.data(), kBytes, m.right, 22);
   for (CommRequest* request : {send_right.get(), send_left.get(), receive_left.get(), receive_right.get()}) {
     request->wait();
     EXPECT_TRUE(request->test());
   }
-  EXPECT_TRUE(from_left == pattern(kBytes, left * 2)) << "the message from the left differs";
-  EXPECT_TRUE(from_right == pattern(kBytes, right * 2 + 1)) << "the message from the right differs";
+  m.expect_arrived();
+}
+
+TEST(CommMpi, AnExchangeCompletesWhenEveryMessageHas) {
+  // Each rank sends right and left first, then receives, in one exchange; its request completes with all four.
+  TwoWayMessages m;
+  constexpr std::size_t kBytes = TwoWayMessages::kBytes;
+  using Kind = PointToPoint::Kind;
+  const PointToPoint messages[] = {{Kind::send, m.to_right.data(), nullptr, kBytes, m.right, 31},
+                                   {Kind::send, m.to_left.data(), nullptr, kBytes, m.left, 32},
+                                   {Kind::receive, nullptr, m.from_left.data(), kBytes, m.left, 31},
+                                   {Kind::receive, nullptr, m.from_right.data(), kBytes, m.right, 32}};
+  const std::uint64_t before = world().bytes_sent();
+  world().exchange_async(messages)->wait();
+  m.expect_arrived();
+  EXPECT_EQ(world().bytes_sent() - before, 2 * kBytes);
 }
 
 TEST(CommMpi, RequestCompletesOnlyWhenTheMessageArrives) {

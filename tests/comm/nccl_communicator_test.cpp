@@ -1,6 +1,7 @@
 // The NCCL backend under mpirun (comm_nccl_tests, built with CUDA and NCCL): all_reduce sum, average
 // and max in f32, f64, i64 and bf16; reduce_scatter and all_gather with equal and variable counts
-// (empty blocks, in place); split; broadcast of device and host bytes; send and receive; bytes_sent
+// (empty blocks, in place); split; broadcast of device and host bytes; send and receive, and an exchange
+// of both at once; bytes_sent
 // by the ring figures. NCCL takes one GPU per rank: every test skips where this machine has fewer GPUs
 // than the job has ranks (and says so), so that without a GPU the backend is compiled, not run. The
 // emulated build (tests/cuda_emulation: NCCL over MPI) runs it in CI, each rank with an emulated GPU.
@@ -282,6 +283,22 @@ TEST_F(NcclCommunicatorTest, BroadcastsDeviceAndHostBytes) {
   nccl().broadcast(bytes.data(), bytes.size(), root);
   EXPECT_EQ(bytes, expected);
   EXPECT_EQ(nccl().bytes_sent() - before, rank() == root ? 2 * bytes.size() : 0U);
+}
+
+TEST_F(NcclCommunicatorTest, AnExchangeSendsAndReceivesTogether) {
+  if (ranks() < 2) GTEST_SKIP() << "one rank: no one to exchange with";
+  // A ring: each rank sends to the next and receives from the one before in one exchange (NCCL's sends
+  // wait for their receivers, so every rank sending first completes only as one group).
+  const int next = (rank() + 1) % ranks(), previous = (rank() + ranks() - 1) % ranks();
+  constexpr std::size_t kCount = 64;
+  DeviceBuffer<float> out(std::vector<float>(kCount, static_cast<float>(rank() + 1)));
+  DeviceBuffer<float> in(kCount);
+  const PointToPoint messages[] = {{PointToPoint::Kind::send, out.data(), nullptr, kCount * sizeof(float), next, 3},
+                                   {PointToPoint::Kind::receive, nullptr, in.data(), kCount * sizeof(float), previous, 3}};
+  const std::uint64_t before = nccl().bytes_sent();
+  nccl().exchange_async(messages)->wait();
+  EXPECT_EQ(in.read(), std::vector<float>(kCount, static_cast<float>(previous + 1)));
+  EXPECT_EQ(nccl().bytes_sent() - before, kCount * sizeof(float));
 }
 
 TEST_F(NcclCommunicatorTest, SendsAndReceivesDeviceBytes) {

@@ -421,9 +421,12 @@ ncclResult_t ncclSend(const void* send, std::size_t count, ncclDataType_t type, 
   int bytes = 0;
   if (const ncclResult_t result = byte_count(count, type, "ncclSend", bytes); result != ncclSuccess) return result;
   if (peer < 0 || peer >= comm->size) return fail(ncclInvalidArgument, "ncclSend: peer " + std::to_string(peer) + " is not a rank");
-  Posting posting{{span_of(send, bytes)}, {}, {}, /*completes_when_issued=*/true};
+  Posting posting{{span_of(send, bytes)}, {}, {}};
+  // Complete once the peer's receive has taken it (MPI's synchronous mode), as NCCL's send, whose kernel
+  // waits for the receiving one: two ranks that send to each other before receiving wait forever
+  // unless their calls are in one group.
   posting.post = [=](PostedOperation& posted) {
-    return mpi_result(MPI_Isend(send, bytes, MPI_BYTE, peer, 0, comm->mpi, posted.add_request()), "MPI_Isend");
+    return mpi_result(MPI_Issend(send, bytes, MPI_BYTE, peer, 0, comm->mpi, posted.add_request()), "MPI_Issend");
   };
   return post_or_group(comm, stream, std::move(posting));
 }

@@ -109,11 +109,7 @@ ncclResult_t issue(cudaStream_t stream, const std::shared_ptr<CommState>& state,
       return result;
     }
   }
-  if (std::any_of(postings.begin(), postings.end(), [](const Posting& posting) { return posting.completes_when_issued; })) {
-    operation->progress(true);
-  } else {
-    operations.push_back(operation);
-  }
+  operations.push_back(operation);
   defer_on_stream(stream, [operation](bool wait) { return operation->progress(wait); });
   return ncclSuccess;
 }

@@ -41,12 +41,6 @@ struct Posting {
   std::vector<ByteSpan> reads;
   std::vector<ByteSpan> writes;
   std::function<ncclResult_t(PostedOperation& posted)> post;
-  // Completed before the call returns (as MPI_Send: an ncclSend). ferry's pipeline frees a sent tensor
-  // when its send completes, so a send deferred here makes its peaks depend on the peer's timing, which
-  // the dry run does not model: with deferred sends a pp 2 run's rank 0 peaked one message (32 KiB of
-  // activations) above the dry run. Until the pipeline frees sent tensors at a point fixed by the plan,
-  // the emulation keeps the timing the dry run assumes.
-  bool completes_when_issued = false;
 };
 
 class PostedOperation {
