@@ -12,6 +12,13 @@ std::string where(const PipelineAction& action, std::int32_t rank) {
   return "rank " + std::to_string(rank) + ", action " + action.to_string();
 }
 
+// An action of a stage this rank does not hold is a schedule error.
+void require_own_stage(const PipelineSchedule& schedule, const PipelineAction& action, std::int32_t rank) {
+  if (schedule.rank_of_stage(action.stage) != rank) {
+    throw std::logic_error(where(action, rank) + ": the stage lives on rank " + std::to_string(schedule.rank_of_stage(action.stage)));
+  }
+}
+
 }  // namespace
 
 GptModelPart pipeline_rank_part(const PipelineSchedule& schedule, std::int32_t rank, const std::vector<StageBlocks>& stage_blocks,
@@ -95,9 +102,7 @@ void PipelineRankExecutor::finish_step() {
 }
 
 void PipelineRankExecutor::execute(const PipelineAction& action) {
-  if (setup_.schedule->rank_of_stage(action.stage) != setup_.rank) {
-    throw std::logic_error(where(action, setup_.rank) + ": the stage lives on rank " + std::to_string(setup_.schedule->rank_of_stage(action.stage)));
-  }
+  require_own_stage(*setup_.schedule, action, setup_.rank);
   switch (action.type) {
     case PipelineActionType::forward: return forward(action.stage, action.micro_batch);
     case PipelineActionType::backward: return backward(action.stage, action.micro_batch, false);
@@ -251,9 +256,7 @@ StageMessage PipelineRankExecutor::message(const PipelineAction& action) {
 std::size_t PipelineRankExecutor::communicate() {
   std::vector<StageMessage> messages;
   for (std::size_t each = next_; each < actions_.size() && actions_[each].is_communication(); ++each) {
-    if (setup_.schedule->rank_of_stage(actions_[each].stage) != setup_.rank) {
-      throw std::logic_error(where(actions_[each], setup_.rank) + ": the stage lives on rank " + std::to_string(setup_.schedule->rank_of_stage(actions_[each].stage)));
-    }
+    require_own_stage(*setup_.schedule, actions_[each], setup_.rank);
     messages.push_back(message(actions_[each]));
   }
   transport_.exchange(messages);
