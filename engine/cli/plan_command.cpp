@@ -133,7 +133,8 @@ json plan_summary(const PlanSearch& search, const PlanSearchRequest& request) {
                        {"device_memory", c.device_memory}, {"host_memory", c.host_memory}, {"peak_flops", c.peak_flops},
                        {"compute_efficiency", c.compute_efficiency}, {"intra_node_bandwidth", c.intra_node_bandwidth},
                        {"inter_node_bandwidth", c.inter_node_bandwidth}, {"host_link_bandwidth", c.host_link_bandwidth},
-                       {"device_memory_bandwidth", c.device_memory_bandwidth}, {"host_memory_bandwidth", c.host_memory_bandwidth}, {"source", c.source}}},
+                       {"device_memory_bandwidth", c.device_memory_bandwidth}, {"host_memory_bandwidth", c.host_memory_bandwidth},
+                       {"call_seconds", c.call_seconds}, {"collective_seconds", c.collective_seconds}, {"source", c.source}}},
           {"global_batch", request.global_batch}, {"dry_runs", search.dry_runs}, {"search_seconds", search.seconds}, {"plans", plans}};
 }
 

@@ -4,6 +4,7 @@
 
 #include "engine/cli/auto_plan.h"
 #include "engine/core/atomic_file.h"
+#include "engine/plan/memory_advice.h"
 #include "engine/report/summary_file.h"
 #include "engine/train/trainer.h"
 
@@ -15,12 +16,12 @@ int run_train_command(const TrainOptions& options) {
   if (!options.save.empty()) check_output_directory(options.save, "--save");
   if (options.plan_path == "auto") {
     const AutoPlan plan = resolve_auto_plan(options);
-    nlohmann::json summary = run_training(plan.options);
+    nlohmann::json summary = run_training(plan.options, advise_out_of_memory);
     if (!summary.is_null()) summary["plan"] = plan.record;
     if (!options.summary.empty() && !summary.is_null()) write_summary_file(options.summary, summary);  // null: not rank 0
     return 0;
   }
-  const nlohmann::json summary = run_training(options);
+  const nlohmann::json summary = run_training(options, advise_out_of_memory);
   if (!options.summary.empty() && !summary.is_null()) write_summary_file(options.summary, summary);  // null: not rank 0
   return 0;
 }

@@ -1,5 +1,6 @@
 #include "engine/plan/cluster.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -54,6 +55,8 @@ ClusterSpec cpu_cluster(int nodes, int ranks, double machine_flops) {
   spec.device_memory_bandwidth = 5e9;
   spec.host_link_bandwidth = 5e9;
   spec.host_memory_bandwidth = 5e9;
+  spec.call_seconds = 2e-5;
+  spec.collective_seconds = 5e-5;
   spec.source = "this machine: the cpu device's GEMM rate measured now, shared by the ranks; links nominal";
   return spec;
 }
@@ -114,10 +117,22 @@ ClusterSpec parse_cluster(const std::string& text, int local_ranks, double measu
     spec.device_memory_bandwidth = preset->hbm;
     spec.host_link_bandwidth = preset->pcie;
     spec.host_memory_bandwidth = preset->host_bandwidth;
+    spec.call_seconds = 5e-6;        // a kernel launch
+    spec.collective_seconds = 2e-5;  // an NCCL call's latency inside a node
     spec.source = std::string(preset->name) + " preset: data-sheet dense bf16 FLOP/s, nccl-tests-class bus bandwidths, " +
                   "an assumed 45% of peak sustained (not yet measured on this GPU)";
   }
   spec.name = text;
+  return spec;
+}
+
+ClusterSpec cluster_of_run(DeviceKind kind, int ranks, std::size_t device_memory, double measured_cpu_flops) {
+  const int gpus_per_node = 8;
+  const int nodes = kind == DeviceKind::cuda ? (ranks + gpus_per_node - 1) / gpus_per_node : 1;
+  const int per_node = kind == DeviceKind::cuda ? std::min(ranks, gpus_per_node) : ranks;
+  ClusterSpec spec = parse_cluster(std::to_string(nodes) + "x" + std::to_string(std::max(per_node, 1)) + (kind == DeviceKind::cuda ? "xH100-80GB" : "xcpu"), 1,
+                                   measured_cpu_flops);
+  spec.device_memory = device_memory;
   return spec;
 }
 

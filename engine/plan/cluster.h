@@ -27,6 +27,8 @@ struct ClusterSpec {
   double device_memory_bandwidth = 0;  // bytes/s of a device's own memory (the optimizer step's rate)
   double host_link_bandwidth = 0;    // bytes/s between a device and pinned host memory
   double host_memory_bandwidth = 0;  // bytes/s of host memory per device (CpuAdam's rate)
+  double call_seconds = 0;           // fixed cost of one op call (a kernel launch; a cpu op's fork and join)
+  double collective_seconds = 0;     // fixed cost of one collective or host copy call, whatever its size
   std::string source;                // where the figures come from, said with the plans
 
   int world() const { return nodes * devices_per_node; }
@@ -42,5 +44,10 @@ std::vector<std::string> cluster_device_names();
 // its memory, the cpu device's GEMM rate as `measured_cpu_flops`). Throws std::invalid_argument naming
 // the text and the presets.
 ClusterSpec parse_cluster(const std::string& text, int local_ranks, double measured_cpu_flops);
+
+// The cluster a run of `ranks` ranks on devices of `kind` with `device_memory` each is on, for pricing
+// its alternatives (out-of-memory advice): the cpu device's ranks on this machine (its GEMM rate as
+// `measured_cpu_flops`), or GPUs as the H100-80GB preset's node(s) (nominal, said with the figures).
+ClusterSpec cluster_of_run(DeviceKind kind, int ranks, std::size_t device_memory, double measured_cpu_flops);
 
 }  // namespace ferry

@@ -16,6 +16,52 @@ double head_flops(const GptConfig& model) { return 2.0 * static_cast<double>(mod
 // A rank's share of the blocks (the pipeline splits them about evenly; the last stage adds the head).
 double stage_blocks(const TrainingPlan& plan) { return static_cast<double>(plan.model.layers) / std::max(plan.grid.pp, 1); }
 
+double ceil_div(double a, double b) { return std::ceil(a / std::max(b, 1.0)); }
+
+// The calls a step makes, each at its fixed cost: op calls per micro-batch (a recomputed block's forward
+// again), a collective or host copy per gradient bucket (each micro-batch's at ZeRO 2 and 3 and when
+// offloaded, the step's last otherwise; without a bound one per parameter when offloaded on one rank),
+// a gather per bucket of updated parameters (ZeRO 1 and 2), and on the cpu kernels each row slice of a
+// 16-bit weight's f32 copy, in forward and in backward's input gradient.
+double call_seconds(const TrainingPlan& plan, const ClusterSpec& cluster, double psi) {
+  const GptConfig& model = plan.model;
+  const auto micro_batches = static_cast<double>(plan.micro_batches);
+  const double blocks = stage_blocks(plan);
+  // Recompute calls a full block's forward again (a third of its calls), a selective block's attention.
+  double recomputed = 0;
+  for (const BlockRecompute block : plan.recompute.plan(model.layers)) {
+    recomputed += block == BlockRecompute::full ? kOpCallsPerBlock / 3 : block == BlockRecompute::selective ? 1.0 : 0.0;
+  }
+  const double ops = blocks * kOpCallsPerBlock + kOpCallsOutsideBlocks + recomputed / std::max(plan.grid.pp, 1);
+  double seconds = micro_batches * ops * cluster.call_seconds;
+
+  const bool offloaded = plan.offload_optimizer.has_value();
+  const bool reduced = plan.grid.dp > 1;
+  if (reduced || offloaded) {
+    // Reductions fill buckets across parameters; one rank's offload streams each parameter's gradient
+    // alone, in row slices of at most the bucket.
+    const double tensors = blocks * 12 + 4;
+    const double slices = plan.reduce_bucket_elements > 0 ? std::floor(psi / static_cast<double>(plan.reduce_bucket_elements)) : 0.0;
+    const double buckets = reduced ? std::max(slices, 1.0) : tensors + slices;
+    const double streams = plan.zero_stage >= 2 || offloaded ? micro_batches : 1.0;
+    seconds += streams * buckets * cluster.collective_seconds;
+  }
+  if (reduced && (plan.zero_stage == 1 || plan.zero_stage == 2)) {
+    const double gathers = plan.allgather_bucket_elements > 0 ? ceil_div(psi, static_cast<double>(plan.allgather_bucket_elements)) : 1.0;
+    seconds += gathers * cluster.collective_seconds;
+  }
+  if (plan.kernels == DeviceKind::cpu && plan.precision != DType::f32) {
+    // Four weights a block (c_attn 3h x h, c_proj h x h, c_fc 4h x h, mlp c_proj h x 4h), each copied twice a micro-batch.
+    const double h = static_cast<double>(model.hidden);
+    double slices = 0;
+    for (const double elements : {3 * h * h, h * h, 4 * h * h, 4 * h * h}) {
+      slices += plan.weight_copy_elements > 0 ? ceil_div(elements, static_cast<double>(plan.weight_copy_elements)) : 1.0;
+    }
+    seconds += micro_batches * 2 * blocks * slices * cluster.call_seconds;
+  }
+  return seconds;
+}
+
 }  // namespace
 
 double forward_flops_per_token(const GptConfig& model, std::int64_t sequence) {
@@ -39,7 +85,7 @@ double model_flops_per_step(const TrainingPlan& plan) {
 nlohmann::json StepTimeEstimate::to_json() const {
   return {{"compute", compute}, {"recompute", recompute}, {"bubble", bubble}, {"data_parallel", data_parallel},
           {"zero3_gathers", zero3_gathers}, {"pipeline_transfers", pipeline_transfers}, {"optimizer", optimizer},
-          {"parameter_offload", parameter_offload}, {"total", total()}};
+          {"parameter_offload", parameter_offload}, {"calls", calls}, {"total", total()}};
 }
 
 StepTimeEstimate predict_step_time(const TrainingPlan& plan, const ClusterSpec& cluster) {
@@ -109,6 +155,7 @@ StepTimeEstimate predict_step_time(const TrainingPlan& plan, const ClusterSpec& 
     const double passes = plan.gather.reshard_after_forward ? 2 : 1;
     estimate.parameter_offload = micro_batches * passes * (psi / dp) * parameter_bytes / cluster.host_link_bandwidth;
   }
+  estimate.calls = call_seconds(plan, cluster, psi);
   return estimate;
 }
 

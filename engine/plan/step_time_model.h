@@ -2,7 +2,9 @@
 // user can see why one plan beats another: compute (FLOPs over the devices' sustained rate), the
 // recompute's extra forward, the pipeline bubble, what of the data-parallel reductions and ZeRO 3's
 // gathers backward cannot hide, the pipeline's activation transfers, the optimizer step (on the
-// device, or ZeRO-Offload's host step and its transfers) and ZeRO-Infinity's parameter copies.
+// device, or ZeRO-Offload's host step and its transfers), ZeRO-Infinity's parameter copies and the fixed
+// cost of each call (kernels per micro-batch, collectives per bucket, the cpu kernels' weight slices).
+// The planner ranks plans by it and the out-of-memory advice prices each change by it: one model.
 #pragma once
 
 #include <cstdint>
@@ -32,9 +34,19 @@ struct StepTimeEstimate {
   double pipeline_transfers = 0;  // activations and their gradients between stages
   double optimizer = 0;       // the optimizer step (on the device, or offloaded with its transfers)
   double parameter_offload = 0;  // ZeRO-Infinity: each layer's slice copied from pinned host memory before its gather
-  double total() const { return compute + bubble + data_parallel + zero3_gathers + pipeline_transfers + optimizer + parameter_offload; }
+  // Calls' fixed costs: every micro-batch's kernel launches (more micro-batches of fewer tokens cost more
+  // at the same FLOPs), each gradient bucket's collective or copy to the host, each row slice of the cpu
+  // kernels' f32 weight copies.
+  double calls = 0;
+  double total() const { return compute + bubble + data_parallel + zero3_gathers + pipeline_transfers + optimizer + parameter_offload + calls; }
   nlohmann::json to_json() const;
 };
+
+// Op calls of one micro-batch through one block (its forward makes ten: two LayerNorms, four matmuls,
+// attention, GELU, two residual adds; its backward about twice that) and through the embedding, the
+// final LayerNorm and the loss. Each costs the cluster's call_seconds whatever its size.
+inline constexpr double kOpCallsPerBlock = 30;
+inline constexpr double kOpCallsOutsideBlocks = 12;
 
 // The model's FLOPs per step (forward and backward, no recompute: what MFU counts).
 double model_flops_per_step(const TrainingPlan& plan);

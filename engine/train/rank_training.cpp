@@ -20,7 +20,6 @@
 #include "engine/optim/learning_rate.h"
 #include "engine/report/model_state_report.h"
 #include "engine/train/evaluation.h"
-#include "engine/train/memory_search.h"
 #include "engine/train/metrics_file.h"
 #include "engine/train/model_config.h"
 #include "engine/train/pipeline_layout.h"
@@ -340,11 +339,12 @@ nlohmann::json train_on_grid(const TrainingPlan& plan, const ProcessGrid& grid, 
     const std::size_t limit = device->memory_limit();
     TrainingPlan current = plan;
     current.recompute = policy;  // alternatives against the configuration that ran
-    const MemorySearch advice = advise_memory(current, limit, fullest_rank_peak);
+    const std::string advice = plan.io.memory_advisor ? plan.io.memory_advisor(current, limit)
+                                                      : std::string("(no search for changes that fit was given to this trainer)");
     throw std::runtime_error("out of device memory" + (plan.grid.world() > 1 ? " on rank " + std::to_string(grid.rank()) : std::string()) +
                              (current_step == 0 ? std::string(" while building the model and optimizer")
                                                 : " in step " + std::to_string(current_step)) +
-                             ": " + error.what() + "\n" + describe_memory_advice(advice, limit) +
+                             ": " + error.what() + "\n" + advice +
                              (directory.empty() ? std::string() : "\nthe memory profile up to the failure is in " + directory + ": run `ferry report " + directory + "`"));
   }
 

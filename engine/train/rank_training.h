@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/grid/process_grid.h"
-#include "engine/train/memory_search.h"
 #include "engine/train/model_config.h"
 #include "engine/train/pipeline_layout.h"
 #include "engine/train/train_options.h"

@@ -21,11 +21,12 @@
 
 namespace ferry {
 
-nlohmann::json run_training(const TrainOptions& options) {
+nlohmann::json run_training(const TrainOptions& options, const MemoryAdvisor& advisor) {
   TrainOptions o = options;
   if (!o.resume.empty()) o.resume = resolve_checkpoint(o.resume);  // a --save root: the checkpoint its `latest` names
   const RankEnvironment environment = detect_rank_environment();
-  const TrainingPlan plan = make_training_plan(o, environment);
+  TrainingPlan plan = make_training_plan(o, environment);
+  plan.io.memory_advisor = advisor;
   warn_about_device_memory(plan, environment);
   if (plan.simulated_ranks()) {
     // A dry run of every rank in this process: each runs the same loop on meta over groups that move nothing.

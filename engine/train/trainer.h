@@ -6,10 +6,13 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/train/train_options.h"
+#include "engine/train/training_plan.h"
 
 namespace ferry {
 
-nlohmann::json run_training(const TrainOptions& options);
+// `advisor`: what a rank that runs out of device memory says would fit (the command line's is engine/plan's
+// search; empty: the error names no changes).
+nlohmann::json run_training(const TrainOptions& options, const MemoryAdvisor& advisor = {});
 nlohmann::json run_evaluation(const EvalOptions& options);
 
 }  // namespace ferry

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -26,6 +27,13 @@
 #include "schedule/recompute_policy.h"
 
 namespace ferry {
+
+struct TrainingPlan;
+
+// What a rank says after running out of device memory: the changes that would fit `plan` in
+// `memory_limit` bytes, as lines for the error (engine/plan's search, given by the command line, which
+// sits above this folder; empty: the error names none).
+using MemoryAdvisor = std::function<std::string(const TrainingPlan& plan, std::size_t memory_limit)>;
 
 // What a run reads and writes: its data, where it starts from, its checkpoints and outputs.
 struct RunIo {
@@ -49,6 +57,7 @@ struct RunIo {
   // false: no memory profile at all, not even a failure's (the dry runs behind `ferry plan` and
   // out-of-memory advice, which have no limit to fail at and need only the allocator's statistics).
   bool memory_profile = true;
+  MemoryAdvisor memory_advisor = nullptr;  // after an out-of-memory error
 };
 
 struct TrainingPlan {

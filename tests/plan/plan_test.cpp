@@ -87,7 +87,7 @@ TEST(PlanSearch, FittingMeansTheDryRunFitsAndTooBigMeansOver) {
   request.cluster.device_memory = std::size_t{9} << 20;
   request.global_batch = 8;
   request.wanted = 3;
-  request.budget = 12;
+  request.budget = 24;
   const PlanSearch search = search_plans(request);
   EXPECT_LE(search.dry_runs, request.budget);
   std::size_t fits = 0, too_big = 0;

@@ -1,4 +1,4 @@
-#include "engine/train/memory_search.h"
+#include "engine/plan/memory_advice.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,16 +8,14 @@
 #include <set>
 
 #include "allocator/byte_size.h"
+#include "engine/plan/cpu_calibration.h"
+#include "engine/plan/step_time_model.h"
+#include "engine/train/rank_training.h"
 #include "engine/train/training_step.h"
 #include "schedule/recompute_policy.h"
 
 namespace ferry {
 namespace {
-
-// Parameters a rank holds (a pipeline stage its share).
-double rank_parameters(const TrainingPlan& plan) {
-  return static_cast<double>(plan.model.parameter_count()) / static_cast<double>(std::max(plan.grid.pp, 1));
-}
 
 // Bucket or slice bounds from the largest weight (4 hidden^2) down, halving, at least one row of it.
 std::vector<std::int64_t> halvings(std::int64_t start, std::int64_t floor, int most) {
@@ -37,36 +35,18 @@ std::string joined(const std::vector<std::string>& parts) {
 
 }  // namespace
 
-StepCostRates StepCostRates::for_device(DeviceKind kind) {
-  // Nominal figures, stated with the advice: a core's worth of BLAS and a DDR channel on the cpu device,
-  // an H100-class GPU's sustained bf16 rate, HBM and PCIe 4 otherwise.
-  if (kind == DeviceKind::cuda) return {4e14, 2e12, 2.5e10, 5e-6};
-  return {1e11, 1e10, 1e10, 2e-5};
-}
-
-std::string StepCostRates::describe() const {
-  char text[160];
-  std::snprintf(text, sizeof text, "%.0e FLOP/s, device memory %.0e B/s, host link %.0e B/s, %s a call", flops, device_bytes, host_link_bytes,
-                format_seconds(launch_seconds).c_str());
-  return text;
-}
-
-std::vector<SearchAxis> memory_search_axes(const TrainingPlan& plan, const StepCostRates& rates) {
+std::vector<SearchAxis> memory_search_axes(const TrainingPlan& plan) {
   std::vector<SearchAxis> axes;
-  const double psi = rank_parameters(plan);
-  const double parameter_bytes = static_cast<double>(dtype_size(plan.precision));
   const std::int64_t hidden = plan.model.hidden;
   const std::int64_t largest_weight = 4 * hidden * hidden;
 
-  // Smaller micro-batches at the same tokens per step: each added one reads the weights again.
-  SearchAxis geometry{"micro-batch", {{"", 0, nullptr}}};
+  // Smaller micro-batches at the same tokens per step: each added one makes its calls again.
+  SearchAxis geometry{"micro-batch", {{"", nullptr}}};
   for (std::int64_t batch = plan.micro_batch / 2; batch >= 1; batch /= 2) {
     if (plan.micro_batch % batch != 0) continue;
     const std::int64_t micro_batches = plan.micro_batches * (plan.micro_batch / batch);
-    const auto added = static_cast<double>(micro_batches - plan.micro_batches);
     geometry.choices.push_back({"--batch " + std::to_string(batch) + (plan.grid.pp > 1 ? " --micro-batches " : " --grad-accum ") +
                                     std::to_string(micro_batches),
-                                added * (3 * psi * parameter_bytes / rates.device_bytes + 50 * rates.launch_seconds),
                                 [batch, micro_batches](TrainingPlan& variant) {
                                   variant.micro_batch = batch;
                                   variant.micro_batches = micro_batches;
@@ -74,28 +54,25 @@ std::vector<SearchAxis> memory_search_axes(const TrainingPlan& plan, const StepC
   }
   axes.push_back(std::move(geometry));
 
-  // More recompute: the FLOPs it adds per step.
+  // More recompute: policies that recompute more than the plan's.
   const auto recomputed = [&](const RecomputePolicy& policy) {
     return recompute_flops(plan.model, plan.micro_batch, plan.sequence, policy) * static_cast<double>(plan.micro_batches);
   };
-  SearchAxis recompute{"recompute", {{"", 0, nullptr}}};
+  SearchAxis recompute{"recompute", {{"", nullptr}}};
   const double current_recompute = recomputed(plan.recompute);
   for (const RecomputePolicy& policy : recompute_overview(plan.model.layers)) {
     const double added = recomputed(policy) - current_recompute;
     if (added <= 0 || policy.name() == plan.recompute.name()) continue;
-    recompute.choices.push_back({"--checkpointing " + policy.name(), added / rates.flops,
-                                 [policy](TrainingPlan& variant) { variant.recompute = policy; }});
+    recompute.choices.push_back({"--checkpointing " + policy.name(), [policy](TrainingPlan& variant) { variant.recompute = policy; }});
   }
   axes.push_back(std::move(recompute));
 
   // Gradient buckets act where gradients stream (offloaded, or several dp ranks): one more call each.
-  const auto bucket_choices = [&](double base_seconds, const std::string& base_flags, bool offload) {
+  const auto bucket_choices = [&](const std::string& base_flags, bool offload) {
     std::vector<PlanChoice> choices;
     const std::int64_t from = plan.reduce_bucket_elements > 0 ? plan.reduce_bucket_elements : 2 * largest_weight;
     for (const std::int64_t elements : halvings(from, hidden, 4)) {
-      const double buckets = psi / static_cast<double>(elements);
-      choices.push_back({joined({base_flags, "--reduce-bucket-size " + std::to_string(elements)}),
-                         base_seconds + buckets * rates.launch_seconds, [elements, offload](TrainingPlan& variant) {
+      choices.push_back({joined({base_flags, "--reduce-bucket-size " + std::to_string(elements)}), [elements, offload](TrainingPlan& variant) {
                            if (offload) variant.offload_optimizer = offload::OffloadDevice::cpu;
                            variant.reduce_bucket_elements = elements;
                          }});
@@ -104,50 +81,42 @@ std::vector<SearchAxis> memory_search_axes(const TrainingPlan& plan, const StepC
   };
   // The optimizer to pinned host memory: gradients out, parameters back, the update on the host.
   if (!plan.offload_optimizer) {
-    const double offload_seconds = ((4 + parameter_bytes) * psi + 32 * psi) / rates.host_link_bytes;
-    SearchAxis offload{"offload", {{"", 0, nullptr}, {"--offload-optimizer cpu", offload_seconds, [](TrainingPlan& variant) {
+    SearchAxis offload{"offload", {{"", nullptr}, {"--offload-optimizer cpu", [](TrainingPlan& variant) {
                                                         variant.offload_optimizer = offload::OffloadDevice::cpu;
                                                       }}}};
     if (!plan.data_parallel()) {  // one rank streams gradients only when offloaded: its buckets go with the offload
-      for (PlanChoice& choice : bucket_choices(offload_seconds, "--offload-optimizer cpu", true)) offload.choices.push_back(std::move(choice));
+      for (PlanChoice& choice : bucket_choices("--offload-optimizer cpu", true)) offload.choices.push_back(std::move(choice));
     }
     axes.push_back(std::move(offload));
   }
   if (plan.offload_optimizer || plan.data_parallel()) {
-    SearchAxis buckets{"buckets", {{"", 0, nullptr}}};
-    for (PlanChoice& choice : bucket_choices(0, "", false)) buckets.choices.push_back(std::move(choice));
+    SearchAxis buckets{"buckets", {{"", nullptr}}};
+    for (PlanChoice& choice : bucket_choices("", false)) buckets.choices.push_back(std::move(choice));
     axes.push_back(std::move(buckets));
   }
 
   // 16-bit weights on the cpu kernels: f32 copies for the matmuls in row slices.
-  if (plan.precision != DType::f32 && plan.device != DeviceKind::cuda) {
-    SearchAxis copies{"weight copies", {{"", 0, nullptr}}};
+  if (plan.precision != DType::f32 && plan.kernels == DeviceKind::cpu) {
+    SearchAxis copies{"weight copies", {{"", nullptr}}};
     const std::int64_t from = plan.weight_copy_elements > 0 ? plan.weight_copy_elements : largest_weight;
     for (const std::int64_t elements : halvings(from, hidden, 4)) {
-      const double calls = static_cast<double>(plan.model.layers * 4 * plan.micro_batches) * static_cast<double>(largest_weight / elements);
-      copies.choices.push_back({"--weight-copy-elements " + std::to_string(elements), calls * rates.launch_seconds,
-                                [elements](TrainingPlan& variant) { variant.weight_copy_elements = elements; }});
+      copies.choices.push_back({"--weight-copy-elements " + std::to_string(elements), [elements](TrainingPlan& variant) { variant.weight_copy_elements = elements; }});
     }
     axes.push_back(std::move(copies));
   }
 
   // Expandable segments where they are off: freed memory never strands between segments.
   if (!plan.allocator.expandable_segments) {
-    axes.push_back({"allocator", {{"", 0, nullptr}, {"FERRY_ALLOC_CONF=expandable_segments:True", 0, [](TrainingPlan& variant) {
+    axes.push_back({"allocator", {{"", nullptr}, {"FERRY_ALLOC_CONF=expandable_segments:True", [](TrainingPlan& variant) {
                                                       variant.allocator.expandable_segments = true;
                                                     }}}});
   }
 
-  // A higher ZeRO stage on several dp ranks: the same traffic without a pipeline; with one, stage 2
-  // reduces every micro-batch's gradients. Stage 3 gathers the parameters twice a micro-batch instead of
-  // once a step.
+  // A higher ZeRO stage on several dp ranks.
   if (plan.data_parallel() && plan.zero_stage < 3) {
-    SearchAxis zero{"zero", {{"", 0, nullptr}}};
+    SearchAxis zero{"zero", {{"", nullptr}}};
     for (int stage = plan.zero_stage + 1; stage <= 3; ++stage) {
-      const double traffic = stage == 3                       ? static_cast<double>(2 * plan.micro_batches - 1) * parameter_bytes * psi / rates.host_link_bytes
-                             : stage == 2 && plan.grid.pp > 1 ? static_cast<double>(plan.micro_batches - 1) * 4 * psi / rates.host_link_bytes
-                                                              : 0;
-      zero.choices.push_back({"--zero-stage " + std::to_string(stage), traffic, [stage](TrainingPlan& variant) { variant.zero_stage = stage; }});
+      zero.choices.push_back({"--zero-stage " + std::to_string(stage), [stage](TrainingPlan& variant) { variant.zero_stage = stage; }});
     }
     axes.push_back(std::move(zero));
   }
@@ -155,21 +124,37 @@ std::vector<SearchAxis> memory_search_axes(const TrainingPlan& plan, const StepC
 }
 
 MemorySearch search_memory(const TrainingPlan& plan, const std::vector<SearchAxis>& all_axes, std::size_t memory_limit,
-                           const PeakMeasure& peak_reserved, std::size_t wanted, std::size_t budget) {
+                           const PeakMeasure& peak_reserved, const StepSeconds& step_seconds, std::size_t wanted, std::size_t budget) {
   MemorySearch search;
   search.combinations = 1;
   for (const SearchAxis& axis : all_axes) search.combinations *= axis.choices.size();
-  std::map<std::vector<std::string>, MemoryCandidate> measured;  // by the flags of each axis's choice
-  const auto measure = [&](const std::vector<const PlanChoice*>& choices) {
+  const auto key_of = [](const std::vector<const PlanChoice*>& choices) {
     std::vector<std::string> key;
     for (const PlanChoice* choice : choices) key.push_back(choice->flags);
-    if (const auto found = measured.find(key); found != measured.end()) return found->second;
+    return key;
+  };
+  const auto variant_of = [&](const std::vector<const PlanChoice*>& choices) {
     TrainingPlan variant = plan;
-    double seconds = 0;
     for (const PlanChoice* choice : choices) {
       if (choice->apply) choice->apply(variant);
-      seconds += choice->seconds;
     }
+    return variant;
+  };
+  // A combination's cost: the model's step time of the variant beside the plan's (not a sum of the
+  // choices' own: offloading makes smaller buckets cost more, recompute costs more at more micro-batches).
+  const double plan_seconds = step_seconds(plan);
+  std::map<std::vector<std::string>, double> costs;  // by the flags of each axis's choice
+  const auto cost_of_choices = [&](const std::vector<const PlanChoice*>& choices) {
+    const std::vector<std::string> key = key_of(choices);
+    if (const auto found = costs.find(key); found != costs.end()) return found->second;
+    return costs[key] = step_seconds(variant_of(choices)) - plan_seconds;
+  };
+  std::map<std::vector<std::string>, MemoryCandidate> measured;
+  const auto measure = [&](const std::vector<const PlanChoice*>& choices) {
+    const std::vector<std::string> key = key_of(choices);
+    if (const auto found = measured.find(key); found != measured.end()) return found->second;
+    const TrainingPlan variant = variant_of(choices);
+    const double seconds = cost_of_choices(choices);
     std::vector<std::string> flags = key;
     std::stable_partition(flags.begin(), flags.end(), [](const std::string& flag) { return flag.starts_with("FERRY_"); });  // the environment first
     const std::int64_t peak = peak_reserved(variant);
@@ -204,18 +189,15 @@ MemorySearch search_memory(const TrainingPlan& plan, const std::vector<SearchAxi
     floors.push_back(std::move(kept_floors));
   }
 
-  // Then combinations of what is left, cheapest first: a heap of index vectors, each popped one measured
-  // and its one-step-costlier neighbours pushed unless it fits (they cost more and it fits already).
-  const auto cost_of = [&](const std::vector<std::size_t>& picks) {
-    double seconds = 0;
-    for (std::size_t axis = 0; axis < axes.size(); ++axis) seconds += axes[axis][picks[axis]]->seconds;
-    return seconds;
-  };
+  // Then combinations of what is left in order of predicted step time: a heap of index vectors, each
+  // popped one measured and its neighbours one choice further pushed unless it fits (they cost more and
+  // it fits already).
   const auto choices_of = [&](const std::vector<std::size_t>& picks) {
     std::vector<const PlanChoice*> choices;
     for (std::size_t axis = 0; axis < axes.size(); ++axis) choices.push_back(axes[axis][picks[axis]]);
     return choices;
   };
+  const auto cost_of = [&](const std::vector<std::size_t>& picks) { return cost_of_choices(choices_of(picks)); };
   using Entry = std::pair<double, std::vector<std::size_t>>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> frontier;
   std::set<std::vector<std::size_t>> seen;
@@ -230,25 +212,75 @@ MemorySearch search_memory(const TrainingPlan& plan, const std::vector<SearchAxi
   const std::vector<std::size_t> origin(axes.size(), 0);
   seen.insert(origin);
   push_neighbours(origin);
-  while (!frontier.empty() && search.fitting.size() < wanted && search.measured < budget) {
-    const std::vector<std::size_t> picks = frontier.top().second;
+  // A combination that saves no more on any axis than one measured too big is too big as well (each
+  // axis's kept choices save more in turn): passed over unmeasured.
+  std::vector<std::vector<std::size_t>> too_big;
+  const auto below_too_big = [&](const std::vector<std::size_t>& picks) {
+    return std::any_of(too_big.begin(), too_big.end(), [&](const std::vector<std::size_t>& over) {
+      for (std::size_t axis = 0; axis < picks.size(); ++axis) {
+        if (picks[axis] > over[axis]) return false;
+      }
+      return true;
+    });
+  };
+  // What each axis's choice adds to the most saving combination's peak, summed over the axes: where the
+  // savings add up, a combination's peak. Those estimated over the limit wait until the rest are measured.
+  const std::int64_t most_peak = measure(most).peak_reserved;
+  const auto estimate = [&](const std::vector<std::size_t>& picks) {
+    std::int64_t peak = most_peak;
+    for (std::size_t axis = 0; axis < axes.size(); ++axis) peak += floors[axis][picks[axis]] - most_peak;
+    return peak;
+  };
+  std::vector<Entry> later;
+  std::size_t found = 0;
+  double cheapest_fit = std::numeric_limits<double>::max();
+  const auto try_combination = [&](const std::vector<std::size_t>& picks) {
+    const MemoryCandidate candidate = measure(choices_of(picks));
+    if (candidate.fits) {
+      ++found;
+      cheapest_fit = std::min(cheapest_fit, candidate.seconds);
+    } else {
+      too_big.push_back(picks);
+    }
+    return candidate.fits;
+  };
+  while (!frontier.empty() && found < wanted && search.measured < budget) {
+    const Entry entry = frontier.top();
+    const std::vector<std::size_t>& picks = entry.second;
     frontier.pop();
     std::int64_t floor = 0;
     for (std::size_t axis = 0; axis < axes.size(); ++axis) floor = std::max(floor, floors[axis][picks[axis]]);
-    if (floor > static_cast<std::int64_t>(memory_limit)) {
+    if (floor > static_cast<std::int64_t>(memory_limit) || below_too_big(picks)) {
       push_neighbours(picks);
       continue;
     }
-    const MemoryCandidate candidate = measure(choices_of(picks));
-    if (!candidate.fits) {
+    if (estimate(picks) > static_cast<std::int64_t>(memory_limit)) {
+      later.push_back(entry);
       push_neighbours(picks);
       continue;
     }
-    // The few that fit, each saving more than every cheaper one found (a costlier one that saves no
-    // more is no choice).
+    if (!try_combination(picks)) push_neighbours(picks);
+  }
+  // Those that waited, cheapest first: any cheaper than a fit found may fit after all (savings can add
+  // up to more than their sum).
+  std::sort(later.begin(), later.end());
+  for (const Entry& entry : later) {
+    if ((found >= wanted && entry.first >= cheapest_fit) || search.measured >= budget) break;
+    if (!below_too_big(entry.second)) try_combination(entry.second);
+  }
+  // The answer: of every combination measured that fits (those of the first pass too), the cheapest, then
+  // each costlier one that saves more than every cheaper one (a costlier one that saves no more is no choice).
+  std::vector<MemoryCandidate> fitting;
+  for (const auto& [key, candidate] : measured) {
+    if (candidate.fits) fitting.push_back(candidate);
+  }
+  std::sort(fitting.begin(), fitting.end(), [](const MemoryCandidate& a, const MemoryCandidate& b) {
+    return a.seconds != b.seconds ? a.seconds < b.seconds : a.peak_reserved < b.peak_reserved;
+  });
+  for (const MemoryCandidate& candidate : fitting) {
+    if (search.fitting.size() >= wanted) break;
     if (search.fitting.empty() || candidate.peak_reserved < search.fitting.back().peak_reserved) search.fitting.push_back(candidate);
   }
-  if (search.fitting.empty() && measure(most).fits) search.fitting.push_back(measure(most));  // measured above
   if (search.fitting.empty()) {
     const MemoryCandidate* smallest = nullptr;
     for (const auto& [key, candidate] : measured) {
@@ -262,18 +294,28 @@ MemorySearch search_memory(const TrainingPlan& plan, const std::vector<SearchAxi
   return search;
 }
 
-MemorySearch advise_memory(const TrainingPlan& plan, std::size_t memory_limit, const PeakMeasure& peak_reserved) {
-  const StepCostRates rates = StepCostRates::for_device(plan.device);
-  MemorySearch search = search_memory(plan, memory_search_axes(plan, rates), memory_limit, peak_reserved);
-  search.cost_model = rates.describe();
+MemorySearch advise_memory(const TrainingPlan& plan, std::size_t memory_limit, const ClusterSpec& cluster) {
+  MemorySearch search = search_memory(plan, memory_search_axes(plan), memory_limit, fullest_rank_peak,
+                                      [&cluster](const TrainingPlan& variant) { return predict_step_time(variant, cluster).total(); });
+  char figures[320];
+  std::snprintf(figures, sizeof figures, "%.2g FLOP/s x %.2f sustained, device memory %.2g B/s, host link %.2g B/s, %s an op call, %s a collective",
+                cluster.peak_flops, cluster.compute_efficiency, cluster.device_memory_bandwidth, cluster.host_link_bandwidth,
+                format_seconds(cluster.call_seconds).c_str(), format_seconds(cluster.collective_seconds).c_str());
+  search.cost_model = "`ferry plan`'s step-time model on " + cluster.name + " (" + figures + ")";
   return search;
+}
+
+std::string advise_out_of_memory(const TrainingPlan& plan, std::size_t memory_limit) {
+  const DeviceKind kind = plan.kernels;
+  const ClusterSpec cluster = cluster_of_run(kind, plan.grid.world(), memory_limit, kind == DeviceKind::cpu ? measure_cpu_gemm_flops() : 0.0);
+  return describe_memory_advice(advise_memory(plan, memory_limit, cluster), memory_limit);
 }
 
 std::string describe_memory_advice(const MemorySearch& search, std::size_t memory_limit) {
   std::string text = "a dry run of this configuration peaks at " + format_bytes(static_cast<std::size_t>(search.current_peak)) +
                      " reserved against the limit of " + format_bytes(memory_limit);
   const std::string searched = std::to_string(search.measured) + " of " + std::to_string(search.combinations) +
-                               " combinations dry-run, cheapest first by predicted step time at " + search.cost_model;
+                               " combinations dry-run, cheapest first by predicted step time: " + search.cost_model;
   if (!search.fitting.empty()) {
     text += "; the cheapest changes that fit (" + searched + "):";
     for (const MemoryCandidate& candidate : search.fitting) {
