@@ -45,6 +45,7 @@ with tempfile.TemporaryDirectory() as work:
     print(f"cluster 1x{ranks}xcpu: {cluster['peak_flops']:.3g} FLOP/s per rank (measured GEMM rate shared), efficiency {cluster['compute_efficiency']}, "
           f"--device-memory {memory}; model {' '.join(model)}, global batch {global_batch}, {steps} steps each (median of steps 2..)")
     rows = []
+    without_calls = []  # the model before it priced calls (compute, transfers and the optimizer only), on the same runs
     for candidate in (p for p in plan["plans"] if p["fits"]):
         words = candidate["command"].split()[4:]
         summary = f"{work}/run.json"
@@ -54,12 +55,18 @@ with tempfile.TemporaryDirectory() as work:
         measured = statistics.median(step["seconds"] for step in run["steps"][1:])
         exact = all(p["peak_reserved"] == m["peak_reserved"] for p, m in zip(candidate["ranks"], run["ranks"]))
         s = candidate["settings"]
-        name = f"dp {s['dp']} x pp {s['pp']}, {s['micro_batch']} x {s['micro_batches']}, {s['recompute']}, ZeRO {s['zero_stage']}, opt {s['offload_optimizer']}"
+        name = (f"dp {s['dp']} x pp {s['pp']}, {s['micro_batch']} x {s['micro_batches']}, {s['recompute']}, ZeRO {s['zero_stage']}, "
+                f"opt {s['offload_optimizer']}{', params cpu' if s.get('offload_param', 'none') != 'none' else ''}")
         rows.append((name, candidate["predicted_step_seconds"], measured, exact))
-        print(f"  {name:58s} predicted {candidate['predicted_step_seconds']:.4f} s  measured {measured:.4f} s  "
+        without_calls.append(candidate["predicted_step_seconds"] - candidate["predicted_parts"]["calls"])
+        print(f"  {name:70s} predicted {candidate['predicted_step_seconds']:.4f} s  measured {measured:.4f} s  "
               f"error {100 * (candidate['predicted_step_seconds'] / measured - 1):+6.1f}%  peaks {'exact' if exact else 'DIFFER'}", flush=True)
     errors = [abs(p / m - 1) for _, p, m, _ in rows]
     fastest = min(m for _, _, m, _ in rows)
     print(f"mean |error| {100 * statistics.mean(errors):.1f}%, worst {100 * max(errors):.1f}%, Spearman rho "
           f"{spearman([p for _, p, _, _ in rows], [m for _, _, m, _ in rows]):.2f}, ferry's first choice at {rows[0][2] / fastest:.3f}x the fastest measured, "
           f"peaks exact in {sum(1 for row in rows if row[3])} of {len(rows)}")
+    measured_times = [m for _, _, m, _ in rows]
+    print(f"without the calls' part: mean |error| {100 * statistics.mean(abs(p / m - 1) for p, m in zip(without_calls, measured_times)):.1f}%, "
+          f"Spearman rho {spearman(without_calls, measured_times):.2f}, its first choice at "
+          f"{measured_times[min(range(len(rows)), key=lambda i: without_calls[i])] / fastest:.3f}x the fastest measured")

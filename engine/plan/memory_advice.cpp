@@ -4,10 +4,9 @@
 #include <cstdio>
 #include <limits>
 #include <map>
-#include <queue>
-#include <set>
 
 #include "allocator/byte_size.h"
+#include "engine/plan/cheapest_first.h"
 #include "engine/plan/cpu_calibration.h"
 #include "engine/plan/step_time_model.h"
 #include "engine/train/rank_training.h"
@@ -189,85 +188,57 @@ MemorySearch search_memory(const TrainingPlan& plan, const std::vector<SearchAxi
     floors.push_back(std::move(kept_floors));
   }
 
-  // Then combinations of what is left in order of predicted step time: a heap of index vectors, each
-  // popped one measured and its neighbours one choice further pushed unless it fits (they cost more and
-  // it fits already).
+  // Then every combination of what is left, in order of predicted step time, through the loop `ferry
+  // plan` uses: one whose floor is over the limit, or that saves no more on any axis than one measured
+  // too big, is too big unmeasured; one that extends a fit (more changes) is no answer; one whose
+  // savings, added up, would not fit waits until the rest are measured.
+  std::vector<std::vector<std::size_t>> combinations;
+  for (std::vector<std::size_t> picks(axes.size(), 0);;) {
+    std::size_t axis = 0;
+    while (axis < axes.size() && ++picks[axis] == axes[axis].size()) picks[axis++] = 0;
+    if (axis == axes.size()) break;  // back at the plan itself
+    combinations.push_back(picks);
+  }
   const auto choices_of = [&](const std::vector<std::size_t>& picks) {
     std::vector<const PlanChoice*> choices;
     for (std::size_t axis = 0; axis < axes.size(); ++axis) choices.push_back(axes[axis][picks[axis]]);
     return choices;
   };
-  const auto cost_of = [&](const std::vector<std::size_t>& picks) { return cost_of_choices(choices_of(picks)); };
-  using Entry = std::pair<double, std::vector<std::size_t>>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> frontier;
-  std::set<std::vector<std::size_t>> seen;
-  const auto push_neighbours = [&](const std::vector<std::size_t>& picks) {
-    for (std::size_t axis = 0; axis < axes.size(); ++axis) {
-      if (picks[axis] + 1 >= axes[axis].size()) continue;
-      std::vector<std::size_t> next = picks;
-      ++next[axis];
-      if (seen.insert(next).second) frontier.push({cost_of(next), next});
+  std::vector<double> seconds;
+  for (const std::vector<std::size_t>& picks : combinations) seconds.push_back(cost_of_choices(choices_of(picks)));
+  std::vector<std::size_t> order(combinations.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return seconds[a] < seconds[b]; });
+  const auto picks_of = [&](std::size_t i) -> const std::vector<std::size_t>& { return combinations[order[i]]; };
+  const auto no_more = [](const std::vector<std::size_t>& a, const std::vector<std::size_t>& b) {  // a's choices at or before b's on every axis
+    for (std::size_t axis = 0; axis < a.size(); ++axis) {
+      if (a[axis] > b[axis]) return false;
     }
-  };
-  const std::vector<std::size_t> origin(axes.size(), 0);
-  seen.insert(origin);
-  push_neighbours(origin);
-  // A combination that saves no more on any axis than one measured too big is too big as well (each
-  // axis's kept choices save more in turn): passed over unmeasured.
-  std::vector<std::vector<std::size_t>> too_big;
-  const auto below_too_big = [&](const std::vector<std::size_t>& picks) {
-    return std::any_of(too_big.begin(), too_big.end(), [&](const std::vector<std::size_t>& over) {
-      for (std::size_t axis = 0; axis < picks.size(); ++axis) {
-        if (picks[axis] > over[axis]) return false;
-      }
-      return true;
-    });
+    return true;
   };
   // What each axis's choice adds to the most saving combination's peak, summed over the axes: where the
-  // savings add up, a combination's peak. Those estimated over the limit wait until the rest are measured.
+  // savings add up, a combination's peak.
   const std::int64_t most_peak = measure(most).peak_reserved;
-  const auto estimate = [&](const std::vector<std::size_t>& picks) {
-    std::int64_t peak = most_peak;
-    for (std::size_t axis = 0; axis < axes.size(); ++axis) peak += floors[axis][picks[axis]] - most_peak;
-    return peak;
-  };
-  std::vector<Entry> later;
-  std::size_t found = 0;
-  double cheapest_fit = std::numeric_limits<double>::max();
-  const auto try_combination = [&](const std::vector<std::size_t>& picks) {
-    const MemoryCandidate candidate = measure(choices_of(picks));
-    if (candidate.fits) {
-      ++found;
-      cheapest_fit = std::min(cheapest_fit, candidate.seconds);
-    } else {
-      too_big.push_back(picks);
-    }
-    return candidate.fits;
-  };
-  while (!frontier.empty() && found < wanted && search.measured < budget) {
-    const Entry entry = frontier.top();
-    const std::vector<std::size_t>& picks = entry.second;
-    frontier.pop();
+  const auto limit = static_cast<std::int64_t>(memory_limit);
+  CheapestFirstSearch loop;
+  loop.candidates = combinations.size();
+  loop.wanted = wanted;
+  loop.budget = budget > search.measured ? budget - search.measured : 0;
+  loop.measure = [&](std::size_t i) { return measure(choices_of(picks_of(i))).fits; };
+  loop.too_big_unmeasured = [&](std::size_t i) -> std::optional<std::string> {
     std::int64_t floor = 0;
-    for (std::size_t axis = 0; axis < axes.size(); ++axis) floor = std::max(floor, floors[axis][picks[axis]]);
-    if (floor > static_cast<std::int64_t>(memory_limit) || below_too_big(picks)) {
-      push_neighbours(picks);
-      continue;
-    }
-    if (estimate(picks) > static_cast<std::int64_t>(memory_limit)) {
-      later.push_back(entry);
-      push_neighbours(picks);
-      continue;
-    }
-    if (!try_combination(picks)) push_neighbours(picks);
-  }
-  // Those that waited, cheapest first: any cheaper than a fit found may fit after all (savings can add
-  // up to more than their sum).
-  std::sort(later.begin(), later.end());
-  for (const Entry& entry : later) {
-    if ((found >= wanted && entry.first >= cheapest_fit) || search.measured >= budget) break;
-    if (!below_too_big(entry.second)) try_combination(entry.second);
-  }
+    for (std::size_t axis = 0; axis < axes.size(); ++axis) floor = std::max(floor, floors[axis][picks_of(i)[axis]]);
+    if (floor > limit) return "its floor is over the limit";
+    return std::nullopt;
+  };
+  loop.holds_no_less = [&](std::size_t a, std::size_t b) { return no_more(picks_of(a), picks_of(b)); };
+  loop.extends = [&](std::size_t a, std::size_t b) { return no_more(picks_of(b), picks_of(a)); };
+  loop.likely_too_big = [&](std::size_t i) {
+    std::int64_t peak = most_peak;
+    for (std::size_t axis = 0; axis < axes.size(); ++axis) peak += floors[axis][picks_of(i)[axis]] - most_peak;
+    return peak > limit;
+  };
+  search_cheapest_first(loop);
   // The answer: of every combination measured that fits (those of the first pass too), the cheapest, then
   // each costlier one that saves more than every cheaper one (a costlier one that saves no more is no choice).
   std::vector<MemoryCandidate> fitting;

@@ -7,6 +7,7 @@
 
 #include "allocator/byte_size.h"
 #include "engine/comm/communicator.h"
+#include "engine/plan/cheapest_first.h"
 #include "engine/report/model_state_report.h"
 #include "engine/train/model_config.h"
 #include "engine/train/rank_training.h"
@@ -149,19 +150,11 @@ void measure(PlanCandidate& candidate, const PlanSearchRequest& request, const T
                       format_bytes(request.cluster.device_memory) + " (the most at its peak: " + largest_category(ranks[static_cast<std::size_t>(candidate.fullest_rank)]) + ")";
 }
 
-// A measured plan too big for the device whose settings hold no more than `candidate`'s (the same grid,
-// ZeRO stage and offload, a micro-batch no larger, recompute no weaker): `candidate` cannot fit either.
-const PlanCandidate* too_big_below(const std::vector<PlanCandidate>& candidates, const PlanCandidate& candidate) {
-  for (const PlanCandidate& other : candidates) {
-    if (other.status != PlanCandidate::Status::too_big) continue;
-    const PlanSettings &a = other.settings, &b = candidate.settings;
-    if (a.dp == b.dp && a.pp == b.pp && a.zero_stage == b.zero_stage && a.offload_optimizer == b.offload_optimizer &&
-        a.offload_parameters == b.offload_parameters && a.micro_batch <= b.micro_batch &&
-        recompute_strength(a.recompute) >= recompute_strength(b.recompute)) {
-      return &other;
-    }
-  }
-  return nullptr;
+// Does a plan of settings `a` hold at least as much as one of `b`: the same grid, ZeRO stage and offload,
+// a micro-batch no smaller, recompute no stronger? (Too big where `b` is.)
+bool holds_no_less(const PlanSettings& a, const PlanSettings& b) {
+  return a.dp == b.dp && a.pp == b.pp && a.zero_stage == b.zero_stage && a.offload_optimizer == b.offload_optimizer &&
+         a.offload_parameters == b.offload_parameters && a.micro_batch >= b.micro_batch && recompute_strength(a.recompute) <= recompute_strength(b.recompute);
 }
 
 int status_order(PlanCandidate::Status status) {
@@ -279,36 +272,57 @@ PlanSearch search_plans(const PlanSearchRequest& request) {
   std::vector<std::size_t> order(candidates.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return candidates[a].tokens_per_second > candidates[b].tokens_per_second; });
-  std::size_t fitting = 0;
+  // In that order through the loop the out-of-memory advice uses: a plan is too big without a dry run
+  // where its node's host memory (GPUs: the formula alone) or ZeRO's model-state formula is over, or where
+  // a plan measured too big holds no more (the same grid, ZeRO stage and offload, a micro-batch no larger,
+  // recompute no weaker).
+  std::vector<std::size_t> judged;  // the candidates the trainer does not refuse, fastest first
   for (const std::size_t i : order) {
-    PlanCandidate& candidate = candidates[i];
-    if (candidate.status == PlanCandidate::Status::refused) continue;
-    if (fitting >= request.wanted || search.dry_runs >= request.budget) {
-      candidate.why_not = fitting >= request.wanted ? "predicted slower than the " + std::to_string(fitting) + " plans that fit"
-                                                     : "the search's " + std::to_string(request.budget) + " dry runs were spent";
-      continue;
-    }
-    if (const PlanCandidate* below = too_big_below(candidates, candidate)) {
-      candidate.why_not = "too big as " + below->settings.text() + " is (" + below->why_not + "): a larger micro-batch or less recompute holds more";
-      continue;
-    }
-    // GPUs' host memory holds the formula's bytes alone: judged before a dry run.
-    if (cluster.kind != DeviceKind::cpu) {
-      if (const std::optional<std::string> over = host_memory_over(candidate, request, plans[i])) {
-        candidate.status = PlanCandidate::Status::too_big;
-        candidate.why_not = *over + " (no dry run spent)";
-        continue;
-      }
+    if (candidates[i].status != PlanCandidate::Status::refused) judged.push_back(i);
+  }
+  CheapestFirstSearch loop;
+  loop.candidates = judged.size();
+  loop.wanted = request.wanted;
+  loop.budget = request.budget;
+  loop.measure = [&](std::size_t k) {
+    measure(candidates[judged[k]], request, plans[judged[k]]);
+    return candidates[judged[k]].status == PlanCandidate::Status::fits;
+  };
+  loop.too_big_unmeasured = [&](std::size_t k) -> std::optional<std::string> {
+    PlanCandidate& candidate = candidates[judged[k]];
+    if (cluster.kind != DeviceKind::cpu) {  // GPUs' host memory holds the formula's bytes alone
+      if (const std::optional<std::string> over = host_memory_over(candidate, request, plans[judged[k]])) return *over + " (no dry run spent)";
     }
     if (candidate.model_states_floor > static_cast<std::int64_t>(cluster.device_memory)) {
-      candidate.status = PlanCandidate::Status::too_big;
-      candidate.why_not = "its model states alone need " + format_bytes(static_cast<std::size_t>(candidate.model_states_floor)) +
-                          " a rank by ZeRO's formula, over the device's " + format_bytes(cluster.device_memory) + " (no dry run spent)";
-      continue;
+      return "its model states alone need " + format_bytes(static_cast<std::size_t>(candidate.model_states_floor)) +
+             " a rank by ZeRO's formula, over the device's " + format_bytes(cluster.device_memory) + " (no dry run spent)";
     }
-    measure(candidate, request, plans[i]);
-    ++search.dry_runs;
-    if (candidate.status == PlanCandidate::Status::fits) ++fitting;
+    return std::nullopt;
+  };
+  loop.holds_no_less = [&](std::size_t a, std::size_t b) { return holds_no_less(candidates[judged[a]].settings, candidates[judged[b]].settings); };
+  const CheapestFirstResult result = search_cheapest_first(loop);
+  search.dry_runs = result.measured;
+  for (std::size_t k = 0; k < judged.size(); ++k) {
+    PlanCandidate& candidate = candidates[judged[k]];
+    const CheapestFirstOutcome& outcome = result.outcomes[k];
+    switch (outcome.verdict) {
+      case CheapestFirstOutcome::Verdict::fits:
+      case CheapestFirstOutcome::Verdict::too_big: break;  // measured
+      case CheapestFirstOutcome::Verdict::too_big_unmeasured:
+        candidate.status = PlanCandidate::Status::too_big;
+        candidate.why_not = outcome.why;
+        break;
+      case CheapestFirstOutcome::Verdict::too_big_as: {
+        const PlanCandidate& below = candidates[judged[outcome.as]];
+        candidate.why_not = "too big as " + below.settings.text() + " is (" + below.why_not + "): a larger micro-batch or less recompute holds more";
+        break;
+      }
+      case CheapestFirstOutcome::Verdict::extends_a_fit:
+      case CheapestFirstOutcome::Verdict::not_reached:
+        candidate.why_not = result.budget_spent ? "the search's " + std::to_string(request.budget) + " dry runs were spent"
+                                                : "predicted slower than the " + std::to_string(result.fitting) + " plans that fit";
+        break;
+    }
   }
   std::vector<std::size_t> ranked = order;
   std::stable_sort(ranked.begin(), ranked.end(), [&](std::size_t a, std::size_t b) {

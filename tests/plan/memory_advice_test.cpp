@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "engine/plan/cheapest_first.h"
 #include "engine/plan/cluster.h"
 #include "engine/plan/memory_advice.h"
 #include "engine/plan/step_time_model.h"
@@ -87,6 +88,45 @@ TEST(MemoryAdvice, TheCheapestThatFitsByThePlannersModel) {
       EXPECT_LT(search.fitting[i].peak_reserved, search.fitting[i - 1].peak_reserved);
     }
   }
+}
+
+// The loop both searches share, on candidates 0..7 whose "peak" is 10 - i (the limit 6: 4 and up fit):
+// floors and dominance pass candidates over unmeasured, a likely-too-big one cheaper than the first fit
+// is measured after the rest, and the loop stops at `wanted` or the budget.
+TEST(CheapestFirst, SkipsWhatIsKnownTooBigAndMeasuresTheRestInOrder) {
+  std::vector<std::size_t> measured;
+  CheapestFirstSearch loop;
+  loop.candidates = 8;
+  loop.wanted = 2;
+  loop.budget = 100;
+  loop.measure = [&](std::size_t i) {
+    measured.push_back(i);
+    return 10 - static_cast<int>(i) <= 6;
+  };
+  loop.too_big_unmeasured = [](std::size_t i) -> std::optional<std::string> {
+    if (i == 1) return "a floor over the limit";
+    return std::nullopt;
+  };
+  loop.holds_no_less = [](std::size_t a, std::size_t b) { return a == 2 && b == 0; };  // 2 is too big where 0 is
+  loop.likely_too_big = [](std::size_t i) { return i == 5 || i == 3; };
+  CheapestFirstResult result = search_cheapest_first(loop);
+  EXPECT_EQ(measured, (std::vector<std::size_t>{0, 4, 6, 3}));  // 3 waited, and is cheaper than the fit 4
+  using Verdict = CheapestFirstOutcome::Verdict;
+  EXPECT_EQ(result.outcomes[1].verdict, Verdict::too_big_unmeasured);
+  EXPECT_EQ(result.outcomes[1].why, "a floor over the limit");
+  EXPECT_EQ(result.outcomes[2].verdict, Verdict::too_big_as);
+  EXPECT_EQ(result.outcomes[2].as, 0u);
+  EXPECT_EQ(result.outcomes[4].verdict, Verdict::fits);
+  EXPECT_EQ(result.outcomes[5].verdict, Verdict::not_reached);  // waited, and costlier than the fit found
+  EXPECT_EQ(result.outcomes[7].verdict, Verdict::not_reached);
+  EXPECT_EQ(result.fitting, 2u);
+  EXPECT_FALSE(result.budget_spent);
+
+  measured.clear();
+  loop.budget = 2;
+  result = search_cheapest_first(loop);
+  EXPECT_EQ(measured, (std::vector<std::size_t>{0, 4}));
+  EXPECT_TRUE(result.budget_spent);
 }
 
 TEST(StepTimeModel, CallsCostMoreMicroBatchesBucketsAndWeightSlices) {
