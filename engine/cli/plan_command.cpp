@@ -1,6 +1,10 @@
 #include "engine/cli/plan_command.h"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cstdio>
@@ -19,6 +23,15 @@ using nlohmann::json;
 namespace {
 
 int machine_cores() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+// The bytes free to an unprivileged writer in the file system holding `directory`.
+std::size_t free_bytes_of(const std::string& directory) {
+  struct statvfs fs{};
+  if (statvfs(directory.c_str(), &fs) != 0) {
+    throw std::invalid_argument("--nvme-path '" + directory + "': " + std::strerror(errno) + " (give an existing directory on the NVMe drive)");
+  }
+  return static_cast<std::size_t>(fs.f_bavail) * static_cast<std::size_t>(fs.f_frsize);
+}
 
 // The `ferry train` flags of the model the plan is for, as the user gave them.
 std::vector<std::string> model_flags(const TrainOptions& model) {
@@ -39,6 +52,7 @@ std::string command_line(const PlanSearchRequest& request, const PlanCandidate& 
   std::vector<std::string> words = {"mpirun", "-np", std::to_string(request.cluster.world()), "ferry", "train"};
   for (const std::string& flag : model_flags(request.base)) words.push_back(flag);
   for (const std::string& flag : candidate.settings.flags()) words.push_back(flag);
+  if (candidate.settings.nvme) words.insert(words.end(), {"--nvme-path", request.base.nvme_path});
   words.insert(words.end(), {"--device", candidate.options.device, "--device-memory", candidate.options.device_memory});
   std::string text;
   for (const std::string& word : words) text += (text.empty() ? "" : " ") + word;
@@ -50,7 +64,11 @@ json deepspeed_config(const PlanSearchRequest& request, const PlanCandidate& can
   const PlanSettings& s = candidate.settings;
   json config = {{"train_batch_size", request.global_batch}, {"train_micro_batch_size_per_gpu", s.micro_batch},
                  {"gradient_accumulation_steps", s.micro_batches}, {"zero_optimization", {{"stage", s.zero_stage}}}};
-  if (s.offload_optimizer) config["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+  if (s.nvme) {
+    config["zero_optimization"]["offload_optimizer"] = {{"device", "nvme"}, {"nvme_path", request.base.nvme_path}};
+  } else if (s.offload_optimizer) {
+    config["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+  }
   if (s.offload_parameters) config["zero_optimization"]["offload_param"] = {{"device", "cpu"}};
   if (request.base.precision == "bf16") config["bf16"] = {{"enabled", true}};
   if (request.base.precision == "fp16") config["fp16"] = {{"enabled", true}};
@@ -75,6 +93,9 @@ void add_plan_command(CLI::App& app, PlanCommandOptions& o) {
   plan->add_option("--ranks", o.ranks, "--cluster local: cpu ranks (default: the cores)");
   plan->add_option("--device-memory", o.device_memory, "Each device's memory (overrides the preset; cpu: the --device-memory each rank gets)");
   plan->add_option("--host-memory", o.host_memory, "Each node's host memory (overrides the preset): it holds an offloaded optimizer's state and gradients, and cpu devices' memory");
+  plan->add_option("--nvme-path", o.model.nvme_path, "A directory on NVMe for offloaded optimizer state: plans may put it there (cpu clusters: its free space is --nvme)");
+  plan->add_option("--nvme", o.nvme, "Each node's NVMe bytes for offloaded state (overrides the preset or --nvme-path's free space; 0: none)");
+  plan->add_option("--nvme-bandwidth", o.nvme_bandwidth, "Bytes/s of each node's NVMe, read or write (overrides the preset)");
   plan->add_option("--peak-flops", o.peak_flops, "Each device's dense FLOP/s (overrides the preset, or the measured cpu rate)");
   plan->add_option("--efficiency", o.efficiency, "The share of --peak-flops a training step sustains (default: 0.45 on GPUs, 0.5 on cpu)");
   plan->add_option("--intra-node-bandwidth", o.intra_node_bandwidth, "Bytes/s per device of collectives inside a node");
@@ -91,12 +112,21 @@ ClusterSpec plan_cluster(const PlanCommandOptions& o) {
   ClusterSpec cluster = parse_cluster(o.cluster, ranks, cpu ? measure_cpu_gemm_flops() : 0.0);
   if (!o.device_memory.empty()) cluster.device_memory = parse_byte_size(o.device_memory);
   if (!o.host_memory.empty()) cluster.host_memory = parse_byte_size(o.host_memory);
+  // Plans put the optimizer on NVMe only where they can train there: in --nvme-path's directory.
+  if (!o.nvme.empty() && o.model.nvme_path.empty()) {
+    throw std::invalid_argument("--nvme " + o.nvme + ": plans with the optimizer on NVMe train in a directory there; give --nvme-path DIR too");
+  }
+  if (o.model.nvme_path.empty()) cluster.nvme_memory = 0;
+  if (cpu && !o.model.nvme_path.empty()) cluster.nvme_memory = free_bytes_of(o.model.nvme_path);
+  if (!o.nvme.empty()) cluster.nvme_memory = parse_byte_size(o.nvme);
+  if (o.nvme_bandwidth) cluster.nvme_bandwidth = *o.nvme_bandwidth;
   if (o.peak_flops) cluster.peak_flops = *o.peak_flops;
   if (o.efficiency) cluster.compute_efficiency = *o.efficiency;
   if (o.intra_node_bandwidth) cluster.intra_node_bandwidth = *o.intra_node_bandwidth;
   if (o.inter_node_bandwidth) cluster.inter_node_bandwidth = *o.inter_node_bandwidth;
   for (const auto& [value, flag] : {std::pair{cluster.peak_flops, "--peak-flops"}, {cluster.compute_efficiency, "--efficiency"},
-                                    {cluster.intra_node_bandwidth, "--intra-node-bandwidth"}, {cluster.inter_node_bandwidth, "--inter-node-bandwidth"}}) {
+                                    {cluster.intra_node_bandwidth, "--intra-node-bandwidth"}, {cluster.inter_node_bandwidth, "--inter-node-bandwidth"},
+                                    {cluster.nvme_bandwidth, "--nvme-bandwidth"}}) {
     if (!(value > 0)) throw std::invalid_argument(std::string(flag) + " must be positive");
   }
   if (cluster.device_memory == 0) throw std::invalid_argument("--device-memory must be positive");
@@ -124,6 +154,7 @@ json plan_summary(const PlanSearch& search, const PlanSearchRequest& request) {
       plan["peak_reserved"] = candidate.peak_reserved;
       plan["headroom"] = static_cast<std::int64_t>(c.device_memory) - candidate.peak_reserved;
       plan["host_bytes"] = candidate.host_bytes;
+      plan["nvme_bytes"] = candidate.nvme_bytes;
     }
     if (candidate.status == PlanCandidate::Status::fits) plan["deepspeed_config"] = deepspeed_config(request, candidate);
     plans.push_back(std::move(plan));
@@ -134,7 +165,7 @@ json plan_summary(const PlanSearch& search, const PlanSearchRequest& request) {
                        {"compute_efficiency", c.compute_efficiency}, {"intra_node_bandwidth", c.intra_node_bandwidth},
                        {"inter_node_bandwidth", c.inter_node_bandwidth}, {"host_link_bandwidth", c.host_link_bandwidth},
                        {"device_memory_bandwidth", c.device_memory_bandwidth}, {"host_memory_bandwidth", c.host_memory_bandwidth},
-                       {"call_seconds", c.call_seconds}, {"collective_seconds", c.collective_seconds}, {"source", c.source}}},
+                       {"nvme_memory", c.nvme_memory}, {"nvme_bandwidth", c.nvme_bandwidth}, {"call_seconds", c.call_seconds}, {"collective_seconds", c.collective_seconds}, {"source", c.source}}},
           {"global_batch", request.global_batch}, {"dry_runs", search.dry_runs}, {"search_seconds", search.seconds}, {"plans", plans}};
 }
 
@@ -152,6 +183,9 @@ int run_plan_command(const PlanCommandOptions& options) {
               c.name.c_str(), c.nodes, c.devices_per_node, c.device_name.c_str(), format_bytes(c.device_memory).c_str(), c.peak_flops,
               c.compute_efficiency, static_cast<long long>(request.global_batch), options.model.precision.c_str());
   std::printf("figures: %s\n", c.source.c_str());
+  if (c.nvme_memory > 0) {
+    std::printf("NVMe: %s a node at %.3g B/s, in %s\n", format_bytes(c.nvme_memory).c_str(), c.nvme_bandwidth, options.model.nvme_path.c_str());
+  }
   std::printf("%zu plans considered, %zu dry runs of every rank in %.1f s\n\n", search.candidates.size(), search.dry_runs, search.seconds);
   std::printf("  %-9s %-13s %-10s %-9s %-4s %-11s %-22s %10s %9s %11s %6s\n", "status", "grid", "micro", "recompute", "ZeRO", "offload",
               "fullest rank's peak", "headroom", "step", "tokens/s", "MFU");

@@ -23,7 +23,8 @@ struct PlanCommandOptions {
   std::string cluster = "local";       // NODESxDEVICESxKIND or local
   std::optional<int> ranks;            // --ranks: local's cpu ranks (default: the cores)
   std::string device_memory, host_memory;
-  std::optional<double> peak_flops, efficiency, intra_node_bandwidth, inter_node_bandwidth;
+  std::string nvme;                    // --nvme: NVMe bytes per node (cpu: default the free space of --nvme-path)
+  std::optional<double> peak_flops, efficiency, intra_node_bandwidth, inter_node_bandwidth, nvme_bandwidth;
   std::size_t top = 5;                 // fitting plans to find
   std::size_t max_dry_runs = 40;
   std::string summary;

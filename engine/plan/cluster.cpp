@@ -24,13 +24,15 @@ struct GpuPreset {
   double pcie;
   std::size_t host_memory;
   double host_bandwidth;
+  std::size_t nvme;        // a DGX-class node's data drives
+  double nvme_bandwidth;
 };
 
 constexpr GpuPreset kGpuPresets[] = {
-    {"H100-80GB", 81559 * kMiB, 989e12, 3.35e12, 450e9, 45e9, 50e9, 2048 * kGiB, 75e9},
-    {"H200-141GB", 143771 * kMiB, 989e12, 4.8e12, 450e9, 45e9, 50e9, 2048 * kGiB, 75e9},
-    {"A100-80GB", 81251 * kMiB, 312e12, 2.0e12, 230e9, 23e9, 25e9, 1024 * kGiB, 50e9},
-    {"A100-40GB", 40536 * kMiB, 312e12, 1.55e12, 230e9, 23e9, 25e9, 1024 * kGiB, 50e9},
+    {"H100-80GB", 81559 * kMiB, 989e12, 3.35e12, 450e9, 45e9, 50e9, 2048 * kGiB, 75e9, 8 * 3576 * kGiB, 25e9},
+    {"H200-141GB", 143771 * kMiB, 989e12, 4.8e12, 450e9, 45e9, 50e9, 2048 * kGiB, 75e9, 8 * 3576 * kGiB, 25e9},
+    {"A100-80GB", 81251 * kMiB, 312e12, 2.0e12, 230e9, 23e9, 25e9, 1024 * kGiB, 50e9, 4 * 3576 * kGiB, 12e9},
+    {"A100-40GB", 40536 * kMiB, 312e12, 1.55e12, 230e9, 23e9, 25e9, 1024 * kGiB, 50e9, 4 * 3576 * kGiB, 12e9},
 };
 
 // The share of peak a training step's kernels sustain: GPUs, a typical 16-bit transformer step (not yet
@@ -55,6 +57,8 @@ ClusterSpec cpu_cluster(int nodes, int ranks, double machine_flops) {
   spec.device_memory_bandwidth = 5e9;
   spec.host_link_bandwidth = 5e9;
   spec.host_memory_bandwidth = 5e9;
+  spec.nvme_memory = 0;  // none unless the plan is given a directory (--nvme-path) or a size (--nvme)
+  spec.nvme_bandwidth = 1e9;
   spec.call_seconds = 2e-5;
   spec.collective_seconds = 5e-5;
   spec.source = "this machine: the cpu device's GEMM rate measured now, shared by the ranks; links nominal";
@@ -117,10 +121,12 @@ ClusterSpec parse_cluster(const std::string& text, int local_ranks, double measu
     spec.device_memory_bandwidth = preset->hbm;
     spec.host_link_bandwidth = preset->pcie;
     spec.host_memory_bandwidth = preset->host_bandwidth;
+    spec.nvme_memory = preset->nvme;
+    spec.nvme_bandwidth = preset->nvme_bandwidth;
     spec.call_seconds = 5e-6;        // a kernel launch
     spec.collective_seconds = 2e-5;  // an NCCL call's latency inside a node
     spec.source = std::string(preset->name) + " preset: data-sheet dense bf16 FLOP/s, nccl-tests-class bus bandwidths, " +
-                  "an assumed 45% of peak sustained (not yet measured on this GPU)";
+                  "an assumed 45% of peak sustained (not yet measured on this GPU), a DGX-class node's NVMe drives";
   }
   spec.name = text;
   return spec;

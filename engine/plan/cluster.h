@@ -27,6 +27,8 @@ struct ClusterSpec {
   double device_memory_bandwidth = 0;  // bytes/s of a device's own memory (the optimizer step's rate)
   double host_link_bandwidth = 0;    // bytes/s between a device and pinned host memory
   double host_memory_bandwidth = 0;  // bytes/s of host memory per device (CpuAdam's rate)
+  std::size_t nvme_memory = 0;       // bytes of NVMe per node for offloaded state (0: none)
+  double nvme_bandwidth = 0;         // bytes/s of a node's NVMe, read or write, shared by its devices
   double call_seconds = 0;           // fixed cost of one op call (a kernel launch; a cpu op's fork and join)
   double collective_seconds = 0;     // fixed cost of one collective or host copy call, whatever its size
   std::string source;                // where the figures come from, said with the plans

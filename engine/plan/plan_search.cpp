@@ -9,6 +9,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/plan/cheapest_first.h"
 #include "engine/report/model_state_report.h"
+#include "offload/zero_offload_optimizer.h"
 #include "engine/train/model_config.h"
 #include "engine/train/rank_training.h"
 #include "engine/train/training_plan.h"
@@ -58,7 +59,8 @@ TrainOptions plan_train_options(const TrainOptions& base, const PlanSettings& se
   options.train_batch_size.reset();
   options.checkpointing = settings.recompute;
   options.zero_stage = settings.zero_stage;
-  options.offload_optimizer = settings.offload_optimizer ? "cpu" : "none";
+  options.offload_optimizer = settings.nvme ? "nvme" : settings.offload_optimizer ? "cpu" : "none";
+  if (!settings.nvme) options.nvme_path.clear();  // an NVMe plan trains in the request's --nvme-path
   options.offload_param = settings.offload_parameters ? "cpu" : "none";
   return options;
 }
@@ -68,6 +70,8 @@ namespace {
 // The candidate as a dry run of every rank in this process, on meta with the cluster's kernels' sizes.
 TrainingPlan dry_run_plan_of(const TrainOptions& options, const ClusterSpec& cluster) {
   TrainOptions dry = options;
+  if (dry.offload_optimizer == "nvme") dry.offload_optimizer = "cpu";  // the device holds the same either way; meta offloads nothing
+  dry.nvme_path.clear();
   dry.device = "meta";
   dry.dry_run_of = std::string(device_kind_name(cluster.kind));
   dry.quiet = true;
@@ -99,10 +103,20 @@ std::optional<std::string> host_memory_over(PlanCandidate& candidate, const Plan
   const ClusterSpec& cluster = request.cluster;
   const std::int64_t stage_parameters = plan.model.parameter_count() / std::max(plan.grid.pp, 1);
   const PlanSettings& s = candidate.settings;
-  const std::int64_t offloaded =
-      s.offload_optimizer ? offloaded_host_bytes(stage_parameters, plan.precision, s.zero_stage, plan.grid.dp, s.offload_parameters).total() : 0;
+  const OffloadedHostBytes state =
+      s.offload_optimizer ? offloaded_host_bytes(stage_parameters, plan.precision, s.zero_stage, plan.grid.dp, s.offload_parameters) : OffloadedHostBytes{};
+  // With NVMe the optimizer state lives there; the host keeps the gradients and the NVMe buffers.
+  const auto nvme_buffers = static_cast<std::int64_t>(offload::ZeroOffloadSettings{}.buffer_pool_bytes);
+  const std::int64_t offloaded = s.nvme ? state.gradients + state.parameters + nvme_buffers : state.total();
+  const std::int64_t on_nvme = s.nvme ? state.optimizer_states : 0;
   const bool device_in_ram = cluster.kind == DeviceKind::cpu;
   const auto world = static_cast<std::size_t>(cluster.world()), per_node = static_cast<std::size_t>(cluster.devices_per_node);
+  candidate.nvme_bytes = on_nvme * static_cast<std::int64_t>(std::min(world, per_node));
+  if (s.nvme && candidate.nvme_bytes > static_cast<std::int64_t>(cluster.nvme_memory)) {
+    return "node 0's NVMe holds the offloaded optimizer state (" + format_bytes(static_cast<std::size_t>(on_nvme)) + " a rank): " +
+           format_bytes(static_cast<std::size_t>(candidate.nvme_bytes)) + ", " +
+           format_bytes(static_cast<std::size_t>(candidate.nvme_bytes) - cluster.nvme_memory) + " over its " + format_bytes(cluster.nvme_memory) + " (--nvme)";
+  }
   std::int64_t fullest = 0;
   std::size_t fullest_node = 0;
   for (std::size_t first = 0; first < world; first += per_node) {
@@ -117,7 +131,9 @@ std::optional<std::string> host_memory_over(PlanCandidate& candidate, const Plan
   }
   candidate.host_bytes = fullest;
   if (fullest <= static_cast<std::int64_t>(cluster.host_memory)) return std::nullopt;
-  std::string what = offloaded > 0 ? std::string(s.offload_parameters ? "the offloaded parameters, optimizer state and gradients (" : "the offloaded optimizer's state and gradients (") +
+  std::string what = offloaded > 0 ? std::string(s.nvme                 ? "the gradients and NVMe buffers of the optimizer on NVMe ("
+                                                 : s.offload_parameters ? "the offloaded parameters, optimizer state and gradients ("
+                                                                        : "the offloaded optimizer's state and gradients (") +
                                          format_bytes(static_cast<std::size_t>(offloaded)) + " a rank)"
                                    : "";
   if (device_in_ram) what += (what.empty() ? "" : " and ") + std::string("the cpu devices' memory (the same RAM)");
@@ -153,7 +169,7 @@ void measure(PlanCandidate& candidate, const PlanSearchRequest& request, const T
 // Does a plan of settings `a` hold at least as much as one of `b`: the same grid, ZeRO stage and offload,
 // a micro-batch no smaller, recompute no stronger? (Too big where `b` is.)
 bool holds_no_less(const PlanSettings& a, const PlanSettings& b) {
-  return a.dp == b.dp && a.pp == b.pp && a.zero_stage == b.zero_stage && a.offload_optimizer == b.offload_optimizer &&
+  return a.dp == b.dp && a.pp == b.pp && a.zero_stage == b.zero_stage && a.offload_optimizer == b.offload_optimizer && a.nvme == b.nvme &&
          a.offload_parameters == b.offload_parameters && a.micro_batch >= b.micro_batch && recompute_strength(a.recompute) <= recompute_strength(b.recompute);
 }
 
@@ -174,7 +190,7 @@ std::vector<std::string> PlanSettings::flags() const {
   if (pp > 1) flags.insert(flags.end(), {"--pp", std::to_string(pp)});
   flags.insert(flags.end(), {"--batch", std::to_string(micro_batch), "--grad-accum", std::to_string(micro_batches), "--checkpointing", recompute});
   if (zero_stage > 0) flags.insert(flags.end(), {"--zero-stage", std::to_string(zero_stage)});
-  if (offload_optimizer) flags.insert(flags.end(), {"--offload-optimizer", "cpu"});
+  if (offload_optimizer) flags.insert(flags.end(), {"--offload-optimizer", nvme ? "nvme" : "cpu"});
   if (offload_parameters) flags.insert(flags.end(), {"--offload-param", "cpu"});
   return flags;
 }
@@ -182,16 +198,16 @@ std::vector<std::string> PlanSettings::flags() const {
 std::string PlanSettings::text() const {
   return "dp " + std::to_string(dp) + " x pp " + std::to_string(pp) + ", micro-batch " + std::to_string(micro_batch) + " x " +
          std::to_string(micro_batches) + ", recompute " + recompute + ", ZeRO " + std::to_string(zero_stage) + ", optimizer " +
-         (offload_parameters ? "and parameters on the host" : offload_optimizer ? "on the host" : "on the device");
+         (offload_parameters ? "and parameters on the host" : nvme ? "on NVMe" : offload_optimizer ? "on the host" : "on the device");
 }
 
 const char* PlanSettings::offload_text() const {
-  return offload_parameters ? "host+params" : offload_optimizer ? "host" : "device";
+  return offload_parameters ? "host+params" : nvme ? "nvme" : offload_optimizer ? "host" : "device";
 }
 
 nlohmann::json PlanSettings::to_json() const {
   return {{"dp", dp}, {"pp", pp}, {"tp", 1}, {"micro_batch", micro_batch}, {"micro_batches", micro_batches}, {"recompute", recompute},
-          {"zero_stage", zero_stage}, {"offload_optimizer", offload_optimizer ? "cpu" : "none"}, {"offload_param", offload_parameters ? "cpu" : "none"}};
+          {"zero_stage", zero_stage}, {"offload_optimizer", nvme ? "nvme" : offload_optimizer ? "cpu" : "none"}, {"offload_param", offload_parameters ? "cpu" : "none"}};
 }
 
 PlanSettings PlanSettings::from_json(const nlohmann::json& json) {
@@ -203,6 +219,7 @@ PlanSettings PlanSettings::from_json(const nlohmann::json& json) {
   settings.recompute = json.at("recompute").get<std::string>();
   settings.zero_stage = json.at("zero_stage").get<int>();
   settings.offload_optimizer = json.at("offload_optimizer").get<std::string>() != "none";
+  settings.nvme = json.at("offload_optimizer").get<std::string>() == "nvme";
   settings.offload_parameters = json.value("offload_param", std::string("none")) != "none";
   return settings;
 }
@@ -225,19 +242,20 @@ PlanSearch search_plans(const PlanSearchRequest& request) {
   resolve_model_config(request.base);  // a model that does not exist is the request's error, not each plan's
   PlanSearch search;
   std::vector<PlanCandidate> candidates;
+  const bool nvme_plans = cluster.nvme_memory > 0 && !request.base.nvme_path.empty();  // they train in that directory
   for (const std::int64_t pp : divisors(world)) {
     const int dp = world / static_cast<int>(pp);
     if (request.global_batch % dp != 0) continue;
     const std::int64_t per_rank = request.global_batch / dp;
     for (const std::int64_t micro_batch : divisors(per_rank)) {
       for (const std::string& recompute : recompute_choices()) {
-        // Offload: none, the optimizer, and at stage 3 (on one rank too: ZeRO-Infinity's single device)
-        // the parameters with it.
+        // Offload: none, the optimizer, at stage 3 (on one rank too: ZeRO-Infinity's single device) the
+        // parameters with it, and the optimizer on NVMe where the cluster has some.
         for (int stage = 0; stage <= 3; ++stage) {
-          for (const int offload : {0, 1, 2}) {
-            if ((stage > 0 && dp == 1 && offload < 2) || (offload == 2 && stage != 3)) continue;
+          for (const int offload : {0, 1, 2, 3}) {
+            if ((stage > 0 && dp == 1 && offload != 2) || (offload == 2 && stage != 3) || (offload == 3 && !nvme_plans)) continue;
             PlanCandidate candidate;
-            candidate.settings = {dp, static_cast<int>(pp), micro_batch, per_rank / micro_batch, recompute, stage, offload >= 1, offload == 2};
+            candidate.settings = {dp, static_cast<int>(pp), micro_batch, per_rank / micro_batch, recompute, stage, offload >= 1, offload == 2, offload == 3};
             candidate.options = plan_train_options(request.base, candidate.settings, cluster);
             candidates.push_back(std::move(candidate));
           }
@@ -260,7 +278,9 @@ PlanSearch search_plans(const PlanSearchRequest& request) {
       candidate.why_not = error.what();
       continue;
     }
-    candidate.time = predict_step_time(plans[i], cluster);
+    TrainingPlan timed = plans[i];  // dry-run with the optimizer on the host (the device holds the same); timed on its tier
+    if (candidate.settings.nvme) timed.offload_optimizer = offload::OffloadDevice::nvme;
+    candidate.time = predict_step_time(timed, cluster);
     const PlanSettings& s = candidate.settings;
     // The average stage's parameters (a pipeline's fullest rank holds at least as many).
     candidate.model_states_floor = device_model_states(plans[i].model.parameter_count() / s.pp, plans[i].precision, s.offload_optimizer, s.zero_stage,

@@ -146,6 +146,14 @@ StepTimeEstimate predict_step_time(const TrainingPlan& plan, const ClusterSpec& 
   const double state_bytes = parameter_bytes + 4 + 8 + (parameter_bytes == 4 ? 0 : 4);
   if (plan.offload_optimizer) {
     estimate.optimizer = 2 * stepped * (4 + 8 + 4) / cluster.host_memory_bandwidth + stepped * (4 + parameter_bytes) / cluster.host_link_bandwidth;
+    if (*plan.offload_optimizer == offload::OffloadDevice::nvme) {
+      // The state (moments, and master weights of 16-bit parameters) read and written back through the
+      // node's NVMe, shared by its ranks, while CpuAdam updates the sub-group before: the slower of the two.
+      const double nvme_state = stepped * (8 + (parameter_bytes == 4 ? 0 : 4));
+      const double per_rank = cluster.nvme_bandwidth / std::max(1, std::min(cluster.devices_per_node, cluster.world()));
+      const double host_step = 2 * stepped * (4 + 8 + 4) / cluster.host_memory_bandwidth;
+      estimate.optimizer += std::max(0.0, 2 * nvme_state / per_rank - host_step);
+    }
   } else {
     estimate.optimizer = 2 * stepped * state_bytes / cluster.device_memory_bandwidth;
   }

@@ -32,7 +32,7 @@ struct StepTimeEstimate {
   double data_parallel = 0;   // reductions (and stage 1-2 gathers) backward does not hide
   double zero3_gathers = 0;   // ZeRO 3's parameter gathers compute does not hide
   double pipeline_transfers = 0;  // activations and their gradients between stages
-  double optimizer = 0;       // the optimizer step (on the device, or offloaded with its transfers)
+  double optimizer = 0;       // the optimizer step (on the device, or offloaded with its transfers and NVMe traffic)
   double parameter_offload = 0;  // ZeRO-Infinity: each layer's slice copied from pinned host memory before its gather
   // Calls' fixed costs: every micro-batch's kernel launches (more micro-batches of fewer tokens cost more
   // at the same FLOPs), each gradient bucket's collective or copy to the host, each row slice of the cpu

@@ -111,10 +111,54 @@ PY
 expect_error "no plan of .* fits .* 2.00 MiB each" "$ferry" train --plan auto --model gpt2-tiny --seq 64 --batch 4 --device-memory 2MiB --steps 1
 expect_error "plans cpu ranks, not --device meta" "$ferry" train --plan auto --model gpt2-tiny --device meta --steps 1
 
+# NVMe as a tier: 53.6M parameters in bf16 on 2 ranks of 400 MiB, where only an offloaded optimizer fits
+# the device. Under a host budget between what the best NVMe plan and the best host-offload plan keep
+# there, the plan puts the optimizer on NVMe, and its command trains with every rank's peak as planned.
+mkdir -p "$work/nvme"
+wide=(--model gpt2-tiny --layers 2 --hidden 768 --heads 12 --vocab 50257 --seq 32 --precision bf16)
+tier_plan() {
+  "$ferry" plan "${wide[@]}" --global-batch 2 --cluster 1x2xcpu --device-memory 400MiB --nvme-path "$work/nvme" --nvme 16GiB \
+    --top 40 --max-dry-runs 200 --summary "$work/$1.json" "${@:2}" > "$work/$1.txt" 2>&1 || { cat "$work/$1.txt"; exit 1; }
+}
+tier_plan tiers --host-memory 64GiB
+host=$(/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+plans = [p for p in json.load(open(f"{sys.argv[1]}/tiers.json"))["plans"] if p["fits"]]
+on_nvme = min(p["host_bytes"] for p in plans if p["settings"]["offload_optimizer"] == "nvme")
+elsewhere = min(p["host_bytes"] for p in plans if p["settings"]["offload_optimizer"] != "nvme")
+assert on_nvme < elsewhere, (on_nvme, elsewhere)
+print((on_nvme + elsewhere) // 2)
+PY
+)
+tier_plan nvme_plan --host-memory "$host"
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+best = [p for p in json.load(open(f"{work}/nvme_plan.json"))["plans"] if p["fits"]][0]
+assert best["settings"]["offload_optimizer"] == "nvme" and best["nvme_bytes"] > 0, best["settings"]
+assert best["deepspeed_config"]["zero_optimization"]["offload_optimizer"]["device"] == "nvme", best["deepspeed_config"]
+open(f"{work}/nvme_best.args", "w").write("\n".join(best["command"].split()[4:]) + "\n")
+json.dump(best, open(f"{work}/nvme_best.json", "w"))
+PY
+mapfile -t nvme_best < "$work/nvme_best.args"
+timeout 300 "$mpirun" --allow-run-as-root --oversubscribe -np 2 "$ferry" "${nvme_best[@]}" "${run[@]}" --summary "$work/nvme_run.json" \
+  > "$work/nvme_run.txt" 2>&1 || { cat "$work/nvme_run.txt"; exit 1; }
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+plan, run = json.load(open(f"{work}/nvme_best.json")), json.load(open(f"{work}/nvme_run.json"))
+assert run["run"]["offload_optimizer"] == "nvme", run["run"]
+for predicted, measured in zip(plan["ranks"], run["ranks"]):
+    for key in ("peak_reserved", "peak_allocated"):
+        assert predicted[key] == measured[key], ("nvme", measured["rank"], key, predicted[key], measured[key])
+PY
+
 # Refusals name the problem and the fix.
 expect_error "no device kind 'TPU-v5'.*H100-80GB" "$ferry" plan --model gpt2-tiny --global-batch 8 --cluster 1x2xTPU-v5
 expect_error "unknown --model 'gpt9'" "$ferry" plan --model gpt9 --global-batch 8 --cluster 1x2xcpu
 expect_error "global-batch must be positive" "$ferry" plan --model gpt2-tiny --global-batch 0 --cluster 1x2xcpu
+expect_error "give --nvme-path DIR too" "$ferry" plan --model gpt2-tiny --global-batch 8 --cluster 1x2xcpu --nvme 1GiB
+expect_error "nvme-path '/no/such/dir': No such file" "$ferry" plan --model gpt2-tiny --global-batch 8 --cluster 1x2xcpu --nvme-path /no/such/dir
 expect_error "is not a \`ferry plan --summary\` file" "$ferry" train --plan "$work/best_config.json"
 if "$ferry" plan --model gpt2-tiny --global-batch 3 --cluster 1x4xcpu > "$work/out.txt" 2>&1; then
   grep -q "dp 1 x pp 4" "$work/out.txt" || { cat "$work/out.txt"; echo "a global batch of 3 on 4 ranks planned more than dp 1"; exit 1; }

@@ -198,3 +198,69 @@ TEST(PlanSearch, ModelStatesFloorIsBelowEveryMeasuredPeak) {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// NVMe as a tier (placement by budget): with --nvme-path the search also puts the optimizer state on the
+// node's NVMe, where the host keeps only the gradients and the NVMe buffers; under a host budget between
+// the two, a plan fits with its state on NVMe while its twin with the state on the host is too big, and
+// an NVMe too small for the state rules NVMe plans out.
+TEST(PlanSearch, NvmeHoldsTheOptimizerWhereTheHostCannot) {
+  PlanSearchRequest request;
+  request.base.model = "gpt2-tiny";
+  request.base.layers = 2;
+  request.base.hidden = 768;
+  request.base.heads = 12;
+  request.base.vocab = 50257;  // 53.6M parameters: a rank's state outweighs the NVMe buffers
+  request.base.seq = 32;
+  request.base.precision = "bf16";
+  request.base.nvme_path = "/tmp";
+  request.cluster = parse_cluster("1x2xcpu", 1, 1e11);
+  request.cluster.device_memory = std::size_t{1} << 30;
+  request.cluster.nvme_memory = std::size_t{64} << 30;
+  request.global_batch = 2;
+  request.wanted = request.budget = 1000;
+  const auto find = [](const PlanSearch& search, bool nvme) -> const PlanCandidate& {
+    for (const PlanCandidate& candidate : search.candidates) {
+      const PlanSettings& s = candidate.settings;
+      if (s.dp == 2 && s.pp == 1 && s.micro_batch == 1 && s.recompute == "none" && s.zero_stage == 1 && s.offload_optimizer && s.nvme == nvme) return candidate;
+    }
+    throw std::logic_error("no such plan");
+  };
+  const PlanSearch roomy = search_plans(request);
+  const PlanCandidate& on_nvme = find(roomy, true);
+  const PlanCandidate& on_host = find(roomy, false);
+  ASSERT_GT(on_host.host_bytes, on_nvme.host_bytes);
+  ASSERT_EQ(on_nvme.status, PlanCandidate::Status::fits) << on_nvme.why_not;
+  ASSERT_EQ(on_host.status, PlanCandidate::Status::fits) << on_host.why_not;
+  EXPECT_EQ(on_nvme.peak_reserved, on_host.peak_reserved);  // the device holds the same
+  // Each rank updates half the parameters: 12 bytes each of bf16's optimizer state (master, m, v) go to
+  // NVMe; 4 of f32 gradients stay on the host beside 256 MiB of NVMe buffers.
+  GptConfig config = *gpt_preset("gpt2-tiny");
+  config.layers = 2;
+  config.hidden = 768;
+  config.heads = 12;
+  config.vocab = 50257;
+  const std::int64_t parameters = config.parameter_count();
+  const std::int64_t updated = (parameters + 1) / 2;
+  EXPECT_EQ(on_nvme.nvme_bytes, 2 * 12 * updated);
+  EXPECT_EQ(on_host.host_bytes - on_nvme.host_bytes, 2 * (12 * updated - (std::int64_t{256} << 20)));
+  EXPECT_GT(on_nvme.time.optimizer, on_host.time.optimizer);  // the state's trips through the NVMe
+  EXPECT_EQ(on_nvme.options.offload_optimizer, "nvme");
+  EXPECT_EQ(on_nvme.options.nvme_path, "/tmp");
+
+  request.cluster.host_memory = static_cast<std::size_t>((on_nvme.host_bytes + on_host.host_bytes) / 2);
+  const PlanSearch tight = search_plans(request);
+  EXPECT_EQ(find(tight, true).status, PlanCandidate::Status::fits) << find(tight, true).why_not;
+  EXPECT_EQ(find(tight, false).status, PlanCandidate::Status::too_big);
+  EXPECT_NE(find(tight, false).why_not.find("host memory"), std::string::npos) << find(tight, false).why_not;
+
+  request.cluster.nvme_memory = static_cast<std::size_t>(on_nvme.nvme_bytes - 1);
+  EXPECT_NE(find(search_plans(request), true).why_not.find("NVMe holds the offloaded optimizer state"), std::string::npos);
+  request.cluster.nvme_memory = 0;  // no NVMe: no NVMe plans
+  for (const PlanCandidate& candidate : search_plans(request).candidates) EXPECT_FALSE(candidate.settings.nvme);
+}
+
+}  // namespace
+}  // namespace ferry
