@@ -1,6 +1,7 @@
 #include "engine/plan/memory_advice.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -66,11 +67,14 @@ std::vector<SearchAxis> memory_search_axes(const TrainingPlan& plan) {
   }
   axes.push_back(std::move(recompute));
 
-  // Gradient buckets act where gradients stream (offloaded, or several dp ranks): one more call each.
+  // Gradient buckets act where gradients stream (offloaded, or several dp ranks): one more call each, so
+  // no smaller than a 1024th of the rank's parameters (more calls than that cost more than they save,
+  // and make each dry run slow).
+  const std::int64_t fewest_bucket = std::max(hidden, plan.model.parameter_count() / std::max(plan.grid.pp, 1) / 1024);
   const auto bucket_choices = [&](const std::string& base_flags, bool offload) {
     std::vector<PlanChoice> choices;
     const std::int64_t from = plan.reduce_bucket_elements > 0 ? plan.reduce_bucket_elements : 2 * largest_weight;
-    for (const std::int64_t elements : halvings(from, hidden, 4)) {
+    for (const std::int64_t elements : halvings(from, fewest_bucket, 4)) {
       choices.push_back({joined({base_flags, "--reduce-bucket-size " + std::to_string(elements)}), [elements, offload](TrainingPlan& variant) {
                            if (offload) variant.offload_optimizer = offload::OffloadDevice::cpu;
                            variant.reduce_bucket_elements = elements;
@@ -98,7 +102,7 @@ std::vector<SearchAxis> memory_search_axes(const TrainingPlan& plan) {
   if (plan.precision != DType::f32 && plan.kernels == DeviceKind::cpu) {
     SearchAxis copies{"weight copies", {{"", nullptr}}};
     const std::int64_t from = plan.weight_copy_elements > 0 ? plan.weight_copy_elements : largest_weight;
-    for (const std::int64_t elements : halvings(from, hidden, 4)) {
+    for (const std::int64_t elements : halvings(from, std::max(hidden, largest_weight / 64), 4)) {  // 64 slices of a weight at most
       copies.choices.push_back({"--weight-copy-elements " + std::to_string(elements), [elements](TrainingPlan& variant) { variant.weight_copy_elements = elements; }});
     }
     axes.push_back(std::move(copies));
@@ -291,8 +295,10 @@ std::string describe_memory_advice(const MemorySearch& search, std::size_t memor
     text += "; the cheapest changes that fit (" + searched + "):";
     for (const MemoryCandidate& candidate : search.fitting) {
       char line[512];
-      std::snprintf(line, sizeof line, "\n  %-60s peak reserved %10s  fits, +%s a step", candidate.flags.c_str(),
-                    format_bytes(static_cast<std::size_t>(candidate.peak_reserved)).c_str(), format_seconds(candidate.seconds).c_str());
+      // A change can make the step faster (a pipeline's smaller micro-batches shrink its bubble).
+      std::snprintf(line, sizeof line, "\n  %-60s peak reserved %10s  fits, %s%s a step", candidate.flags.c_str(),
+                    format_bytes(static_cast<std::size_t>(candidate.peak_reserved)).c_str(), candidate.seconds < 0 ? "-" : "+",
+                    format_seconds(std::abs(candidate.seconds)).c_str());
       text += line;
     }
     return text;
