@@ -119,7 +119,12 @@ ClusterSpec plan_cluster(const PlanCommandOptions& o) {
   if (o.model.nvme_path.empty()) cluster.nvme_memory = 0;
   if (cpu && !o.model.nvme_path.empty()) cluster.nvme_memory = free_bytes_of(o.model.nvme_path);
   if (!o.nvme.empty()) cluster.nvme_memory = parse_byte_size(o.nvme);
-  if (o.nvme_bandwidth) cluster.nvme_bandwidth = *o.nvme_bandwidth;
+  if (o.nvme_bandwidth) {
+    cluster.nvme_bandwidth = *o.nvme_bandwidth;
+  } else if (cpu && cluster.nvme_memory > 0) {  // this machine's drive, measured now
+    cluster.nvme_bandwidth = measure_nvme_bandwidth(o.model.nvme_path);
+    cluster.source += "; NVMe rate measured now through ferry's NvmeStore";
+  }
   if (o.peak_flops) cluster.peak_flops = *o.peak_flops;
   if (o.efficiency) cluster.compute_efficiency = *o.efficiency;
   if (o.intra_node_bandwidth) cluster.intra_node_bandwidth = *o.intra_node_bandwidth;
@@ -226,10 +231,11 @@ int run_plan_command(const PlanCommandOptions& options) {
     return 1;
   }
   const StepTimeEstimate& t = best->time;
-  std::printf("\nbest: %s\n  predicted step %s = compute %s (recompute %s) + bubble %s + data parallel %s + ZeRO 3 gathers %s + pipeline %s + optimizer %s + parameter copies %s\n",
+  std::printf("\nbest: %s\n  predicted step %s = compute %s (recompute %s) + bubble %s + data parallel %s + ZeRO 3 gathers %s + pipeline %s + optimizer %s + parameter copies %s + calls %s\n",
               best->settings.text().c_str(), format_seconds(t.total()).c_str(), format_seconds(t.compute).c_str(), format_seconds(t.recompute).c_str(),
               format_seconds(t.bubble).c_str(), format_seconds(t.data_parallel).c_str(), format_seconds(t.zero3_gathers).c_str(),
-              format_seconds(t.pipeline_transfers).c_str(), format_seconds(t.optimizer).c_str(), format_seconds(t.parameter_offload).c_str());
+              format_seconds(t.pipeline_transfers).c_str(), format_seconds(t.optimizer).c_str(), format_seconds(t.parameter_offload).c_str(),
+              format_seconds(t.calls).c_str());
   std::printf("  launch: %s\n  config (ferry train --config FILE): %s\n", command_line(request, *best).c_str(), deepspeed_config(request, *best).dump().c_str());
   return 0;
 }
