@@ -2,11 +2,14 @@
 // and the search's judgement (every plan it calls fitting fits by its dry run, every one too big is
 // over, in the order the model predicts).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 
 #include "engine/plan/cluster.h"
+#include "engine/plan/cpu_calibration.h"
 #include "engine/plan/plan_search.h"
 #include "engine/plan/step_time_model.h"
 #include "models/gpt_config.h"
@@ -260,6 +263,29 @@ TEST(PlanSearch, NvmeHoldsTheOptimizerWhereTheHostCannot) {
   EXPECT_NE(find(search_plans(request), true).why_not.find("NVMe holds the offloaded optimizer state"), std::string::npos);
   request.cluster.nvme_memory = 0;  // no NVMe: no NVMe plans
   for (const PlanCandidate& candidate : search_plans(request).candidates) EXPECT_FALSE(candidate.settings.nvme);
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// The NVMe rate a cpu cluster's plans use is measured through the store the optimizer uses; the file it
+// measures with is removed, and a directory that cannot be made is an error naming it.
+TEST(Calibration, NvmeRateIsMeasuredAndLeavesNothingBehind) {
+  const std::filesystem::path directory = std::filesystem::temp_directory_path() / ("ferry-plan-nvme-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(directory);
+  const double rate = measure_nvme_bandwidth(directory.string(), std::size_t{8} << 20);
+  EXPECT_GT(rate, 1e6);
+  EXPECT_TRUE(std::filesystem::is_empty(directory));
+  std::filesystem::remove_all(directory);
+  try {
+    measure_nvme_bandwidth("/proc/ferry-no-such-dir", std::size_t{1} << 20);
+    ADD_FAILURE() << "a directory that cannot be made was measured";
+  } catch (const std::exception& error) {
+    EXPECT_NE(std::string(error.what()).find("/proc/ferry-no-such-dir"), std::string::npos) << error.what();
+  }
 }
 
 }  // namespace
