@@ -113,8 +113,9 @@ ClusterSpec plan_cluster(const PlanCommandOptions& o) {
   if (!o.device_memory.empty()) cluster.device_memory = parse_byte_size(o.device_memory);
   if (!o.host_memory.empty()) cluster.host_memory = parse_byte_size(o.host_memory);
   // Plans put the optimizer on NVMe only where they can train there: in --nvme-path's directory.
-  if (!o.nvme.empty() && o.model.nvme_path.empty()) {
-    throw std::invalid_argument("--nvme " + o.nvme + ": plans with the optimizer on NVMe train in a directory there; give --nvme-path DIR too");
+  if ((!o.nvme.empty() || o.nvme_bandwidth) && o.model.nvme_path.empty()) {
+    throw std::invalid_argument(std::string(o.nvme.empty() ? "--nvme-bandwidth" : "--nvme " + o.nvme) +
+                                ": plans with the optimizer on NVMe train in a directory there; give --nvme-path DIR too");
   }
   if (o.model.nvme_path.empty()) cluster.nvme_memory = 0;
   if (cpu && !o.model.nvme_path.empty()) cluster.nvme_memory = free_bytes_of(o.model.nvme_path);

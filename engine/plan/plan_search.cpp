@@ -9,10 +9,10 @@
 #include "engine/comm/communicator.h"
 #include "engine/plan/cheapest_first.h"
 #include "engine/report/model_state_report.h"
-#include "offload/zero_offload_optimizer.h"
 #include "engine/train/model_config.h"
 #include "engine/train/rank_training.h"
 #include "engine/train/training_plan.h"
+#include "offload/zero_offload_optimizer.h"
 
 namespace ferry {
 namespace {

@@ -23,7 +23,7 @@ double ceil_div(double a, double b) { return std::ceil(a / std::max(b, 1.0)); }
 // offloaded, the step's last otherwise; without a bound one per parameter when offloaded on one rank),
 // a gather per bucket of updated parameters (ZeRO 1 and 2), and on the cpu kernels each row slice of a
 // 16-bit weight's f32 copy, in forward and in backward's input gradient.
-double call_seconds(const TrainingPlan& plan, const ClusterSpec& cluster, double psi) {
+double fixed_call_costs(const TrainingPlan& plan, const ClusterSpec& cluster, double psi) {
   const GptConfig& model = plan.model;
   const auto micro_batches = static_cast<double>(plan.micro_batches);
   const double blocks = stage_blocks(plan);
@@ -163,7 +163,7 @@ StepTimeEstimate predict_step_time(const TrainingPlan& plan, const ClusterSpec& 
     const double passes = plan.gather.reshard_after_forward ? 2 : 1;
     estimate.parameter_offload = micro_batches * passes * (psi / dp) * parameter_bytes / cluster.host_link_bandwidth;
   }
-  estimate.calls = call_seconds(plan, cluster, psi);
+  estimate.calls = fixed_call_costs(plan, cluster, psi);
   return estimate;
 }
 

@@ -158,6 +158,7 @@ expect_error "no device kind 'TPU-v5'.*H100-80GB" "$ferry" plan --model gpt2-tin
 expect_error "unknown --model 'gpt9'" "$ferry" plan --model gpt9 --global-batch 8 --cluster 1x2xcpu
 expect_error "global-batch must be positive" "$ferry" plan --model gpt2-tiny --global-batch 0 --cluster 1x2xcpu
 expect_error "give --nvme-path DIR too" "$ferry" plan --model gpt2-tiny --global-batch 8 --cluster 1x2xcpu --nvme 1GiB
+expect_error "nvme-bandwidth: .*give --nvme-path DIR too" "$ferry" plan --model gpt2-tiny --global-batch 8 --cluster 1x2xcpu --nvme-bandwidth 1e9
 expect_error "nvme-path '/no/such/dir': No such file" "$ferry" plan --model gpt2-tiny --global-batch 8 --cluster 1x2xcpu --nvme-path /no/such/dir
 expect_error "is not a \`ferry plan --summary\` file" "$ferry" train --plan "$work/best_config.json"
 if "$ferry" plan --model gpt2-tiny --global-batch 3 --cluster 1x4xcpu > "$work/out.txt" 2>&1; then
